@@ -1,0 +1,62 @@
+# sluice: build, test, check and benchmark. `make` builds everything,
+# including the C load engine and reference server; run as root on a fresh
+# Debian machine it first installs what is missing.
+SHELL := /bin/bash
+REBAR ?= rebar3
+CC ?= cc
+PRIV := apps/sluice_load/priv
+CSRC := apps/sluice_load/c_src
+
+# Debian packages the project needs (hex is unreachable: libraries come from
+# Debian). erlang-nox brings inets, runtime_tools, os_mon and the others.
+DEB_PACKAGES := erlang-nox erlang-dev erlang-eunit erlang-common-test \
+	erlang-proper erlang-dialyzer erlang-tools rebar3 gcc make libc6-dev
+
+.PHONY: all deps build c test check bench bench-quick clean distclean
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else \
+	    echo "missing Debian packages; run as root:"; \
+	    echo "  apt-get install -y$$missing"; exit 1; \
+	  fi; \
+	fi
+
+build: deps c
+	$(REBAR) compile
+
+c: deps $(PRIV)/sluice-run
+	@if [ -f $(CSRC)/Makefile ]; then $(MAKE) -C $(CSRC); fi
+
+$(PRIV)/sluice-run: $(CSRC)/sluice_run.c
+	@mkdir -p $(PRIV)
+	$(CC) -O2 -Wall -Wextra -Werror -o $@ $<
+
+# EUnit (pure functions), then the Common Test suites (which include the
+# PropEr properties).
+test: build
+	$(REBAR) eunit
+	$(REBAR) ct
+
+check: build
+	$(REBAR) xref
+	$(REBAR) dialyzer
+
+bench: build
+	bin/sluice bench
+
+clean:
+	$(REBAR) clean -a
+	@if [ -f $(CSRC)/Makefile ]; then $(MAKE) -C $(CSRC) clean; fi
+	rm -f $(PRIV)/sluice-run
+
+distclean: clean
+	rm -rf _build

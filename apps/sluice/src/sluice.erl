@@ -1,0 +1,208 @@
+%% @doc sluice's public API: start, stop, drain, suspend and inspect TCP
+%% listeners. A listener is an acceptor pool on one or more listen sockets,
+%% connection processes that each drive a `sluice_handler', and counters that
+%% tell what happened to every connection.
+%%
+%% ```
+%% {ok, _} = sluice:start_listener(echo, #{port => 5555,
+%%                                        handler => {sluice_proto_echo, []}}),
+%% #{port := 5555, connections := 0} = sluice:info(echo),
+%% ok = sluice:stop_listener(echo, 5000).
+%% '''
+-module(sluice).
+
+-include("sluice_counters.hrl").
+
+-export([start_listener/2, stop_listener/1, stop_listener/2, drain/2,
+         suspend/1, resume/1, info/1, set_max_connections/2, child_spec/2,
+         listeners/0, format_error/1]).
+-export([send/2, peername/1, sockname/1]).
+
+-export_type([conn/0, name/0]).
+
+-type name() :: term().
+%% What a handler's init/2 gets: enough to talk to the socket outside the
+%% reply path (sluice:send/2, peername/1).
+-type conn() :: #{listener := name(), socket := term(), transport := module()}.
+
+-define(MAX_ATOMIC, 16#7fffffffffffffff).
+
+%% @doc Start a listener under sluice's own supervisor. Options are
+%% documented in README.md and checked by sluice_opts; a bad one gives
+%% `{error, {bad_option, Key, Value}}' (see format_error/1).
+-spec start_listener(name(), map() | list()) -> {ok, pid()} | {error, term()}.
+start_listener(Name, Opts) ->
+    case sluice_opts:validate(Opts) of
+        {ok, Valid} ->
+            case supervisor:start_child(sluice_sup, spec(Name, Valid)) of
+                {ok, Pid} -> {ok, Pid};
+                {error, {already_started, _}} -> {error, already_started};
+                {error, already_present} -> {error, already_started};
+                {error, Reason} -> {error, start_error(Reason)}
+            end;
+        Error ->
+            Error
+    end.
+
+%% Dig the cause (eaddrinuse, eacces, ...) out of the supervisor's wrapping.
+start_error({shutdown, {failed_to_start_child, _, Reason}}) -> start_error(Reason);
+start_error({Reason, {child, _, _, _, _, _, _}}) -> start_error(Reason);
+start_error(Reason) -> Reason.
+
+%% @doc A child spec to embed a listener in the caller's own supervision
+%% tree. Raises `error({badarg, Reason})' on bad options.
+-spec child_spec(name(), map() | list()) -> supervisor:child_spec().
+child_spec(Name, Opts) ->
+    case sluice_opts:validate(Opts) of
+        {ok, Valid} -> spec(Name, Valid);
+        {error, Reason} -> erlang:error({badarg, Reason})
+    end.
+
+spec(Name, Opts) ->
+    #{id => {sluice_listener, Name},
+      start => {sluice_listener_sup, start_link, [Name, Opts]},
+      type => supervisor,
+      shutdown => infinity,
+      modules => [sluice_listener_sup]}.
+
+%% @doc Stop a listener at once: connections are shut down (with the
+%% listener's `shutdown_timeout'), the port closes.
+-spec stop_listener(name()) -> ok | {error, not_found}.
+stop_listener(Name) ->
+    case supervisor:terminate_child(sluice_sup, {sluice_listener, Name}) of
+        ok -> _ = supervisor:delete_child(sluice_sup, {sluice_listener, Name}), ok;
+        {error, _} -> {error, not_found}
+    end.
+
+%% @doc Drain, then stop: stop accepting at once, tell every connection
+%% (its handler's handle_drain/1), wait up to `DrainMs' for them to end,
+%% then stop the listener and close whatever is left.
+-spec stop_listener(name(), non_neg_integer()) -> ok | {error, not_found}.
+stop_listener(Name, DrainMs) ->
+    case drain(Name, DrainMs) of
+        {ok, _Left} -> stop_listener(Name);
+        Error -> Error
+    end.
+
+%% @doc Suspend the listener and ask every connection to drain; returns when
+%% none is left or after `DrainMs', with the number still open. Works on
+%% embedded listeners too (their owner then stops them).
+-spec drain(name(), non_neg_integer()) -> {ok, non_neg_integer()} | {error, not_found}.
+drain(Name, DrainMs) ->
+    case sluice_registry:lookup(Name) of
+        {ok, #{atomics := A, opts := #{num_conns_sups := NS}}} ->
+            Deadline = erlang:monotonic_time(millisecond) + DrainMs,
+            ok = suspend(Name),
+            _ = [sluice_conns_sup:drain(Sup, Deadline)
+                 || I <- lists:seq(1, NS),
+                    Sup <- [sluice_registry:conns_sup(Name, I)], is_pid(Sup)],
+            {ok, wait_empty(A, Deadline)};
+        error ->
+            {error, not_found}
+    end.
+
+wait_empty(A, Deadline) ->
+    case atomics:get(A, ?A_CONNS) of
+        0 -> 0;
+        N ->
+            case erlang:monotonic_time(millisecond) >= Deadline of
+                true -> N;
+                false -> receive after 10 -> wait_empty(A, Deadline) end
+            end
+    end.
+
+%% @doc Stop accepting: the listen sockets close (new connects are refused
+%% by the kernel), connections already open carry on.
+-spec suspend(name()) -> ok | {error, not_found}.
+suspend(Name) ->
+    with_sup(Name, fun(Sup) ->
+                           case supervisor:terminate_child(Sup, sluice_acceptors_sup) of
+                               ok -> ok;
+                               {error, not_found} -> ok
+                           end
+                   end).
+
+%% @doc Accept again, on the same port.
+-spec resume(name()) -> ok | {error, term()}.
+resume(Name) ->
+    with_sup(Name, fun(Sup) ->
+                           case supervisor:restart_child(Sup, sluice_acceptors_sup) of
+                               {ok, _} -> ok;
+                               {error, running} -> ok;
+                               {error, Reason} -> {error, start_error(Reason)}
+                           end
+                   end).
+
+with_sup(Name, Fun) ->
+    case sluice_registry:lookup(Name) of
+        {ok, #{sup := Sup}} -> Fun(Sup);
+        error -> {error, not_found}
+    end.
+
+%% @doc What the listener is and what happened to it.
+-spec info(name()) -> map() | {error, not_found}.
+info(Name) ->
+    case sluice_registry:lookup(Name) of
+        {ok, #{opts := Opts, counters := C, atomics := A, sup := Sup} = Info} ->
+            Max = atomics:get(A, ?A_MAX_CONNS),
+            #{ip => maps:get(ip, Opts),
+              port => maps:get(port, Info, maps:get(port, Opts)),
+              status => status(Sup),
+              max_connections => case Max of ?MAX_ATOMIC -> infinity; _ -> Max end,
+              connections => atomics:get(A, ?A_CONNS),
+              accepted => counters:get(C, ?C_ACCEPTED),
+              rejected => counters:get(C, ?C_REJECTED),
+              closed => counters:get(C, ?C_CLOSED),
+              protocol_errors => counters:get(C, ?C_PROTOCOL_ERRORS),
+              bytes_in => counters:get(C, ?C_BYTES_IN),
+              bytes_out => counters:get(C, ?C_BYTES_OUT),
+              accept_errors => sluice_registry:accept_errors(Name),
+              active => maps:get(active, Opts),
+              transport => maps:get(transport, Opts),
+              handler => maps:get(handler, Opts)};
+        error ->
+            {error, not_found}
+    end.
+
+status(Sup) ->
+    Children = supervisor:which_children(Sup),
+    case lists:keyfind(sluice_acceptors_sup, 1, Children) of
+        {_, Pid, _, _} when is_pid(Pid) -> running;
+        _ -> suspended
+    end.
+
+%% @doc Change the connection limit at run time. Lowering it below the
+%% current count closes nothing; new connections are rejected until the
+%% count falls under it.
+-spec set_max_connections(name(), non_neg_integer() | infinity) -> ok | {error, term()}.
+set_max_connections(Name, Max) when Max =:= infinity; is_integer(Max), Max >= 0 ->
+    case sluice_registry:lookup(Name) of
+        {ok, #{atomics := A}} ->
+            atomics:put(A, ?A_MAX_CONNS, case Max of infinity -> ?MAX_ATOMIC; _ -> Max end);
+        error ->
+            {error, not_found}
+    end;
+set_max_connections(_Name, Max) ->
+    {error, {bad_option, max_connections, Max}}.
+
+-spec listeners() -> [name()].
+listeners() ->
+    sluice_registry:listeners().
+
+-spec format_error(term()) -> string().
+format_error(Reason) ->
+    sluice_opts:format_error(Reason).
+
+%% @doc Send outside the reply path (e.g. from handle_info/2), in order with
+%% the replies.
+-spec send(conn(), iodata()) -> ok | {error, term()}.
+send(#{socket := Sock, transport := T}, Data) ->
+    T:send_async(Sock, Data).
+
+-spec peername(conn()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
+peername(#{socket := Sock, transport := T}) ->
+    T:peername(Sock).
+
+-spec sockname(conn()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
+sockname(#{socket := Sock, transport := T}) ->
+    T:sockname(Sock).

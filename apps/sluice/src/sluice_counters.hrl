@@ -1,0 +1,20 @@
+%% Slots of a listener's shared counters (`counters`, write_concurrency) and
+%% atomics. Kept in one header so acceptors, connection processes and
+%% sluice:info/1 agree on them without a function call on the hot path.
+
+%% counters: monotonic event counts.
+-define(C_ACCEPTED, 1).
+-define(C_REJECTED, 2).
+-define(C_CLOSED, 3).
+-define(C_PROTOCOL_ERRORS, 4).
+-define(C_BYTES_IN, 5).
+-define(C_BYTES_OUT, 6).
+-define(C_ACCEPT_ERRORS, 7).
+-define(C_SIZE, 7).
+
+%% atomics: live state.
+-define(A_CONNS, 1).        %% live connections of the whole listener
+-define(A_MAX_CONNS, 2).    %% current max_connections (set_max_connections/2)
+-define(A_LAST_LOG, 3).     %% monotonic ms of the last accept-error log line
+-define(A_SUPPRESSED, 4).   %% accept errors not logged since that line
+-define(A_SUP_BASE, 4).     %% A_SUP_BASE + I: live connections of conns_sup I

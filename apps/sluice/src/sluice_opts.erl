@@ -1,0 +1,197 @@
+%% @doc Validation of listener options. Every option is checked here, once,
+%% at start, so that the accept and receive paths never meet a bad value and a
+%% user gets an error that names the option and what it expects.
+-module(sluice_opts).
+
+-export([validate/1, defaults/0, default_max_connections/0, format_error/1]).
+
+-export_type([opts/0, error/0]).
+
+-type opts() :: #{ip := inet:ip_address(),
+                  port := inet:port_number(),
+                  handler := {module(), term()},
+                  transport := inet | socket,
+                  num_acceptors := pos_integer(),
+                  num_listen_sockets := pos_integer(),
+                  num_conns_sups := pos_integer(),
+                  reuseport := boolean(),
+                  backlog := pos_integer(),
+                  max_connections := non_neg_integer() | infinity,
+                  active := false | once | true | pos_integer(),
+                  socket_opts := [gen_tcp:option()],
+                  idle_timeout := timeout(),
+                  shutdown_timeout := timeout()}.
+-type error() :: {unknown_option, term()}
+               | {missing_option, atom()}
+               | {bad_option, atom(), term()}
+               | not_a_map.
+
+%% Descriptors kept back from the VM's limit for listen sockets, files,
+%% distribution and the like, so that the connection limit is reached before
+%% accept(2) starts failing with emfile.
+-define(FD_RESERVE_MIN, 64).
+
+%% The socket options a user may pass through to the transport. Framing,
+%% delivery mode and ownership belong to the library, so `active', `packet',
+%% `mode', `list', `binary' and `header' are refused.
+-define(SOCKET_OPTS, [buffer, recbuf, sndbuf, nodelay, keepalive, priority,
+                      tos, linger, send_timeout, send_timeout_close,
+                      high_watermark, low_watermark, high_msgq_watermark,
+                      low_msgq_watermark, delay_send, raw]).
+
+-spec defaults() -> map().
+defaults() ->
+    #{ip => {0, 0, 0, 0},
+      port => 0,
+      transport => inet,
+      num_acceptors => 10,
+      num_listen_sockets => 1,
+      num_conns_sups => erlang:system_info(schedulers),
+      reuseport => false,
+      backlog => 1024,
+      max_connections => default_max_connections(),
+      active => 100,
+      socket_opts => [],
+      idle_timeout => 60000,
+      shutdown_timeout => 5000}.
+
+%% @doc The VM's own descriptor limit less a reserve: the connection limit
+%% then bites before accept(2) fails with emfile.
+-spec default_max_connections() -> pos_integer().
+default_max_connections() ->
+    MaxFds = max_fds(),
+    Reserve = max(?FD_RESERVE_MIN, MaxFds div 20),
+    max(1, MaxFds - Reserve).
+
+max_fds() ->
+    lists:foldl(fun(PollSet, Acc) when is_list(PollSet) ->
+                        case proplists:get_value(max_fds, PollSet) of
+                            N when is_integer(N) -> max(N, Acc);
+                            _ -> Acc
+                        end;
+                   (_, Acc) -> Acc
+                end, 0, erlang:system_info(check_io)).
+
+-spec validate(map() | list()) -> {ok, opts()} | {error, error()}.
+validate(Opts) when is_list(Opts) ->
+    try maps:from_list(Opts) of M -> validate(M)
+    catch error:_ -> {error, not_a_map}
+    end;
+validate(Opts) when is_map(Opts) ->
+    case maps:is_key(handler, Opts) of
+        false ->
+            {error, {missing_option, handler}};
+        true ->
+            Merged = maps:merge(defaults(), Opts),
+            try
+                maps:foreach(fun check/2, Merged),
+                {ok, normalize(Merged)}
+            catch throw:Error -> {error, Error}
+            end
+    end;
+validate(_) ->
+    {error, not_a_map}.
+
+normalize(Opts = #{socket_opts := SO}) when is_map(SO) ->
+    normalize(Opts#{socket_opts := maps:to_list(SO)});
+normalize(Opts = #{num_listen_sockets := N}) when N > 1 ->
+    Opts#{reuseport := true};
+normalize(Opts) ->
+    Opts.
+
+check(ip, IP) ->
+    is_ip(IP) orelse bad(ip, IP);
+check(port, P) ->
+    (is_integer(P) andalso P >= 0 andalso P =< 65535) orelse bad(port, P);
+check(handler, H = {M, _}) when is_atom(M) ->
+    _ = code:ensure_loaded(M),
+    erlang:function_exported(M, init, 2)
+        andalso erlang:function_exported(M, handle_data, 2)
+        orelse bad(handler, H);
+check(handler, H) ->
+    bad(handler, H);
+check(transport, T) ->
+    T =:= inet orelse bad(transport, T);
+check(K, N) when K =:= num_acceptors; K =:= num_listen_sockets;
+                 K =:= num_conns_sups; K =:= backlog ->
+    (is_integer(N) andalso N > 0 andalso N =< 65535) orelse bad(K, N);
+check(reuseport, B) ->
+    is_boolean(B) orelse bad(reuseport, B);
+check(max_connections, infinity) ->
+    true;
+check(max_connections, N) ->
+    (is_integer(N) andalso N >= 0) orelse bad(max_connections, N);
+check(active, A) ->
+    A =:= false orelse A =:= once orelse A =:= true
+        orelse (is_integer(A) andalso A > 0 andalso A =< 32767)
+        orelse bad(active, A);
+check(socket_opts, SO) when is_map(SO) ->
+    check(socket_opts, maps:to_list(SO));
+check(socket_opts, SO) when is_list(SO) ->
+    lists:foreach(fun check_socket_opt/1, SO);
+check(socket_opts, SO) ->
+    bad(socket_opts, SO);
+check(K, T) when K =:= idle_timeout; K =:= shutdown_timeout ->
+    T =:= infinity orelse (is_integer(T) andalso T > 0) orelse bad(K, T);
+check(K, _) ->
+    throw({unknown_option, K}).
+
+check_socket_opt(O = {raw, P, N, V}) ->
+    (is_integer(P) andalso is_integer(N) andalso is_binary(V))
+        orelse bad(socket_opts, O);
+check_socket_opt(O = {K, V}) ->
+    lists:member(K, ?SOCKET_OPTS) orelse bad(socket_opts, O),
+    socket_opt_value(K, V) orelse bad(socket_opts, O);
+check_socket_opt(O) ->
+    bad(socket_opts, O).
+
+socket_opt_value(K, V) when K =:= nodelay; K =:= keepalive;
+                            K =:= send_timeout_close; K =:= delay_send ->
+    is_boolean(V);
+socket_opt_value(send_timeout, V) ->
+    V =:= infinity orelse (is_integer(V) andalso V >= 0);
+socket_opt_value(linger, {B, T}) ->
+    is_boolean(B) andalso is_integer(T) andalso T >= 0;
+socket_opt_value(linger, _) ->
+    false;
+socket_opt_value(_, V) ->
+    is_integer(V) andalso V >= 0.
+
+is_ip({A, B, C, D}) ->
+    lists:all(fun(X) -> is_integer(X) andalso X >= 0 andalso X =< 255 end, [A, B, C, D]);
+is_ip(T) when is_tuple(T), tuple_size(T) =:= 8 ->
+    lists:all(fun(X) -> is_integer(X) andalso X >= 0 andalso X =< 65535 end,
+              tuple_to_list(T));
+is_ip(_) ->
+    false.
+
+bad(K, V) ->
+    throw({bad_option, K, V}).
+
+%% @doc A one-line, human description of a validation error.
+-spec format_error(term()) -> string().
+format_error({unknown_option, K}) ->
+    lists:flatten(io_lib:format("unknown option ~p", [K]));
+format_error({missing_option, K}) ->
+    lists:flatten(io_lib:format("missing option ~p", [K]));
+format_error({bad_option, K, V}) ->
+    lists:flatten(io_lib:format("bad value for option ~p: ~p (expected ~s)",
+                                [K, V, expected(K)]));
+format_error(not_a_map) ->
+    "options must be a map or a proplist";
+format_error(Other) ->
+    lists:flatten(io_lib:format("~p", [Other])).
+
+expected(ip) -> "an IPv4 or IPv6 address tuple";
+expected(port) -> "an integer 0..65535 (0: any free port)";
+expected(handler) -> "{Module, Opts} where Module implements the sluice_handler "
+                     "behaviour (init/2 and handle_data/2 exported)";
+expected(transport) -> "inet (the socket backend is not built yet)";
+expected(reuseport) -> "a boolean";
+expected(max_connections) -> "a non-negative integer or infinity";
+expected(active) -> "false, once, true or an integer 1..32767";
+expected(socket_opts) -> "a list of {Key, Value} with Key one of " ++
+                             lists:flatten(io_lib:format("~p", [?SOCKET_OPTS]));
+expected(K) when K =:= idle_timeout; K =:= shutdown_timeout ->
+    "a positive integer (ms) or infinity";
+expected(_) -> "a positive integer".

@@ -1,0 +1,118 @@
+%% @doc Owner of the public `sluice_registry` ETS table, where each listener
+%% publishes what the API needs to find it (its supervisor, counters, atomics,
+%% real port, connection supervisors) and where rare events such as accept
+%% errors are counted by reason. The table outlives listener restarts; this
+%% process removes a listener's rows when its supervisor goes down.
+-module(sluice_registry).
+-behaviour(gen_server).
+
+-export([start_link/0, register_listener/3, lookup/1, lookup/2, set/3,
+         set_conns_sup/3, conns_sup/2, count_accept_error/2, accept_errors/1,
+         listeners/0]).
+-export([init/1, handle_call/3, handle_cast/2, handle_info/2]).
+
+-define(TAB, ?MODULE).
+
+-spec start_link() -> {ok, pid()} | ignore | {error, term()}.
+start_link() ->
+    gen_server:start_link({local, ?MODULE}, ?MODULE, [], []).
+
+%% @doc Publish a listener; its rows go when `Sup' goes down.
+-spec register_listener(term(), pid(), map()) -> ok.
+register_listener(Name, Sup, Info) ->
+    gen_server:call(?MODULE, {register, Name, Sup, Info}).
+
+-spec lookup(term()) -> {ok, map()} | error.
+lookup(Name) ->
+    case ets:lookup(?TAB, {listener, Name}) of
+        [{_, Info}] -> {ok, Info};
+        [] -> error
+    end.
+
+-spec lookup(term(), atom()) -> term().
+lookup(Name, Key) ->
+    {ok, Info} = lookup(Name),
+    maps:get(Key, Info).
+
+%% @doc Set one field of a listener's row (e.g. its real port once bound).
+-spec set(term(), atom(), term()) -> ok.
+set(Name, Key, Value) ->
+    gen_server:call(?MODULE, {set, Name, Key, Value}).
+
+-spec set_conns_sup(term(), pos_integer(), pid()) -> ok.
+set_conns_sup(Name, Index, Pid) ->
+    true = ets:insert(?TAB, {{conns_sup, Name, Index}, Pid}),
+    ok.
+
+-spec conns_sup(term(), pos_integer()) -> pid() | undefined.
+conns_sup(Name, Index) ->
+    try ets:lookup_element(?TAB, {conns_sup, Name, Index}, 2)
+    catch error:badarg -> undefined
+    end.
+
+-spec count_accept_error(term(), atom()) -> ok.
+count_accept_error(Name, Reason) ->
+    _ = ets:update_counter(?TAB, {accept_error, Name, Reason}, 1,
+                           {{accept_error, Name, Reason}, 0}),
+    ok.
+
+-spec accept_errors(term()) -> #{atom() => non_neg_integer()}.
+accept_errors(Name) ->
+    maps:from_list(ets:select(?TAB, [{{{accept_error, Name, '$1'}, '$2'}, [],
+                                      [{{'$1', '$2'}}]}])).
+
+-spec listeners() -> [term()].
+listeners() ->
+    ets:select(?TAB, [{{{listener, '$1'}, '_'}, [], ['$1']}]).
+
+%% gen_server
+
+-spec init([]) -> {ok, #{reference() => term()}}.
+init([]) ->
+    _ = ets:new(?TAB, [named_table, public, set, {read_concurrency, true},
+                       {write_concurrency, true}]),
+    {ok, #{}}.
+
+-spec handle_call(term(), gen_server:from(), map()) -> {reply, term(), map()}.
+handle_call({register, Name, Sup, Info}, _From, Monitors) ->
+    %% A restarted listener supervisor replaces the rows of its predecessor.
+    delete_rows(Name),
+    true = ets:insert(?TAB, {{listener, Name}, Info#{sup => Sup}}),
+    MRef = erlang:monitor(process, Sup),
+    {reply, ok, Monitors#{MRef => {Name, Sup}}};
+handle_call({set, Name, Key, Value}, _From, Monitors) ->
+    Reply = case lookup(Name) of
+                {ok, Info} ->
+                    true = ets:insert(?TAB, {{listener, Name}, Info#{Key => Value}}),
+                    ok;
+                error ->
+                    {error, not_found}
+            end,
+    {reply, Reply, Monitors};
+handle_call(_Req, _From, Monitors) ->
+    {reply, {error, unknown_call}, Monitors}.
+
+-spec handle_cast(term(), map()) -> {noreply, map()}.
+handle_cast(_Msg, Monitors) ->
+    {noreply, Monitors}.
+
+-spec handle_info(term(), map()) -> {noreply, map()}.
+handle_info({'DOWN', MRef, process, Sup, _}, Monitors) ->
+    case maps:take(MRef, Monitors) of
+        {{Name, Sup}, Rest} ->
+            case lookup(Name) of
+                {ok, #{sup := Sup}} -> delete_rows(Name);
+                _ -> ok   % already replaced by a newer supervisor
+            end,
+            {noreply, Rest};
+        error ->
+            {noreply, Monitors}
+    end;
+handle_info(_Msg, Monitors) ->
+    {noreply, Monitors}.
+
+delete_rows(Name) ->
+    _ = ets:select_delete(?TAB, [{{{listener, Name}, '_'}, [], [true]},
+                                 {{{conns_sup, Name, '_'}, '_'}, [], [true]},
+                                 {{{accept_error, Name, '_'}, '_'}, [], [true]}]),
+    ok.

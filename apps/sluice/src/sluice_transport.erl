@@ -1,0 +1,33 @@
+%% @doc The transport behaviour: what a listener and a connection process need
+%% from a socket layer. `sluice_transport_inet' (gen_tcp, the inet driver) is
+%% the first; every call the library makes on a socket goes through one.
+-module(sluice_transport).
+
+-export([module/1]).
+
+-type socket() :: term().
+-type listen_opts() :: #{ip := inet:ip_address(), backlog := pos_integer(),
+                         reuseport := boolean(), socket_opts := list()}.
+-export_type([socket/0, listen_opts/0]).
+
+-callback listen(inet:port_number(), listen_opts()) -> {ok, socket()} | {error, term()}.
+-callback accept(socket(), timeout()) -> {ok, socket()} | {error, term()}.
+-callback port(socket()) -> {ok, inet:port_number()} | {error, term()}.
+-callback controlling_process(socket(), pid()) -> ok | {error, term()}.
+%% Arm delivery for the connection process: `false' starts one asynchronous
+%% read, the others set the socket's active mode.
+-callback activate(socket(), false | once | true | pos_integer()) -> ok | {error, term()}.
+%% Queue data for sending without waiting for the driver's answer; the answer
+%% arrives later as a message the connection process recognises.
+-callback send_async(socket(), iodata()) -> ok | {error, term()}.
+-callback send(socket(), iodata()) -> ok | {error, term()}.
+-callback setopts(socket(), list()) -> ok | {error, term()}.
+-callback peername(socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
+-callback sockname(socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
+-callback shutdown(socket(), read | write | read_write) -> ok | {error, term()}.
+-callback close(socket()) -> ok.
+
+%% @doc The callback module for a transport name.
+-spec module(inet) -> module().
+module(inet) -> sluice_transport_inet.
+

@@ -1,0 +1,83 @@
+%% @doc The inet-driver transport (gen_tcp). Sends are asynchronous port
+%% commands: the driver's `{inet_reply, S, Status}' is handled by the
+%% connection loop instead of being waited for after every write, which is
+%% what lets one process ack millions of frames a second (seed 001).
+-module(sluice_transport_inet).
+-behaviour(sluice_transport).
+
+-export([listen/2, accept/2, port/1, controlling_process/2, activate/2,
+         send_async/2, send/2, setopts/2, peername/1, sockname/1, shutdown/2,
+         close/1]).
+
+%% SOL_SOCKET / SO_REUSEPORT on Linux; OTP 25's gen_tcp has no option for it.
+-define(SOL_SOCKET, 1).
+-define(SO_REUSEPORT, 15).
+
+-spec listen(inet:port_number(), sluice_transport:listen_opts()) ->
+          {ok, gen_tcp:socket()} | {error, term()}.
+listen(Port, #{ip := IP, backlog := Backlog, reuseport := ReusePort,
+               socket_opts := SocketOpts}) ->
+    Family = case tuple_size(IP) of 4 -> inet; 8 -> inet6 end,
+    Reuse = case ReusePort of
+                true -> [{raw, ?SOL_SOCKET, ?SO_REUSEPORT, <<1:32/native>>}];
+                false -> []
+            end,
+    %% User options come first so that the library's own (binary, raw
+    %% packets, passive until the connection process arms it) win.
+    gen_tcp:listen(Port, SocketOpts ++ Reuse ++
+                       [Family, {ip, IP}, binary, {packet, raw}, {active, false},
+                        {reuseaddr, true}, {backlog, Backlog}, {nodelay, true}]).
+
+-spec accept(gen_tcp:socket(), timeout()) -> {ok, gen_tcp:socket()} | {error, term()}.
+accept(LSock, Timeout) ->
+    gen_tcp:accept(LSock, Timeout).
+
+-spec port(gen_tcp:socket()) -> {ok, inet:port_number()} | {error, term()}.
+port(Sock) ->
+    inet:port(Sock).
+
+-spec controlling_process(gen_tcp:socket(), pid()) -> ok | {error, term()}.
+controlling_process(Sock, Pid) ->
+    gen_tcp:controlling_process(Sock, Pid).
+
+-spec activate(gen_tcp:socket(), false | once | true | pos_integer()) -> ok | {error, term()}.
+activate(Sock, false) ->
+    %% gen_tcp:recv/2 is this call plus a blocking receive; doing the receive
+    %% in the connection loop keeps the process responsive to other messages.
+    case prim_inet:async_recv(Sock, 0, -1) of
+        {ok, _Ref} -> ok;
+        Error -> Error
+    end;
+activate(Sock, Mode) ->
+    inet:setopts(Sock, [{active, Mode}]).
+
+-spec send_async(gen_tcp:socket(), iodata()) -> ok | {error, term()}.
+send_async(Sock, Data) ->
+    try erlang:port_command(Sock, Data) of
+        true -> ok
+    catch error:_ -> {error, closed}
+    end.
+
+-spec send(gen_tcp:socket(), iodata()) -> ok | {error, term()}.
+send(Sock, Data) ->
+    gen_tcp:send(Sock, Data).
+
+-spec setopts(gen_tcp:socket(), list()) -> ok | {error, term()}.
+setopts(Sock, Opts) ->
+    inet:setopts(Sock, Opts).
+
+-spec peername(gen_tcp:socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
+peername(Sock) ->
+    inet:peername(Sock).
+
+-spec sockname(gen_tcp:socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
+sockname(Sock) ->
+    inet:sockname(Sock).
+
+-spec shutdown(gen_tcp:socket(), read | write | read_write) -> ok | {error, term()}.
+shutdown(Sock, How) ->
+    gen_tcp:shutdown(Sock, How).
+
+-spec close(gen_tcp:socket()) -> ok.
+close(Sock) ->
+    gen_tcp:close(Sock).

@@ -1,0 +1,48 @@
+%% @doc Entry point of `bin/sluice' for the subcommands that run in the
+%% Erlang VM (`load' and `ref-server' are C binaries the script runs
+%% directly). Exit codes: 0 success, 1 failure, 2 bad usage.
+-module(sluice_cli).
+
+-export([main/0, fail/2]).
+
+-spec main() -> no_return().
+main() ->
+    Args = init:get_plain_arguments(),
+    Code = try dispatch(Args)
+           catch throw:{exit, C} -> C;
+                 Class:Reason:Stack ->
+                     io:format(standard_error, "sluice: internal error: ~p:~p~n~p~n",
+                               [Class, Reason, Stack]),
+                     1
+           end,
+    halt_after_flush(Code).
+
+dispatch([]) -> usage(), 2;
+dispatch([H | _]) when H =:= "--help"; H =:= "-h"; H =:= "help" -> usage(), 0;
+dispatch(["serve" | Rest]) -> sluice_cli_serve:run(Rest);
+dispatch(["bench" | _]) ->
+    io:format(standard_error, "sluice bench: not yet (the benchmark matrix is being built)~n", []),
+    1;
+dispatch([Cmd | _]) ->
+    fail(2, "unknown command " ++ Cmd ++ " (try bin/sluice --help)").
+
+usage() ->
+    io:put_chars(
+      "usage: bin/sluice COMMAND [options]\n\n"
+      "commands:\n"
+      "  serve       run a sluice server (ack, ping or echo protocol)\n"
+      "  load        drive a server with the C load engine\n"
+      "  ref-server  run the C reference server\n"
+      "  bench       run one cell of the benchmark matrix (not yet)\n\n"
+      "bin/sluice COMMAND --help describes every option with its default.\n").
+
+%% @doc Print a one-line error on stderr and exit with `Code'.
+-spec fail(non_neg_integer(), string()) -> no_return().
+fail(Code, Msg) ->
+    io:format(standard_error, "sluice: ~s~n", [Msg]),
+    throw({exit, Code}).
+
+halt_after_flush(Code) ->
+    %% halt/1 does not wait for the io server; let it write first.
+    _ = io:format(""),
+    erlang:halt(Code, [{flush, true}]).

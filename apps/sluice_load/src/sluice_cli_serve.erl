@@ -1,0 +1,99 @@
+%% @doc `bin/sluice serve': run one listener with a built-in protocol until
+%% SIGTERM (or SIGINT, forwarded by the script), then drain and exit 0.
+-module(sluice_cli_serve).
+
+-export([run/1, specs/0, listener_opts/1]).
+
+-define(ABOUT, "Serve the ack, ping or echo protocol until SIGTERM or SIGINT, then drain\n"
+        "and exit. Prints one line \"listening on IP:PORT\" once it accepts.").
+
+-spec specs() -> [sluice_cli_args:spec()].
+specs() ->
+    D = sluice_opts:defaults(),
+    [{ip, "ip", ip, {0, 0, 0, 0}, "address to listen on"},
+     {port, "port", {integer, 0, 65535}, 8000, "port to listen on (0: any free port)"},
+     {protocol, "protocol", {enum, [ack, ping, echo]}, ack, "protocol to serve"},
+     {ack, "ack", {enum, [each, last, counted]}, each,
+      "ack protocol: one ack per frame (each), one per read (last), or one per read with a count (counted)"},
+     {max_frame, "max-frame", {integer, 0, 16#ffffffff}, 1048576,
+      "ack protocol: largest frame payload accepted; a larger Len closes the connection"},
+     {active, "active", active, maps:get(active, D),
+      "socket delivery: false (recv), once, N (flow control every N reads) or true (unbounded mailbox)"},
+     {acceptors, "acceptors", {integer, 1, 65535}, maps:get(num_acceptors, D), "acceptor processes"},
+     {listen_sockets, "listen-sockets", {integer, 1, 1024}, maps:get(num_listen_sockets, D),
+      "listen sockets on the port (SO_REUSEPORT when more than one)"},
+     {max_connections, "max-connections", {integer, 0, infinity}, maps:get(max_connections, D),
+      "connection limit for the listener (default: the VM's descriptor limit less a reserve)"},
+     {idle_timeout, "idle-timeout", timeout, maps:get(idle_timeout, D),
+      "close a connection that receives nothing for this long"},
+     {backlog, "backlog", {integer, 1, 65535}, maps:get(backlog, D), "listen backlog"},
+     {buffer, "buffer", {integer, 0, infinity}, 0,
+      "inet driver read buffer in bytes (0: the driver's default)"},
+     {drain_timeout, "drain-timeout", {integer, 0, 60000}, 5000,
+      "on SIGTERM/SIGINT, how long connections get to end before they are closed"}].
+
+-spec run([string()]) -> non_neg_integer().
+run(Args) ->
+    case sluice_cli_args:parse(specs(), Args) of
+        help ->
+            io:put_chars(sluice_cli_args:usage("serve", ?ABOUT, specs())),
+            0;
+        {error, Msg} ->
+            sluice_cli:fail(2, Msg);
+        {ok, Opts} ->
+            serve(Opts)
+    end.
+
+%% @doc The library options that the CLI options stand for.
+-spec listener_opts(map()) -> map().
+listener_opts(O) ->
+    Handler = case maps:get(protocol, O) of
+                  ack -> {sluice_proto_ack, #{ack => maps:get(ack, O),
+                                              max_frame => maps:get(max_frame, O)}};
+                  ping -> {sluice_proto_ping, []};
+                  echo -> {sluice_proto_echo, []}
+              end,
+    SocketOpts = case maps:get(buffer, O) of
+                     0 -> [];
+                     B -> [{buffer, B}]
+                 end,
+    #{ip => maps:get(ip, O), port => maps:get(port, O), handler => Handler,
+      active => maps:get(active, O), num_acceptors => maps:get(acceptors, O),
+      num_listen_sockets => maps:get(listen_sockets, O),
+      max_connections => maps:get(max_connections, O),
+      idle_timeout => maps:get(idle_timeout, O), backlog => maps:get(backlog, O),
+      socket_opts => SocketOpts}.
+
+serve(O) ->
+    {ok, _} = application:ensure_all_started(sluice),
+    ok = sluice_cli_signal:install(self()),
+    case sluice:start_listener(sluice_cli, listener_opts(O)) of
+        {ok, _} ->
+            #{ip := IP, port := Port} = sluice:info(sluice_cli),
+            io:format("listening on ~s:~b~n", [inet:ntoa(IP), Port]),
+            wait_signal(),
+            Left = case sluice:drain(sluice_cli, maps:get(drain_timeout, O)) of
+                       {ok, N} -> N;
+                       {error, _} -> 0
+                   end,
+            ok = sluice:stop_listener(sluice_cli),
+            io:format(standard_error, "sluice: drained (~b connections closed at the deadline)~n",
+                      [Left]),
+            0;
+        {error, Reason} ->
+            sluice_cli:fail(1, lists:flatten(
+                                 io_lib:format("cannot listen on ~s:~b: ~s",
+                                               [inet:ntoa(maps:get(ip, O)), maps:get(port, O),
+                                                describe(Reason)])))
+    end.
+
+describe(eaddrinuse) -> "address in use";
+describe(eacces) -> "permission denied";
+describe(eaddrnotavail) -> "address not available";
+describe(Reason) -> sluice:format_error(Reason).
+
+wait_signal() ->
+    receive
+        {sluice_signal, sigterm} -> ok;
+        {sluice_signal, _} -> wait_signal()
+    end.
