@@ -46,7 +46,8 @@ start_listener(Name, Opts) ->
 
 %% Dig the cause (eaddrinuse, eacces, ...) out of the supervisor's wrapping.
 start_error({shutdown, {failed_to_start_child, _, Reason}}) -> start_error(Reason);
-start_error({Reason, {child, _, _, _, _, _, _}}) -> start_error(Reason);
+start_error({Reason, Child}) when element(1, Child) =:= child -> start_error(Reason);
+start_error({bad_return, {_, init, {stop, Reason}}}) -> start_error(Reason);
 start_error(Reason) -> Reason.
 
 %% @doc A child spec to embed a listener in the caller's own supervision

@@ -206,6 +206,7 @@ discard(Reason, Deadline, S = #s{sock = Sock, transport = T}) ->
             finish(Reason, S)
     end.
 
+-spec finish(term(), #s{}) -> no_return().
 finish(Reason, #s{sock = Sock, transport = T, handler = H, hstate = HState,
                       counters = C, callbacks = CBs}) ->
     T:close(Sock),

@@ -107,6 +107,7 @@ call(_, _) ->
 
 %% Shut every connection down (`shutdown' exit), give them the listener's
 %% shutdown timeout, kill the rest, and account for each.
+-spec terminate(term(), #st{}) -> no_return().
 terminate(Reason, #st{children = Children, listener = L, index = I}) ->
     _ = [exit(Pid, shutdown) || Pid <- maps:keys(Children)],
     Timeout = maps:get(shutdown_timeout, L, 5000),

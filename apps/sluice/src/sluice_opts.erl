@@ -165,6 +165,7 @@ is_ip(T) when is_tuple(T), tuple_size(T) =:= 8 ->
 is_ip(_) ->
     false.
 
+-spec bad(atom(), term()) -> no_return().
 bad(K, V) ->
     throw({bad_option, K, V}).
 

@@ -42,6 +42,7 @@ fail(Code, Msg) ->
     io:format(standard_error, "sluice: ~s~n", [Msg]),
     throw({exit, Code}).
 
+-spec halt_after_flush(non_neg_integer()) -> no_return().
 halt_after_flush(Code) ->
     %% halt/1 does not wait for the io server; let it write first.
     _ = io:format(""),

@@ -67,7 +67,12 @@ listener_opts(O) ->
 serve(O) ->
     {ok, _} = application:ensure_all_started(sluice),
     ok = sluice_cli_signal:install(self()),
-    case sluice:start_listener(sluice_cli, listener_opts(O)) of
+    %% A failed start (eaddrinuse, ...) is reported on one line below; the
+    %% supervisor's multi-page report of it would only bury that line.
+    ok = logger:add_primary_filter(sluice_cli_start, {fun drop_start_errors/2, []}),
+    Started = sluice:start_listener(sluice_cli, listener_opts(O)),
+    ok = logger:remove_primary_filter(sluice_cli_start),
+    case Started of
         {ok, _} ->
             #{ip := IP, port := Port} = sluice:info(sluice_cli),
             io:format("listening on ~s:~b~n", [inet:ntoa(IP), Port]),
@@ -86,6 +91,9 @@ serve(O) ->
                                                [inet:ntoa(maps:get(ip, O)), maps:get(port, O),
                                                 describe(Reason)])))
     end.
+
+drop_start_errors(#{msg := {report, #{label := {supervisor, start_error}}}}, _) -> stop;
+drop_start_errors(Event, _) -> Event.
 
 describe(eaddrinuse) -> "address in use";
 describe(eacces) -> "permission denied";
