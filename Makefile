@@ -50,8 +50,9 @@ check: build
 	$(REBAR) xref
 	$(REBAR) dialyzer
 
+# The benchmark matrix (QUICK=1: a smaller one).
 bench: build
-	bin/sluice bench
+	bin/sluice bench $(if $(QUICK),--quick,)
 
 clean:
 	$(REBAR) clean -a
