@@ -1,0 +1,469 @@
+/* The load engine core: one epoll loop per worker thread, non-blocking
+ * connects from round-robin source addresses, a timer heap per worker, and
+ * failure accounting.  What flows on an established connection belongs to
+ * the scenario (struct scenario). */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "load.h"
+#include "util.h"
+
+#ifndef IP_BIND_ADDRESS_NO_PORT
+#define IP_BIND_ADDRESS_NO_PORT 24
+#endif
+
+#define MAX_EVENTS 512
+#define OPENS_PER_ROUND 16
+#define MAX_WARNINGS 5
+#define RBUF_LEN (256 * 1024)
+
+const char *const fail_names[F_NREASONS] = {
+    "ECONNREFUSED", "ETIMEDOUT",    "EADDRNOTAVAIL", "EADDRINUSE",
+    "EMFILE",       "ENFILE",       "ECONNRESET",    "EHOSTUNREACH",
+    "ENETUNREACH",  "ENOBUFS",      "closed_by_peer", "other",
+};
+
+int fail_reason_of_errno(int e)
+{
+    switch (e) {
+    case ECONNREFUSED: return F_ECONNREFUSED;
+    case ETIMEDOUT: return F_ETIMEDOUT;
+    case EADDRNOTAVAIL: return F_EADDRNOTAVAIL;
+    case EADDRINUSE: return F_EADDRINUSE;
+    case EMFILE: return F_EMFILE;
+    case ENFILE: return F_ENFILE;
+    case ECONNRESET: return F_ECONNRESET;
+    case EHOSTUNREACH: return F_EHOSTUNREACH;
+    case ENETUNREACH: return F_ENETUNREACH;
+    case ENOBUFS: return F_ENOBUFS;
+    default: return F_OTHER;
+    }
+}
+
+/* ---- timer heap (min-heap on conn->deadline, conns know their slot) ---- */
+
+static void heap_swap(struct worker *w, uint32_t a, uint32_t b)
+{
+    struct conn *t = w->heap[a];
+    w->heap[a] = w->heap[b];
+    w->heap[b] = t;
+    w->heap[a]->heap_pos = a;
+    w->heap[b]->heap_pos = b;
+}
+
+static void heap_up(struct worker *w, uint32_t i)
+{
+    while (i > 0) {
+        uint32_t p = (i - 1) / 2;
+        if (w->heap[p]->deadline <= w->heap[i]->deadline)
+            break;
+        heap_swap(w, i, p);
+        i = p;
+    }
+}
+
+static void heap_down(struct worker *w, uint32_t i)
+{
+    for (;;) {
+        uint32_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < w->heap_n && w->heap[l]->deadline < w->heap[m]->deadline)
+            m = l;
+        if (r < w->heap_n && w->heap[r]->deadline < w->heap[m]->deadline)
+            m = r;
+        if (m == i)
+            break;
+        heap_swap(w, i, m);
+        i = m;
+    }
+}
+
+void timer_set(struct worker *w, struct conn *c, uint64_t deadline)
+{
+    if (c->heap_pos == HEAP_NONE) {
+        c->deadline = deadline;
+        c->heap_pos = w->heap_n;
+        w->heap[w->heap_n++] = c;
+        heap_up(w, c->heap_pos);
+    } else {
+        uint64_t old = c->deadline;
+        c->deadline = deadline;
+        if (deadline < old)
+            heap_up(w, c->heap_pos);
+        else
+            heap_down(w, c->heap_pos);
+    }
+}
+
+void timer_clear(struct worker *w, struct conn *c)
+{
+    uint32_t i = c->heap_pos;
+    if (i == HEAP_NONE)
+        return;
+    c->heap_pos = HEAP_NONE;
+    w->heap_n--;
+    if (i == w->heap_n)
+        return;
+    w->heap[i] = w->heap[w->heap_n];
+    w->heap[i]->heap_pos = i;
+    heap_up(w, i);
+    heap_down(w, w->heap[i]->heap_pos);
+}
+
+/* ---- connection life cycle ---- */
+
+void conn_want(struct worker *w, struct conn *c, uint32_t events)
+{
+    if (c->events == (uint8_t)events || c->state == CS_DONE)
+        return;
+    struct epoll_event e = {.events = events, .data.ptr = c};
+    epoll_ctl(w->ep, EPOLL_CTL_MOD, c->fd, &e);
+    c->events = (uint8_t)events;
+}
+
+static void resolved(struct worker *w, uint64_t now)
+{
+    w->resolved++;
+    w->last_resolve = now;
+}
+
+static void conn_close(struct worker *w, struct conn *c)
+{
+    timer_clear(w, c);
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    if (c->state == CS_CONNECTING || c->state == CS_PROBING)
+        w->pending--;
+    else if (c->state == CS_UP)
+        w->up--;
+    c->state = CS_DONE;
+    free(c->sx);
+    c->sx = NULL;
+}
+
+void conn_established(struct worker *w, struct conn *c, uint64_t now)
+{
+    if (c->state == CS_CONNECTING || c->state == CS_PROBING)
+        w->pending--;
+    c->state = CS_UP;
+    w->up++;
+    w->st.established++;
+    hist_record(w->clat, now - c->t_connect);
+    if (now > w->st.last_established)
+        w->st.last_established = now;
+    timer_clear(w, c);
+    resolved(w, now);
+}
+
+void conn_fail(struct worker *w, struct conn *c, int reason, uint64_t now)
+{
+    int was_up = c->state == CS_UP;
+    w->st.failures[reason]++;
+    conn_close(w, c);
+    if (!was_up)
+        resolved(w, now);
+}
+
+void conn_lost(struct worker *w, struct conn *c, int err, uint64_t now)
+{
+    if (stopping(w->run)) {
+        conn_close(w, c);
+        return;
+    }
+    char local[64];
+    sock_local_str(c->fd, local, sizeof local);
+    int n = atomic_fetch_add(&w->run->warnings, 1);
+    if (n < MAX_WARNINGS)
+        fprintf(stderr, PROG ": connection %u (local %s) closed by the "
+                "server%s%s%s\n", c->idx, local, err ? " (" : "",
+                err ? strerror(err) : "", err ? ")" : "");
+    else if (n == MAX_WARNINGS)
+        fprintf(stderr, PROG ": more connections closed by the server; "
+                "see the failure counts\n");
+    conn_fail(w, c, F_CLOSED_BY_PEER, now);
+}
+
+void protocol_error(struct worker *w, struct conn *c, const char *fmt, ...)
+{
+    char local[64], msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    sock_local_str(c->fd, local, sizeof local);
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&w->run->proto_error, &expected, 1)) {
+        fprintf(stderr, PROG ": protocol error on connection %u (local %s): "
+                "%s\n", c->idx, local, msg);
+        fflush(stderr);
+    }
+    atomic_store(&w->run->stop, 1);
+    uint64_t one = 1;
+    if (write(w->run->main_wake, &one, sizeof one) < 0)
+        perror(PROG ": eventfd");
+}
+
+long conn_read(struct worker *w, struct conn *c, uint64_t now)
+{
+    ssize_t n = read(c->fd, w->rbuf, w->rbuf_len);
+    if (n > 0)
+        return n;
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return 0;
+    conn_lost(w, c, n < 0 ? errno : 0, now);
+    return -1;
+}
+
+static void conn_open(struct worker *w, struct conn *c, uint64_t now)
+{
+    struct cfg *cfg = w->run->cfg;
+    c->t_connect = now;
+    w->st.attempts++;
+    if (!w->st.first_connect)
+        w->st.first_connect = now;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        c->state = CS_NEW;
+        conn_fail(w, c, fail_reason_of_errno(errno), now);
+        return;
+    }
+    c->fd = fd;
+    c->state = CS_CONNECTING;
+    w->pending++;
+    set_nodelay(fd);
+    if (cfg->nsrc > 0) {
+        /* Let connect() pick the port, so (src, dst) pairs, not bind(),
+         * limit how many connections one source address can hold. */
+        int one = 1;
+        setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+        struct sockaddr_in s = {.sin_family = AF_INET,
+                                .sin_addr = cfg->src[c->idx % cfg->nsrc]};
+        if (bind(fd, (struct sockaddr *)&s, sizeof s) < 0) {
+            conn_fail(w, c, fail_reason_of_errno(errno), now);
+            return;
+        }
+    }
+    if (connect(fd, (struct sockaddr *)&cfg->dst, sizeof cfg->dst) < 0 &&
+        errno != EINPROGRESS) {
+        conn_fail(w, c, fail_reason_of_errno(errno), now);
+        return;
+    }
+    struct epoll_event e = {.events = EPOLLOUT, .data.ptr = c};
+    if (epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &e) < 0) {
+        conn_fail(w, c, fail_reason_of_errno(errno), now);
+        return;
+    }
+    c->events = EPOLLOUT;
+    timer_set(w, c, now + (uint64_t)cfg->connect_timeout_ms * NS_PER_MS);
+}
+
+static void conn_handshake(struct worker *w, struct conn *c, uint64_t now)
+{
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+        err = errno;
+    if (err) {
+        conn_fail(w, c, fail_reason_of_errno(err), now);
+        return;
+    }
+    w->st.handshakes++;
+    conn_want(w, c, 0);
+    if (w->run->sc->probe) {
+        c->state = CS_PROBING; /* connect timeout still armed */
+    } else {
+        conn_established(w, c, now);
+    }
+    w->run->sc->connected(w, c, now);
+}
+
+static void open_due(struct worker *w, uint64_t now)
+{
+    struct run *r = w->run;
+    int opened = 0;
+    w->next_open_at = 0;
+    while (w->next_open < w->n && w->pending < w->pending_cap) {
+        struct conn *c = &w->conns[w->next_open];
+        if (r->cfg->scenario >= SC_PING && r->cfg->rate > 0) {
+            uint64_t due = r->t0 + (uint64_t)((double)c->idx * 1e9 /
+                                              r->cfg->rate);
+            if (due > now) {
+                w->next_open_at = due;
+                return;
+            }
+        }
+        if (opened++ == OPENS_PER_ROUND) {
+            w->next_open_at = now;
+            return;
+        }
+        w->next_open++;
+        conn_open(w, c, now);
+    }
+}
+
+void worker_publish(struct worker *w)
+{
+    atomic_store_explicit(&w->pub_msgs, w->raw_msgs, memory_order_relaxed);
+    atomic_store_explicit(&w->pub_up, w->up, memory_order_relaxed);
+    atomic_store_explicit(&w->pub_pending, w->pending, memory_order_relaxed);
+    atomic_store_explicit(&w->pub_unopened, w->n - w->next_open,
+                          memory_order_relaxed);
+    atomic_store_explicit(&w->pub_last_resolve, w->last_resolve,
+                          memory_order_relaxed);
+    atomic_store_explicit(&w->pub_resolved, w->resolved, memory_order_relaxed);
+    uint64_t e = 0;
+    for (int i = 0; i < F_NREASONS; i++)
+        e += w->st.failures[i];
+    if (w->run->sc->errors)
+        e += w->run->sc->errors(w);
+    atomic_store_explicit(&w->pub_errors, e, memory_order_relaxed);
+}
+
+static void wait_events(struct worker *w, struct epoll_event *evs, int *n,
+                        uint64_t now)
+{
+    uint64_t until = now + NS_PER_S / 4;
+    if (w->heap_n && w->heap[0]->deadline < until)
+        until = w->heap[0]->deadline;
+    if (w->next_open_at && w->next_open_at < until)
+        until = w->next_open_at;
+    uint64_t wait = until > now ? until - now : 0;
+    /* epoll_pwait2 takes nanoseconds: open-loop --rate needs sub-ms sends */
+    struct timespec ts = {.tv_sec = (time_t)(wait / NS_PER_S),
+                          .tv_nsec = (long)(wait % NS_PER_S)};
+    *n = epoll_pwait2(w->ep, evs, MAX_EVENTS, &ts, NULL);
+    if (*n < 0 && errno == ENOSYS)
+        *n = epoll_wait(w->ep, evs, MAX_EVENTS,
+                        (int)((wait + NS_PER_MS - 1) / NS_PER_MS));
+    if (*n < 0)
+        *n = 0;
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct run *r = w->run;
+    const struct scenario *sc = r->sc;
+    struct epoll_event evs[MAX_EVENTS];
+    uint64_t now = now_ns();
+    open_due(w, now);
+    while (!stopping(r)) {
+        int n;
+        worker_publish(w);
+        wait_events(w, evs, &n, now);
+        now = now_ns();
+        for (int i = 0; i < n && !stopping(r); i++) {
+            struct conn *c = evs[i].data.ptr;
+            uint32_t ev = evs[i].events;
+            if (!c) {
+                uint64_t v;
+                if (read(w->wake, &v, sizeof v) < 0)
+                    (void)0;
+                continue;
+            }
+            if (c->state == CS_DONE)
+                continue;
+            if (c->state == CS_CONNECTING) {
+                conn_handshake(w, c, now);
+                continue;
+            }
+            if (ev & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))
+                sc->readable(w, c, now);
+            if ((ev & EPOLLOUT) && c->state != CS_DONE && sc->writable)
+                sc->writable(w, c, now);
+        }
+        if (w->heap_n && w->heap[0]->deadline <= now) {
+            now = now_ns();
+            while (w->heap_n && w->heap[0]->deadline <= now && !stopping(r)) {
+                struct conn *c = w->heap[0];
+                timer_clear(w, c);
+                if (c->state == CS_CONNECTING || c->state == CS_PROBING)
+                    conn_fail(w, c, F_ETIMEDOUT, now);
+                else if (c->state == CS_UP && sc->timer)
+                    sc->timer(w, c, now);
+            }
+        }
+        if (w->next_open < w->n)
+            open_due(w, now);
+    }
+    now = now_ns();
+    if (sc->finish)
+        sc->finish(w, now);
+    worker_publish(w);
+    return NULL;
+}
+
+int engine_start(struct run *r)
+{
+    struct cfg *cfg = r->cfg;
+    int nw = r->nw;
+    uint32_t cap_total = (uint32_t)cfg->connect_concurrency;
+    for (int i = 0; i < nw; i++) {
+        struct worker *w = &r->w[i];
+        w->run = r;
+        w->id = i;
+        w->n = (uint32_t)((cfg->conns - i + nw - 1) / nw);
+        w->conns = calloc(w->n ? w->n : 1, sizeof *w->conns);
+        w->heap = calloc(w->n ? w->n : 1, sizeof *w->heap);
+        w->lat = malloc(sizeof *w->lat);
+        w->clat = malloc(sizeof *w->clat);
+        w->rbuf_len = RBUF_LEN;
+        w->rbuf = malloc(w->rbuf_len);
+        w->pending_cap = cap_total / (uint32_t)nw;
+        if (w->pending_cap < 1)
+            w->pending_cap = 1;
+        w->ep = epoll_create1(EPOLL_CLOEXEC);
+        w->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (!w->conns || !w->heap || !w->lat || !w->clat || !w->rbuf ||
+            w->ep < 0 || w->wake < 0) {
+            fprintf(stderr, PROG ": worker setup: %s\n", strerror(errno));
+            return -1;
+        }
+        hist_init(w->lat);
+        hist_init(w->clat);
+        for (uint32_t k = 0; k < w->n; k++) {
+            struct conn *c = &w->conns[k];
+            c->fd = -1;
+            c->idx = (uint32_t)i + k * (uint32_t)nw;
+            c->heap_pos = HEAP_NONE;
+        }
+        struct epoll_event e = {.events = EPOLLIN, .data.ptr = NULL};
+        epoll_ctl(w->ep, EPOLL_CTL_ADD, w->wake, &e);
+        if (r->sc->worker_init)
+            r->sc->worker_init(w);
+    }
+    r->t0 = now_ns();
+    for (int i = 0; i < nw; i++)
+        if (pthread_create(&r->w[i].th, NULL, worker_main, &r->w[i]) != 0) {
+            fprintf(stderr, PROG ": pthread_create failed\n");
+            return -1;
+        }
+    return 0;
+}
+
+void engine_join(struct run *r)
+{
+    uint64_t one = 1;
+    atomic_store(&r->stop, 1);
+    for (int i = 0; i < r->nw; i++)
+        if (write(r->w[i].wake, &one, sizeof one) < 0)
+            perror(PROG ": eventfd");
+    for (int i = 0; i < r->nw; i++)
+        pthread_join(r->w[i].th, NULL);
+    /* Connections stay open until here so that the server sees no close
+     * while any worker is still measuring. */
+    for (int i = 0; i < r->nw; i++)
+        for (uint32_t k = 0; k < r->w[i].n; k++)
+            if (r->w[i].conns[k].fd >= 0)
+                close(r->w[i].conns[k].fd);
+}

@@ -1,0 +1,197 @@
+/* sluice-load: types shared by the engine core, the scenarios and the
+ * report.  The engine (engine.c) owns threads, epoll, connection set-up,
+ * timers and failure accounting; a scenario (sc_*.c) owns what flows on a
+ * connection once it is up. */
+#ifndef SLUICE_LOAD_H
+#define SLUICE_LOAD_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "hist.h"
+#include "json.h"
+
+#define PROG "sluice-load"
+
+enum scenario_id { SC_LOCKSTEP, SC_PIPELINE, SC_FLOOD, SC_PING, SC_CONNECT };
+enum ack_kind { AK_EACH, AK_LAST, AK_COUNTED };
+enum probe_kind { PROBE_NONE, PROBE_PING };
+
+/* Why a connection failed or ended early.  Errno-named reasons come from
+ * socket()/bind()/connect(); CLOSED_BY_PEER is an EOF or reset after the
+ * connection was established (or, with --probe ping, after the handshake). */
+enum fail_reason {
+    F_ECONNREFUSED,
+    F_ETIMEDOUT,
+    F_EADDRNOTAVAIL,
+    F_EADDRINUSE,
+    F_EMFILE,
+    F_ENFILE,
+    F_ECONNRESET,
+    F_EHOSTUNREACH,
+    F_ENETUNREACH,
+    F_ENOBUFS,
+    F_CLOSED_BY_PEER,
+    F_OTHER,
+    F_NREASONS
+};
+extern const char *const fail_names[F_NREASONS];
+int fail_reason_of_errno(int e);
+
+struct cfg {
+    int scenario;
+    const char *host;
+    long port;
+    long conns;
+    double duration, warmup;
+    long window, batch, payload;
+    long interval_ms, timeout_ms, connect_timeout_ms;
+    long threads;
+    const char *source_ips;
+    double rate;
+    int ack;
+    int probe;
+    long connect_concurrency;
+    const char *json;
+    int quiet, progress;
+    /* derived */
+    struct sockaddr_in dst;
+    struct in_addr *src;
+    int nsrc;
+    uint32_t frame_len; /* ack frames: 12 + payload */
+};
+
+enum conn_state { CS_NEW, CS_CONNECTING, CS_PROBING, CS_UP, CS_DONE };
+
+#define HEAP_NONE UINT32_MAX
+
+/* One connection.  Kept small: the ping scenario holds ~19,000 of these
+ * per process. */
+struct conn {
+    int fd;
+    uint32_t idx;       /* global index, as named in error messages */
+    uint32_t heap_pos;  /* slot in the worker's timer heap */
+    uint8_t state;
+    uint8_t events;     /* EPOLLIN/EPOLLOUT bits registered (low byte) */
+    uint8_t match;      /* ping/probe: bytes of "Pong\n" matched */
+    uint8_t flags;      /* scenario flags */
+    uint64_t deadline;  /* timer, when heap_pos != HEAP_NONE */
+    uint64_t t_connect; /* when connect() was called */
+    uint64_t t_a, t_b;  /* scenario clocks (ping: sent at, next tick) */
+    void *sx;           /* scenario per-connection state (ack scenarios) */
+};
+
+/* Per-worker counters, merged at the end.  "Window" counters only count
+ * events inside the measurement window (after ramp and warmup). */
+struct stats {
+    uint64_t messages, bytes;        /* window */
+    uint64_t writes, sent_bytes;     /* window (flood) */
+    uint64_t pings, pongs, timeouts, skipped, late; /* window (ping) */
+    uint64_t attempts, handshakes, established;
+    uint64_t failures[F_NREASONS];
+    uint64_t first_connect, last_established; /* ns, 0 = none */
+};
+
+struct run;
+
+struct worker {
+    struct run *run;
+    int id;
+    pthread_t th;
+    int ep, wake;
+    struct conn *conns;   /* local; global index = id + k * nworkers */
+    uint32_t n;
+    uint32_t next_open, pending, up, resolved;
+    uint64_t last_resolve;
+    uint64_t next_open_at;
+    uint32_t pending_cap;
+    struct conn **heap;
+    uint32_t heap_n;
+    struct hist *lat;     /* scenario latency, window only */
+    struct hist *clat;    /* connect latency */
+    struct stats st;
+    uint64_t raw_msgs;    /* all messages incl. warmup, for progress */
+    unsigned char *rbuf;
+    size_t rbuf_len;
+    void *sw;             /* scenario per-worker state */
+    /* published for the main thread (relaxed) */
+    _Atomic uint64_t pub_msgs, pub_up, pub_pending, pub_resolved, pub_errors,
+        pub_last_resolve, pub_unopened;
+};
+
+struct scenario {
+    const char *name;
+    int probe;                    /* established only after a ping probe */
+    void (*worker_init)(struct worker *w);
+    /* handshake done (state CS_UP, or CS_PROBING when probe) */
+    void (*connected)(struct worker *w, struct conn *c, uint64_t now);
+    void (*readable)(struct worker *w, struct conn *c, uint64_t now);
+    void (*writable)(struct worker *w, struct conn *c, uint64_t now);
+    void (*timer)(struct worker *w, struct conn *c, uint64_t now);
+    void (*finish)(struct worker *w, uint64_t now); /* after the run */
+    uint64_t (*errors)(const struct worker *w);     /* scenario errors */
+    void (*json)(struct run *r, struct json *j);    /* extra JSON fields */
+    void (*text)(struct run *r, FILE *f);           /* extra summary lines */
+};
+
+extern const struct scenario sc_lockstep, sc_pipeline, sc_flood, sc_ping,
+    sc_connect, sc_connect_probe;
+
+struct run {
+    struct cfg *cfg;
+    const struct scenario *sc;
+    struct worker *w;
+    int nw;
+    uint64_t t0;
+    _Atomic uint64_t mstart, mend; /* measurement window, 0 = not yet */
+    _Atomic int stop, proto_error;
+    int main_wake;
+    _Atomic int warnings;
+};
+
+/* ---- engine API for scenarios ---- */
+void conn_want(struct worker *w, struct conn *c, uint32_t events);
+void conn_established(struct worker *w, struct conn *c, uint64_t now);
+void conn_fail(struct worker *w, struct conn *c, int reason, uint64_t now);
+/* EOF or error after the handshake: counted as closed_by_peer, reported. */
+void conn_lost(struct worker *w, struct conn *c, int err, uint64_t now);
+void timer_set(struct worker *w, struct conn *c, uint64_t deadline);
+void timer_clear(struct worker *w, struct conn *c);
+void protocol_error(struct worker *w, struct conn *c, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* read() into w->rbuf: >0 bytes, 0 nothing now, -1 connection gone
+ * (already accounted for via conn_lost). */
+long conn_read(struct worker *w, struct conn *c, uint64_t now);
+/* Make the worker's counters visible to the main thread (progress, stop). */
+void worker_publish(struct worker *w);
+
+static inline int in_window(struct run *r, uint64_t now)
+{
+    uint64_t s = atomic_load_explicit(&r->mstart, memory_order_relaxed);
+    uint64_t e = atomic_load_explicit(&r->mend, memory_order_relaxed);
+    return s && now >= s && now < e;
+}
+
+static inline int stopping(struct run *r)
+{
+    return atomic_load_explicit(&r->stop, memory_order_relaxed);
+}
+
+/* engine.c */
+int engine_start(struct run *r);
+void engine_join(struct run *r);
+
+/* report.c */
+void report_text(struct run *r, FILE *f, double measured_s, int exit_code);
+int report_json(struct run *r, const char *path, double measured_s,
+                int exit_code);
+void report_hist_json(struct json *j, const char *key, const struct hist *h);
+void report_latency_json(struct json *j, const char *key,
+                         const struct hist *h);
+void report_latency_text(FILE *f, const char *label, const struct hist *h);
+struct stats report_totals(struct run *r);
+
+#endif

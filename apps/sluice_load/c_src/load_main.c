@@ -1,0 +1,340 @@
+/* sluice-load: command line, run control (ramp, warmup, measurement window,
+ * progress, stop) and exit codes.  See README.md. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "load.h"
+#include "opts.h"
+#include "util.h"
+
+/* Pipeline defaults, chosen by measurement on one connection against
+ * sluice-ref on another core (README.md, "Defaults"): a batch large enough
+ * that a write carries tens of KiB, and a window that covers the 100-300 us
+ * cross-core wake-up several times over at ~30M frames/s. */
+#define PIPE_WINDOW 262144
+#define PIPE_BATCH 2048
+
+static const char *const scenarios[] = {"lockstep", "pipeline", "flood",
+                                        "ping", "connect", NULL};
+static const char *const acks[] = {"each", "last", "counted", NULL};
+static const char *const probes[] = {"none", "ping", NULL};
+
+static int parse_sources(struct cfg *cfg)
+{
+    /* "A.B.C.X-A.B.C.Y", "A.B.C.X-Y", or a comma list of addresses/ranges */
+    char *s = strdup(cfg->source_ips), *save = NULL;
+    int cap = 16;
+    cfg->src = malloc((size_t)cap * sizeof *cfg->src);
+    for (char *tok = strtok_r(s, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        char *dash = strchr(tok, '-');
+        struct in_addr lo, hi;
+        if (dash) {
+            *dash = 0;
+            if (parse_ipv4(tok, &lo) < 0)
+                return -1;
+            const char *h = dash + 1;
+            if (strchr(h, '.')) {
+                if (parse_ipv4(h, &hi) < 0)
+                    return -1;
+            } else {
+                char *end;
+                long last = strtol(h, &end, 10);
+                if (*end || end == h || last < 0 || last > 255)
+                    return -1;
+                hi.s_addr = htonl((ntohl(lo.s_addr) & 0xffffff00u) |
+                                  (uint32_t)last);
+            }
+            uint32_t a = ntohl(lo.s_addr), b = ntohl(hi.s_addr);
+            if ((a & 0xffffff00u) != (b & 0xffffff00u) || b < a)
+                return -1;
+            for (uint32_t x = a; x <= b; x++) {
+                if (cfg->nsrc == cap)
+                    cfg->src = realloc(cfg->src,
+                                       (size_t)(cap *= 2) * sizeof *cfg->src);
+                cfg->src[cfg->nsrc++].s_addr = htonl(x);
+            }
+        } else {
+            if (parse_ipv4(tok, &lo) < 0)
+                return -1;
+            if (cfg->nsrc == cap)
+                cfg->src = realloc(cfg->src,
+                                   (size_t)(cap *= 2) * sizeof *cfg->src);
+            cfg->src[cfg->nsrc++] = lo;
+        }
+    }
+    free(s);
+    return cfg->nsrc > 0 ? 0 : -1;
+}
+
+static void resolve_host(struct cfg *cfg)
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res;
+    int e = getaddrinfo(cfg->host, NULL, &hints, &res);
+    if (e != 0)
+        usage_error(PROG, "--host %s: %s", cfg->host, gai_strerror(e));
+    memcpy(&cfg->dst, res->ai_addr, sizeof cfg->dst);
+    cfg->dst.sin_port = htons((uint16_t)cfg->port);
+    freeaddrinfo(res);
+}
+
+static void configure(struct cfg *cfg, struct opt *opts, int argc,
+                      char **argv)
+{
+    opts_parse(PROG,
+               "Load engine for sluice servers: lockstep, pipelined and "
+               "open-loop ack\nframes, echo flood, ping at scale, connection "
+               "rate.  Exit codes: 0 ok,\n1 protocol error, 2 bad usage, "
+               "3 could not connect at all.",
+               opts, argc, argv);
+    int sc = cfg->scenario;
+    int ack_frames = sc == SC_LOCKSTEP || sc == SC_PIPELINE;
+    if (sc == SC_LOCKSTEP) {
+        if ((opts_given(opts, "window") && cfg->window != 1) ||
+            (opts_given(opts, "batch") && cfg->batch != 1))
+            usage_error(PROG, "lockstep keeps one frame in flight: "
+                        "--window/--batch belong to pipeline");
+        cfg->window = cfg->batch = 1;
+    } else if (sc == SC_PIPELINE) {
+        if (!opts_given(opts, "window"))
+            cfg->window = PIPE_WINDOW;
+        if (!opts_given(opts, "batch"))
+            cfg->batch = cfg->window < PIPE_BATCH ? cfg->window : PIPE_BATCH;
+        if (cfg->batch > cfg->window)
+            usage_error(PROG, "--batch %ld is larger than --window %ld",
+                        cfg->batch, cfg->window);
+    } else {
+        if (opts_given(opts, "window") || opts_given(opts, "batch"))
+            usage_error(PROG, "--window/--batch apply to pipeline only");
+        if (opts_given(opts, "ack"))
+            usage_error(PROG, "--ack applies to lockstep and pipeline only");
+    }
+    if (!opts_given(opts, "payload"))
+        cfg->payload = sc == SC_FLOOD ? 6 : 5;
+    if (ack_frames) {
+        cfg->frame_len = (uint32_t)(12 + cfg->payload);
+        if ((double)cfg->batch * cfg->frame_len > 64.0 * 1024 * 1024)
+            usage_error(PROG, "--batch x frame size exceeds 64 MiB per write");
+    } else if (opts_given(opts, "payload") && sc != SC_FLOOD) {
+        usage_error(PROG, "--payload applies to lockstep, pipeline, flood");
+    }
+    if (sc == SC_FLOOD && cfg->payload < 1)
+        usage_error(PROG, "--payload must be at least 1 for flood");
+    if (sc == SC_FLOOD && opts_given(opts, "rate"))
+        usage_error(PROG, "--rate does not apply to flood (it never waits)");
+    if (cfg->probe != PROBE_NONE && sc != SC_CONNECT)
+        usage_error(PROG, "--probe applies to the connect scenario only");
+    if (sc != SC_PING && (opts_given(opts, "interval")))
+        usage_error(PROG, "--interval applies to the ping scenario only");
+    if (sc != SC_PING && (opts_given(opts, "timeout")))
+        usage_error(PROG, "--timeout applies to the ping scenario only");
+    if (cfg->source_ips && parse_sources(cfg) < 0)
+        usage_error(PROG, "--source-ips '%s': expected A.B.C.X-Y, "
+                    "A.B.C.X-A.B.C.Y or a comma list", cfg->source_ips);
+    if (!cfg->threads)
+        cfg->threads = ncpus();
+    if (cfg->threads > cfg->conns)
+        cfg->threads = cfg->conns;
+    resolve_host(cfg);
+}
+
+static uint64_t sum_pub(struct run *r, size_t off)
+{
+    uint64_t s = 0;
+    for (int i = 0; i < r->nw; i++)
+        s += atomic_load_explicit(
+            (_Atomic uint64_t *)((char *)&r->w[i] + off),
+            memory_order_relaxed);
+    return s;
+}
+#define SUM(r, field) sum_pub(r, offsetof(struct worker, field))
+
+int main(int argc, char **argv)
+{
+    struct cfg cfg = {
+        .scenario = SC_LOCKSTEP, .host = "127.0.0.1", .port = 8000,
+        .conns = 1, .duration = 10, .warmup = 0, .window = 1000,
+        .batch = 100, .payload = 5, .interval_ms = 1000, .timeout_ms = 5000,
+        .connect_timeout_ms = 5000, .threads = 0, .rate = 0, .ack = AK_EACH,
+        .probe = PROBE_NONE, .connect_concurrency = 256,
+    };
+    struct opt opts[] = {
+        {"scenario", OPT_CHOICE, &cfg.scenario, "NAME", "lockstep",
+         "what to run", scenarios, 0, 0, 0},
+        {"host", OPT_STR, &cfg.host, "HOST", "127.0.0.1", "server address",
+         NULL, 0, 0, 0},
+        {"port", OPT_INT, &cfg.port, "P", "8000", "server port", NULL, 1,
+         65535, 0},
+        {"conns", OPT_INT, &cfg.conns, "N", "1", "connections", NULL, 1,
+         4000000, 0},
+        {"duration", OPT_DOUBLE, &cfg.duration, "SECONDS", "10",
+         "measurement time after the ramp and warmup (connect: hold time)",
+         NULL, 0, 1e7, 0},
+        {"warmup", OPT_DOUBLE, &cfg.warmup, "SECONDS", "0",
+         "run this long after the ramp before measuring", NULL, 0, 1e7, 0},
+        {"window", OPT_INT, &cfg.window, "FRAMES", "262144 (pipeline)",
+         "pipeline: frames in flight per connection", NULL, 1, 1 << 30, 0},
+        {"batch", OPT_INT, &cfg.batch, "FRAMES", "2048 (pipeline)",
+         "pipeline: frames per write", NULL, 1, 1 << 24, 0},
+        {"payload", OPT_INT, &cfg.payload, "BYTES",
+         "5 (ack frames), 6 (flood)", "payload bytes per frame / flood write",
+         NULL, 0, 1 << 20, 0},
+        {"ack", OPT_CHOICE, &cfg.ack, "MODE", "each",
+         "ack mode; must match the server's --ack", acks, 0, 0, 0},
+        {"rate", OPT_DOUBLE, &cfg.rate, "R", "0",
+         "lockstep/pipeline: open loop, frames/s per connection, latency "
+         "from intended send times; ping/connect: connections opened per "
+         "second; 0 = closed loop / as fast as possible", NULL, 0, 1e12, 0},
+        {"interval", OPT_INT, &cfg.interval_ms, "MS", "1000",
+         "ping: each connection pings this often", NULL, 1, 86400000, 0},
+        {"timeout", OPT_INT, &cfg.timeout_ms, "MS", "5000",
+         "ping: a Pong later than this is a timeout (connection kept)", NULL,
+         1, 86400000, 0},
+        {"connect-timeout", OPT_INT, &cfg.connect_timeout_ms, "MS", "5000",
+         "give up a connect (and a --probe) after this long", NULL, 1,
+         86400000, 0},
+        {"connect-concurrency", OPT_INT, &cfg.connect_concurrency, "N",
+         "256", "connects in progress at once, over all threads", NULL, 1,
+         1000000, 0},
+        {"probe", OPT_CHOICE, &cfg.probe, "KIND", "none",
+         "connect: established only once Ping got Pong", probes, 0, 0, 0},
+        {"threads", OPT_INT, &cfg.threads, "T", "number of cores",
+         "worker threads (capped at --conns)", NULL, 1, 1024, 0},
+        {"source-ips", OPT_STR, &cfg.source_ips, "LIST", "kernel's choice",
+         "source addresses, round-robin per connection: 127.0.0.2-127.0.0.9, "
+         "127.0.0.2-9 or a comma list", NULL, 0, 0, 0},
+        {"json", OPT_STR, &cfg.json, "FILE", NULL,
+         "write the results as one JSON object", NULL, 0, 0, 0},
+        {"quiet", OPT_FLAG, &cfg.quiet, NULL, NULL,
+         "no summary on stdout, no progress", NULL, 0, 0, 0},
+        {"progress", OPT_FLAG, &cfg.progress, NULL, NULL,
+         "progress line every second on stderr even when it is not a "
+         "terminal", NULL, 0, 0, 0},
+        {NULL, 0, NULL, NULL, NULL, NULL, NULL, 0, 0, 0},
+    };
+    configure(&cfg, opts, argc, argv);
+
+    static const struct scenario *const table[] = {
+        &sc_lockstep, &sc_pipeline, &sc_flood, &sc_ping, &sc_connect};
+    struct run r;
+    memset(&r, 0, sizeof r);
+    r.cfg = &cfg;
+    r.sc = cfg.scenario == SC_CONNECT && cfg.probe == PROBE_PING
+               ? &sc_connect_probe : table[cfg.scenario];
+    r.nw = (int)cfg.threads;
+    r.w = calloc((size_t)r.nw, sizeof *r.w);
+    r.main_wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+
+    /* Workers inherit the mask: SIGINT/SIGTERM reach main's signalfd and
+     * end the run early with a normal report. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    int sfd = signalfd(-1, &sigs, SFD_NONBLOCK | SFD_CLOEXEC);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (engine_start(&r) < 0)
+        return 1;
+
+    int progress = !cfg.quiet && (cfg.progress || isatty(2));
+    uint64_t next_prog = r.t0 + NS_PER_S, last_msgs = 0, last_t = r.t0;
+    uint64_t now, mstart = 0, mend = 0;
+    int interrupted = 0;
+    for (;;) {
+        now = now_ns();
+        if (atomic_load(&r.proto_error) || interrupted)
+            break;
+        uint64_t up = SUM(&r, pub_up), pending = SUM(&r, pub_pending);
+        uint64_t unopened = SUM(&r, pub_unopened);
+        if (!mstart && SUM(&r, pub_resolved) == (uint64_t)cfg.conns) {
+            uint64_t ramp_end = 0;
+            for (int i = 0; i < r.nw; i++) {
+                uint64_t t = atomic_load(&r.w[i].pub_last_resolve);
+                if (t > ramp_end)
+                    ramp_end = t;
+            }
+            mstart = ramp_end + (uint64_t)(cfg.warmup * 1e9);
+            if (mstart < now)
+                mstart = now;
+            mend = mstart + (uint64_t)(cfg.duration * 1e9);
+            atomic_store(&r.mend, mend);
+            atomic_store(&r.mstart, mstart);
+        }
+        if (mstart && now >= mend)
+            break;
+        if (mstart && up + pending + unopened == 0)
+            break; /* every connection failed or was closed */
+        if (progress && now >= next_prog) {
+            uint64_t m = SUM(&r, pub_msgs);
+            double dt = (double)(now - last_t) / 1e9;
+            const char *phase = !mstart ? "  (ramp)" :
+                                now < mstart ? "  (warmup)" : "";
+            fprintf(stderr, "[%6.1fs] rate %.0f/s  conns %llu/%ld up  "
+                    "errors %llu%s\n", (double)(now - r.t0) / 1e9,
+                    dt > 0 ? (double)(m - last_msgs) / dt : 0,
+                    (unsigned long long)up, cfg.conns,
+                    (unsigned long long)SUM(&r, pub_errors), phase);
+            last_msgs = m;
+            last_t = now;
+            next_prog += NS_PER_S;
+            if (next_prog < now)
+                next_prog = now + NS_PER_S;
+        }
+        uint64_t until = now + 50 * NS_PER_MS;
+        if (progress && next_prog < until)
+            until = next_prog;
+        if (mstart && mend < until)
+            until = mend;
+        struct pollfd pf[2] = {{.fd = r.main_wake, .events = POLLIN},
+                               {.fd = sfd, .events = POLLIN}};
+        int ms = until > now ? (int)((until - now + NS_PER_MS - 1) / NS_PER_MS)
+                             : 0;
+        if (poll(pf, 2, ms) > 0) {
+            uint64_t v;
+            if (pf[0].revents && read(r.main_wake, &v, sizeof v) < 0)
+                (void)0;
+            if (pf[1].revents) {
+                struct signalfd_siginfo si;
+                if (read(sfd, &si, sizeof si) > 0)
+                    interrupted = 1;
+            }
+        }
+    }
+    now = now_ns();
+    engine_join(&r);
+    double secs = 0;
+    if (mstart) {
+        if (now < mend)
+            mend = now > mstart ? now : mstart;
+        atomic_store(&r.mend, mend);
+        secs = (double)(mend - mstart) / 1e9;
+    }
+    if (interrupted)
+        fprintf(stderr, PROG ": interrupted, reporting what was measured\n");
+
+    struct stats t = report_totals(&r);
+    int code = atomic_load(&r.proto_error) ? 1 : t.established == 0 ? 3 : 0;
+    if (code == 3)
+        fprintf(stderr, PROG ": could not connect to %s:%ld at all\n",
+                cfg.host, cfg.port);
+    if (!cfg.quiet)
+        report_text(&r, stdout, secs, code);
+    if (cfg.json)
+        (void)report_json(&r, cfg.json, secs, code); /* reports its errors */
+    fflush(stdout);
+    return code;
+}

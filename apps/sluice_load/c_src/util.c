@@ -1,0 +1,95 @@
+#include "util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+int ncpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (int)n;
+}
+
+int set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL, 0);
+    if (fl < 0)
+        return -1;
+    return fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+void set_nodelay(int fd)
+{
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+const char *addr_str(const struct sockaddr_in *a, char *buf, size_t n)
+{
+    char ip[INET_ADDRSTRLEN];
+    if (!inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip))
+        strcpy(ip, "?");
+    snprintf(buf, n, "%s:%u", ip, (unsigned)ntohs(a->sin_port));
+    return buf;
+}
+
+const char *sock_local_str(int fd, char *buf, size_t n)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    if (fd < 0 || getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        snprintf(buf, n, "?");
+        return buf;
+    }
+    return addr_str(&a, buf, n);
+}
+
+int parse_ipv4(const char *s, struct in_addr *out)
+{
+    return inet_pton(AF_INET, s, out) == 1 ? 0 : -1;
+}
+
+const char *errno_name(int e)
+{
+    switch (e) {
+    case ECONNREFUSED: return "ECONNREFUSED";
+    case ETIMEDOUT: return "ETIMEDOUT";
+    case EADDRNOTAVAIL: return "EADDRNOTAVAIL";
+    case EADDRINUSE: return "EADDRINUSE";
+    case EMFILE: return "EMFILE";
+    case ENFILE: return "ENFILE";
+    case ECONNRESET: return "ECONNRESET";
+    case ECONNABORTED: return "ECONNABORTED";
+    case EPIPE: return "EPIPE";
+    case EHOSTUNREACH: return "EHOSTUNREACH";
+    case ENETUNREACH: return "ENETUNREACH";
+    case ENOBUFS: return "ENOBUFS";
+    case ENOMEM: return "ENOMEM";
+    case EAGAIN: return "EAGAIN";
+    case EINVAL: return "EINVAL";
+    case EACCES: return "EACCES";
+    case EPERM: return "EPERM";
+    default: return NULL;
+    }
+}
+
+int write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}

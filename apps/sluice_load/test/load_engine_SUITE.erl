@@ -1,0 +1,660 @@
+%% Tests of the C half of sluice_load: the load engine (sluice-load), the C
+%% reference server (sluice-ref) and the histogram (sluice-hist-test).
+%%
+%% Everything runs on loopback against servers started here on port 0. The
+%% binaries are found through $SLUICE_PRIV, code:priv_dir(sluice_load), the
+%% priv directory next to this suite, or the repository layout, in that
+%% order; build them with `make -C apps/sluice_load/c_src`.
+-module(load_engine_SUITE).
+
+-include_lib("common_test/include/ct.hrl").
+-include_lib("stdlib/include/assert.hrl").
+
+-export([all/0, groups/0, suite/0,
+         init_per_suite/1, end_per_suite/1,
+         init_per_testcase/2, end_per_testcase/2]).
+-export([histogram_unit_tests_pass/1,
+         lockstep_against_ref/1,
+         pipeline_ack_each_against_ref/1,
+         pipeline_ack_last_against_ref/1,
+         pipeline_ack_counted_against_ref/1,
+         open_loop_rate_sends_on_schedule/1,
+         flood_against_echo/1,
+         ping_reports_mergeable_rounds/1,
+         ping_timeouts_are_counted_and_connections_kept/1,
+         connect_rate_and_latency/1,
+         connect_probe_ping/1,
+         source_ips_round_robin/1,
+         ack_of_unsent_id_is_protocol_error/1,
+         backwards_ack_is_protocol_error/1,
+         counted_ack_of_zero_frames_is_protocol_error/1,
+         bad_usage_exits_2/1,
+         help_documents_every_option/1,
+         closed_port_counts_econnrefused_and_exits_3/1,
+         accept_then_close_is_closed_by_peer/1,
+         server_closing_mid_run_is_reported/1,
+         ref_acks_frames_split_anywhere/1,
+         ref_counted_acks_cover_every_frame/1,
+         ref_closes_on_oversized_frame_only/1,
+         ref_ping_and_echo/1,
+         ref_usage_and_sigterm/1]).
+
+-define(RUN_S, "1").
+
+suite() -> [{timetrap, {seconds, 30}}].
+
+all() ->
+    [histogram_unit_tests_pass, {group, scenarios}, {group, correctness},
+     {group, failures}, {group, ref_server}].
+
+groups() ->
+    [{scenarios, [],
+      [lockstep_against_ref, pipeline_ack_each_against_ref,
+       pipeline_ack_last_against_ref, pipeline_ack_counted_against_ref,
+       open_loop_rate_sends_on_schedule, flood_against_echo,
+       ping_reports_mergeable_rounds,
+       ping_timeouts_are_counted_and_connections_kept,
+       connect_rate_and_latency, connect_probe_ping, source_ips_round_robin]},
+     {correctness, [],
+      [ack_of_unsent_id_is_protocol_error, backwards_ack_is_protocol_error,
+       counted_ack_of_zero_frames_is_protocol_error]},
+     {failures, [],
+      [bad_usage_exits_2, help_documents_every_option,
+       closed_port_counts_econnrefused_and_exits_3,
+       accept_then_close_is_closed_by_peer,
+       server_closing_mid_run_is_reported]},
+     {ref_server, [],
+      [ref_acks_frames_split_anywhere, ref_counted_acks_cover_every_frame,
+       ref_closes_on_oversized_frame_only, ref_ping_and_echo,
+       ref_usage_and_sigterm]}].
+
+%%% ------------------------------------------------------------------
+%%% Setup: find the binaries; every OS process started by a case is
+%%% registered with a per-case reaper and killed in end_per_testcase.
+%%% ------------------------------------------------------------------
+
+init_per_suite(Config) ->
+    case find_priv() of
+        {ok, Priv} ->
+            ct:log("sluice C binaries from ~s", [Priv]),
+            [{bin_dir, Priv} | Config];
+        error -> {fail, "sluice C binaries not found: run "
+                        "`make -C apps/sluice_load/c_src` or set SLUICE_PRIV"}
+    end.
+
+end_per_suite(_Config) -> ok.
+
+init_per_testcase(_Case, Config) ->
+    Reaper = spawn(fun() -> reaper([]) end),
+    [{reaper, Reaper} | Config].
+
+end_per_testcase(_Case, Config) ->
+    Reaper = ?config(reaper, Config),
+    Reaper ! {kill_all, self()},
+    receive {reaped, Reaper} -> ok after 5000 -> ok end,
+    ok.
+
+reaper(Pids) ->
+    receive
+        {add, Pid} -> reaper([Pid | Pids]);
+        {kill_all, From} ->
+            [os:cmd("kill -9 " ++ integer_to_list(P) ++ " 2>/dev/null")
+             || P <- Pids],
+            From ! {reaped, self()}
+    end.
+
+find_priv() ->
+    Env = case os:getenv("SLUICE_PRIV") of
+              false -> [];
+              "" -> [];
+              EnvDir -> [EnvDir]
+          end,
+    CodePriv = case code:priv_dir(sluice_load) of
+                   {error, _} -> [];
+                   PrivDir -> [PrivDir]
+               end,
+    SuiteDir = filename:dirname(code:which(?MODULE)),
+    Near = [filename:join([SuiteDir, "..", "priv"])],
+    Up = [filename:join([Dir, "apps", "sluice_load", "priv"])
+          || Dir <- ancestors(filename:absname(SuiteDir))],
+    case [Dir || Dir <- Env ++ CodePriv ++ Near ++ Up,
+                 filelib:is_regular(filename:join(Dir, "sluice-load"))] of
+        [Found | _] -> {ok, Found};
+        [] -> error
+    end.
+
+ancestors(Dir) ->
+    case filename:dirname(Dir) of
+        Dir -> [Dir];
+        Parent -> [Dir | ancestors(Parent)]
+    end.
+
+bin(Config, Name) -> filename:join(?config(bin_dir, Config), Name).
+
+%%% ------------------------------------------------------------------
+%%% Cases: the histogram
+%%% ------------------------------------------------------------------
+
+%% The histogram keeps <=1% relative error over 1 ns..17 s, and merging
+%% two histograms equals recording everything in one (sluice-hist-test).
+histogram_unit_tests_pass(Config) ->
+    {Status, Out} = run(Config, "sluice-hist-test", [], 20000),
+    ct:log("~s", [Out]),
+    ?assertEqual(0, Status),
+    ?assertMatch({match, _}, re:run(Out, "^[1-9][0-9]* passed, 0 failed$",
+                                    [multiline])).
+
+%%% ------------------------------------------------------------------
+%%% Cases: each scenario against sluice-ref gives sane figures
+%%% ------------------------------------------------------------------
+
+%% One frame in flight: every frame acked, latencies ordered and non-zero.
+lockstep_against_ref(Config) ->
+    Port = start_ref(Config, ["--protocol", "ack"]),
+    J = load_ok(Config, ["--scenario", "lockstep", "--port", Port]),
+    sane_traffic(J, 100),
+    ?assertEqual(<<"lockstep">>, get(J, scenario)),
+    ?assertEqual(1, get(J, window)).
+
+pipeline_ack_each_against_ref(Config) -> pipeline(Config, "each").
+pipeline_ack_last_against_ref(Config) -> pipeline(Config, "last").
+pipeline_ack_counted_against_ref(Config) -> pipeline(Config, "counted").
+
+%% Pipelined frames on two connections, acks checked in the given mode.
+pipeline(Config, Mode) ->
+    Port = start_ref(Config, ["--protocol", "ack", "--ack", Mode]),
+    J = load_ok(Config, ["--scenario", "pipeline", "--ack", Mode,
+                         "--port", Port, "--conns", "2",
+                         "--window", "20000", "--batch", "500"]),
+    sane_traffic(J, 10000),
+    ?assertEqual(list_to_binary(Mode), get(J, ack)),
+    ?assertEqual(2, get(J, conns_up_at_end)),
+    %% bytes are whole 17-byte frames
+    ?assertEqual(get(J, messages) * 17, get(J, bytes)).
+
+%% --rate R is open loop: R frames/s per connection, scheduled in advance.
+open_loop_rate_sends_on_schedule(Config) ->
+    Port = start_ref(Config, ["--protocol", "ack"]),
+    J = load_ok(Config, ["--scenario", "lockstep", "--port", Port,
+                         "--rate", "2000"]),
+    Msgs = get(J, messages),
+    ?assert(Msgs >= 1800 andalso Msgs =< 2200, Msgs),
+    ?assertEqual(<<"open">>, get(J, load)).
+
+%% Tiny writes against echo: echoed bytes and writes are counted.
+flood_against_echo(Config) ->
+    Port = start_ref(Config, ["--protocol", "echo"]),
+    J = load_ok(Config, ["--scenario", "flood", "--port", Port,
+                         "--conns", "2"]),
+    ?assert(get(J, messages) > 1000),
+    ?assert(get(J, bytes) > 6000),
+    ?assert(get(J, writes) > 1000),
+    ?assert(get(J, rate) > 0),
+    ?assertEqual(0, get(J, errors)).
+
+%% Ping every 100 ms on 20 connections: per-round figures with a sparse
+%% histogram whose counts add up to the round's pongs (mergeable).
+ping_reports_mergeable_rounds(Config) ->
+    Port = start_ref(Config, ["--protocol", "ping"]),
+    J = load_ok(Config, ["--scenario", "ping", "--port", Port,
+                         "--conns", "20", "--interval", "100",
+                         "--rate", "1000"]),
+    ?assertEqual(0, get(J, errors)),
+    ?assert(get(J, pongs) >= 150),
+    Rounds = get(J, rounds),
+    ?assert(length(Rounds) >= 9),
+    lists:foreach(
+      fun(R) ->
+              ?assertEqual(20, get(R, conns_up)),
+              ?assertEqual(0, get(R, timeouts)),
+              Buckets = get(get(R, latency_hist), buckets),
+              ?assertEqual(get(R, pongs),
+                           lists:sum([C || [_, C] <- Buckets]))
+      end, Rounds),
+    ?assert(lists:sum([get(R, pings) || R <- Rounds]) >= 150).
+
+%% A server that never answers (ack protocol reading "Ping\n" as half a
+%% header): pings time out, are counted, connections stay open, exit 0.
+ping_timeouts_are_counted_and_connections_kept(Config) ->
+    Port = start_ref(Config, ["--protocol", "ack"]),
+    J = load_ok(Config, ["--scenario", "ping", "--port", Port,
+                         "--conns", "4", "--interval", "100",
+                         "--timeout", "200"]),
+    ?assertEqual(4, get(J, timeouts_whole_run)),
+    ?assertEqual(4, get(J, errors)),
+    ?assertEqual(0, get(J, pongs)),
+    ?assert(get(J, skipped) > 0),
+    ?assertEqual(4, get(J, conns_up_at_end)),
+    ?assertEqual(<<"keep">>, get(J, on_timeout)).
+
+%% Connection rate: all established, rate and connect latency reported.
+connect_rate_and_latency(Config) ->
+    Port = start_ref(Config, ["--protocol", "ping"]),
+    J = load_ok(Config, ["--scenario", "connect", "--port", Port,
+                         "--conns", "200", "--duration", "0.5"]),
+    ?assertEqual(200, get(J, messages)),
+    ?assert(get(J, rate) > 0),
+    ?assert(get(get(J, latency_us), p50) > 0),
+    ?assertEqual(200, get(J, held_at_end)),
+    ?assertEqual(0, get(J, errors)).
+
+%% --probe ping: established means Ping got Pong.
+connect_probe_ping(Config) ->
+    Port = start_ref(Config, ["--protocol", "ping"]),
+    J = load_ok(Config, ["--scenario", "connect", "--probe", "ping",
+                         "--port", Port, "--conns", "100",
+                         "--duration", "0.5"]),
+    ?assertEqual(100, get(J, messages)),
+    ?assertEqual(<<"ping">>, get(J, probe)),
+    ?assertEqual(0, get(J, errors)).
+
+%% Source addresses are used round-robin (bind with
+%% IP_BIND_ADDRESS_NO_PORT before connect).
+source_ips_round_robin(Config) ->
+    {ok, L} = gen_tcp:listen(0, [binary, {active, false}, {reuseaddr, true}]),
+    {ok, Port} = inet:port(L),
+    Self = self(),
+    spawn_link(fun() -> collect_peers(L, 6, Self, []) end),
+    J = load_ok(Config, ["--scenario", "connect", "--port", itoa(Port),
+                         "--conns", "6", "--duration", "0.2",
+                         "--source-ips", "127.0.0.2-4"]),
+    ?assertEqual(6, get(J, messages)),
+    Peers = receive {peers, Ps} -> Ps after 5000 -> ct:fail(no_peers) end,
+    ?assertEqual([{127, 0, 0, 2}, {127, 0, 0, 2}, {127, 0, 0, 3},
+                  {127, 0, 0, 3}, {127, 0, 0, 4}, {127, 0, 0, 4}],
+                 lists:sort(Peers)).
+
+collect_peers(_L, 0, To, Acc) -> To ! {peers, Acc};
+collect_peers(L, N, To, Acc) ->
+    {ok, S} = gen_tcp:accept(L),
+    {ok, {Ip, _}} = inet:peername(S),
+    collect_peers(L, N - 1, To, [Ip | Acc]).
+
+%%% ------------------------------------------------------------------
+%%% Cases: every ack is checked (lying servers written here)
+%%% ------------------------------------------------------------------
+
+%% A server acking an id that was never sent: exit 1 at once, stderr names
+%% the connection (index and local address:port) and the id.
+ack_of_unsent_id_is_protocol_error(Config) ->
+    liar(Config, "each", fun(Id, _N) -> <<(Id + 1000):64>> end,
+         "ack id 1001 was never sent").
+
+%% A server acking backwards: frame 1 acked honestly, frame 2 acked as 1.
+backwards_ack_is_protocol_error(Config) ->
+    liar(Config, "each", fun(Id, 1) -> <<Id:64>>;
+                            (_Id, _N) -> <<1:64>>
+                         end,
+         "ack id 1 goes backwards").
+
+%% counted mode: an ack whose Count is 0 covers zero frames.
+counted_ack_of_zero_frames_is_protocol_error(Config) ->
+    liar(Config, "counted", fun(Id, _N) -> <<Id:64, 0:32>> end,
+         "ack id 1 covers zero frames").
+
+liar(Config, Mode, AckFun, Expect) ->
+    {ok, L} = gen_tcp:listen(0, [binary, {active, false}, {reuseaddr, true}]),
+    {ok, Port} = inet:port(L),
+    Self = self(),
+    spawn_link(fun() ->
+                       {ok, S} = gen_tcp:accept(L),
+                       {ok, {_, PeerPort}} = inet:peername(S),
+                       Self ! {peer_port, PeerPort},
+                       lie(S, AckFun, 1)
+               end),
+    T0 = erlang:monotonic_time(millisecond),
+    {Status, Out} = run(Config, "sluice-load",
+                        ["--scenario", "lockstep", "--ack", Mode,
+                         "--port", itoa(Port), "--duration", "10"], 10000),
+    Elapsed = erlang:monotonic_time(millisecond) - T0,
+    ct:log("exit ~p after ~p ms:~n~s", [Status, Elapsed, Out]),
+    PeerPort = receive {peer_port, P} -> P after 1000 -> ct:fail(no_peer) end,
+    ?assertEqual(1, Status),
+    ?assert(Elapsed < 5000),
+    Needle = "protocol error on connection 0 \\(local 127.0.0.1:"
+        ++ itoa(PeerPort) ++ "\\): " ++ Expect,
+    ?assertMatch({match, _}, re:run(Out, Needle)).
+
+%% Answers frame N (1, 2, ...) with AckFun(Id, N).
+lie(S, AckFun, N) ->
+    case gen_tcp:recv(S, 12) of
+        {ok, <<Id:64, 0:32>>} ->
+            ok = gen_tcp:send(S, AckFun(Id, N)),
+            lie(S, AckFun, N + 1);
+        {ok, <<Id:64, Len:32>>} ->
+            case gen_tcp:recv(S, Len) of
+                {ok, _} ->
+                    ok = gen_tcp:send(S, AckFun(Id, N)),
+                    lie(S, AckFun, N + 1);
+                {error, _} -> ok
+            end;
+        {error, _} -> ok
+    end.
+
+%%% ------------------------------------------------------------------
+%%% Cases: usage errors and failures are reported, never silent
+%%% ------------------------------------------------------------------
+
+%% Unknown or malformed options: one line on stderr, exit 2.
+bad_usage_exits_2(Config) ->
+    Bad = [["--bogus"], ["--conns", "many"], ["--scenario", "nope"],
+           ["--ack", "sometimes"], ["--conns"], ["--scenario", "lockstep",
+                                                 "--window", "10"],
+           ["--source-ips", "127.0.0.9-2"], ["extra"]],
+    lists:foreach(
+      fun(Args) ->
+              {Status, Out} = run(Config, "sluice-load", Args, 5000),
+              ct:log("~p -> ~p: ~s", [Args, Status, Out]),
+              ?assertEqual(2, Status),
+              ?assertEqual(1, length(string:split(string:trim(Out), "\n",
+                                                  all)))
+      end, Bad).
+
+%% --help lists every option with its default and exits 0.
+help_documents_every_option(Config) ->
+    {0, Out} = run(Config, "sluice-load", ["--help"], 5000),
+    Opts = ["--scenario", "--host", "--port", "--conns", "--duration",
+            "--warmup", "--window", "--batch", "--payload", "--interval",
+            "--timeout", "--threads", "--source-ips", "--rate", "--ack",
+            "--json", "--quiet", "--connect-timeout", "--probe",
+            "--progress"],
+    [?assertNotEqual(nomatch, string:find(Out, O ++ " ")) || O <- Opts],
+    ?assert(length(string:split(Out, "default:", all)) > 15).
+
+%% Nothing listens: every attempt fails with ECONNREFUSED, exit 3.
+closed_port_counts_econnrefused_and_exits_3(Config) ->
+    {ok, L} = gen_tcp:listen(0, []),
+    {ok, Port} = inet:port(L),
+    ok = gen_tcp:close(L),
+    {Status, J} = load(Config, ["--scenario", "connect", "--port", itoa(Port),
+                                "--conns", "3"]),
+    ?assertEqual(3, Status),
+    ?assertEqual(#{<<"ECONNREFUSED">> => 3}, get(J, failures)),
+    ?assertEqual(3, get(J, errors)).
+
+%% A server at its connection limit accepts and closes at once: that shows
+%% as closed_by_peer failures (with and without --probe ping).
+accept_then_close_is_closed_by_peer(Config) ->
+    Port = start_ref(Config, ["--protocol", "ping",
+                              "--max-connections", "0"]),
+    {0, J1} = load(Config, ["--scenario", "connect", "--port", Port,
+                            "--conns", "5"]),
+    ?assertEqual(#{<<"closed_by_peer">> => 5}, get(J1, failures)),
+    ?assertEqual(0, get(J1, held_at_end)),
+    {3, J2} = load(Config, ["--scenario", "connect", "--probe", "ping",
+                            "--port", Port, "--conns", "5"]),
+    ?assertEqual(#{<<"closed_by_peer">> => 5}, get(J2, failures)),
+    ?assertEqual(0, get(J2, messages)).
+
+%% A server that closes a connection mid-run: reported on stderr (naming
+%% the connection) and in the failures.
+server_closing_mid_run_is_reported(Config) ->
+    {ok, L} = gen_tcp:listen(0, [binary, {active, false}, {reuseaddr, true}]),
+    {ok, Port} = inet:port(L),
+    spawn_link(fun() ->
+                       {ok, S} = gen_tcp:accept(L),
+                       ack_n(S, 50),
+                       gen_tcp:close(S)
+               end),
+    Json = json_path(Config),
+    T0 = erlang:monotonic_time(millisecond),
+    {Status, Out} = run(Config, "sluice-load",
+                        ["--scenario", "lockstep", "--port", itoa(Port),
+                         "--duration", "10", "--json", Json], 10000),
+    Elapsed = erlang:monotonic_time(millisecond) - T0,
+    ct:log("exit ~p after ~p ms~n~s", [Status, Elapsed, Out]),
+    ?assertEqual(0, Status),
+    %% with no connection left the run ends early instead of idling
+    ?assert(Elapsed < 5000),
+    ?assertMatch({match, _}, re:run(Out, "connection 0 \\(local "
+                                    "127.0.0.1:[0-9]+\\) closed by the "
+                                    "server")),
+    J = read_json(Json),
+    ?assertEqual(#{<<"closed_by_peer">> => 1}, get(J, failures)).
+
+ack_n(_S, 0) -> ok;
+ack_n(S, N) ->
+    {ok, <<Id:64, Len:32>>} = gen_tcp:recv(S, 12),
+    {ok, _} = gen_tcp:recv(S, Len),
+    ok = gen_tcp:send(S, <<Id:64>>),
+    ack_n(S, N - 1).
+
+%%% ------------------------------------------------------------------
+%%% Cases: the reference server
+%%% ------------------------------------------------------------------
+
+%% ack each: frames of random sizes sent in random pieces (a frame split
+%% at any byte, several frames per piece) are acked one by one, in order.
+ref_acks_frames_split_anywhere(Config) ->
+    Port = start_ref(Config, ["--protocol", "ack", "--ack", "each"]),
+    S = connect(Port),
+    N = 300,
+    Stream = frames(N),
+    send_in_pieces(S, Stream),
+    {ok, Acks} = gen_tcp:recv(S, 8 * N, 5000),
+    ?assertEqual(lists:seq(1, N), [Id || <<Id:64>> <= Acks]).
+
+%% ack counted: the counts of all acks add up to the frames sent, each
+%% ack's count matches the ids it covers, and the last ack is the last id.
+ref_counted_acks_cover_every_frame(Config) ->
+    Port = start_ref(Config, ["--protocol", "ack", "--ack", "counted"]),
+    S = connect(Port),
+    N = 300,
+    send_in_pieces(S, frames(N)),
+    Acks = recv_counted(S, 0, N, []),
+    lists:foldl(fun({Id, Count}, Prev) ->
+                        ?assertEqual(Id - Prev, Count),
+                        Id
+                end, 0, Acks),
+    ?assertEqual(N, element(1, lists:last(Acks))).
+
+recv_counted(_S, Last, N, Acc) when Last =:= N -> lists:reverse(Acc);
+recv_counted(S, _Last, N, Acc) ->
+    {ok, <<Id:64, Count:32>>} = gen_tcp:recv(S, 12, 5000),
+    recv_counted(S, Id, N, [{Id, Count} | Acc]).
+
+%% A frame longer than --max-frame closes that connection at once; another
+%% connection keeps being served.
+ref_closes_on_oversized_frame_only(Config) ->
+    Port = start_ref(Config, ["--protocol", "ack", "--max-frame", "100"]),
+    Good = connect(Port),
+    Bad = connect(Port),
+    ok = gen_tcp:send(Bad, <<7:64, 101:32>>),
+    ?assertMatch({error, _}, gen_tcp:recv(Bad, 0, 5000)),
+    ok = gen_tcp:send(Good, <<9:64, 100:32, 0:800>>),
+    ?assertEqual({ok, <<9:64>>}, gen_tcp:recv(Good, 8, 5000)).
+
+%% ping answers each "Ping\n" line (even split) with "Pong\n"; echo
+%% returns every byte.
+ref_ping_and_echo(Config) ->
+    P1 = start_ref(Config, ["--protocol", "ping"]),
+    S1 = connect(P1),
+    ok = gen_tcp:send(S1, <<"Pi">>),
+    timer:sleep(20),
+    ok = gen_tcp:send(S1, <<"ng\nPing\n">>),
+    ?assertEqual({ok, <<"Pong\nPong\n">>}, gen_tcp:recv(S1, 10, 5000)),
+    P2 = start_ref(Config, ["--protocol", "echo"]),
+    S2 = connect(P2),
+    Data = rand:bytes(100000),
+    ok = gen_tcp:send(S2, Data),
+    ?assertEqual({ok, Data}, gen_tcp:recv(S2, byte_size(Data), 5000)).
+
+%% Bad option: exit 2; SIGTERM: exit 0.
+ref_usage_and_sigterm(Config) ->
+    {2, _} = run(Config, "sluice-ref", ["--protocol", "ack", "--bogus"], 5000),
+    {2, _} = run(Config, "sluice-ref", ["--port", "0"], 5000),
+    {0, Help} = run(Config, "sluice-ref", ["--help"], 5000),
+    ?assertNotEqual(nomatch, string:find(Help, "--max-connections")),
+    {Port, _TcpPort, OsPid} = spawn_ref(Config, ["--protocol", "echo"]),
+    os:cmd("kill -TERM " ++ integer_to_list(OsPid)),
+    receive
+        {Port, {exit_status, Status}} -> ?assertEqual(0, Status)
+    after 5000 -> ct:fail(ref_did_not_exit)
+    end.
+
+%%% ------------------------------------------------------------------
+%%% Helpers
+%%% ------------------------------------------------------------------
+
+itoa(I) -> integer_to_list(I).
+
+get(Map, Key) when is_atom(Key) -> maps:get(atom_to_binary(Key), Map).
+
+json_path(Config) ->
+    filename:join(?config(priv_dir, Config),
+                  "load-" ++ itoa(erlang:unique_integer([positive]))
+                  ++ ".json").
+
+%% Run a binary to completion; stdout and stderr together.
+run(Config, Name, Args, TimeoutMs) ->
+    P = open_port({spawn_executable, bin(Config, Name)},
+                  [{args, Args}, exit_status, binary, stderr_to_stdout,
+                   hide]),
+    case erlang:port_info(P, os_pid) of
+        {os_pid, OsPid} -> ?config(reaper, Config) ! {add, OsPid};
+        _ -> ok
+    end,
+    collect(P, [], erlang:monotonic_time(millisecond) + TimeoutMs).
+
+collect(P, Acc, Deadline) ->
+    Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
+    receive
+        {P, {data, D}} -> collect(P, [D | Acc], Deadline);
+        {P, {exit_status, S}} ->
+            {S, binary_to_list(iolist_to_binary(lists:reverse(Acc)))}
+    after Left ->
+            ct:fail({timeout, iolist_to_binary(lists:reverse(Acc))})
+    end.
+
+%% sluice-load with --json; returns {ExitStatus, DecodedJson}.
+load(Config, Args) ->
+    Json = json_path(Config),
+    {Status, Out} = run(Config, "sluice-load",
+                        ["--duration", ?RUN_S, "--json", Json | Args], 20000),
+    ct:log("sluice-load ~s -> ~p~n~s", [lists:join(" ", Args), Status, Out]),
+    {Status, read_json(Json)}.
+
+load_ok(Config, Args) ->
+    {0, J} = load(Config, Args),
+    J.
+
+read_json(Path) ->
+    {ok, Bin} = file:read_file(Path),
+    json_decode(Bin).
+
+sane_traffic(J, MinMessages) ->
+    ?assertEqual(0, get(J, errors)),
+    Msgs = get(J, messages),
+    ?assert(Msgs >= MinMessages, Msgs),
+    ?assert(get(J, rate) > 0),
+    ?assert(get(J, bytes) > 0),
+    D = get(J, duration_s),
+    ?assert(D > 0.8 andalso D < 2.0, D),
+    L = get(J, latency_us),
+    Ps = [get(L, K) || K <- [p50, p90, p99, p999, max]],
+    ?assert(hd(Ps) > 0, Ps),
+    ?assertEqual(Ps, lists:sort(Ps)),
+    ?assert(get(L, samples) > 0).
+
+%% Start sluice-ref on port 0; returns the port it listens on (a string).
+start_ref(Config, Args) ->
+    {_Port, TcpPort, _OsPid} = spawn_ref(Config, Args),
+    itoa(TcpPort).
+
+spawn_ref(Config, Args) ->
+    P = open_port({spawn_executable, bin(Config, "sluice-ref")},
+                  [{args, ["--port", "0" | Args]}, exit_status, binary,
+                   {line, 256}, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    ?config(reaper, Config) ! {add, OsPid},
+    receive
+        {P, {data, {eol, <<"listening on ", Addr/binary>>}}} ->
+            [_, PortBin] = binary:split(Addr, <<":">>),
+            {P, binary_to_integer(PortBin), OsPid};
+        {P, {exit_status, S}} -> ct:fail({ref_exited, S})
+    after 5000 -> ct:fail(ref_not_listening)
+    end.
+
+connect(Port) when is_list(Port) ->
+    {ok, S} = gen_tcp:connect({127, 0, 0, 1}, list_to_integer(Port),
+                              [binary, {active, false}, {nodelay, true}]),
+    S.
+
+%% N frames with ids 1..N and payloads of 0..40 bytes.
+frames(N) ->
+    rand:seed(exsss, {1, 2, 3}),
+    iolist_to_binary(
+      [begin
+           Len = rand:uniform(41) - 1,
+           <<Id:64, Len:32, (binary:copy(<<"x">>, Len))/binary>>
+       end || Id <- lists:seq(1, N)]).
+
+%% Random pieces of 1..30 bytes, with pauses so that the server sees many
+%% of them as separate reads.
+send_in_pieces(_S, <<>>) -> ok;
+send_in_pieces(S, Bin) ->
+    K = min(byte_size(Bin), rand:uniform(30)),
+    <<Piece:K/binary, Rest/binary>> = Bin,
+    ok = gen_tcp:send(S, Piece),
+    case rand:uniform(4) of
+        1 -> timer:sleep(1);
+        _ -> ok
+    end,
+    send_in_pieces(S, Rest).
+
+%%% A small JSON decoder (OTP 25 has none): objects become maps with
+%%% binary keys, numbers integers or floats.
+
+json_decode(Bin) ->
+    {V, Rest} = json_value(ws(Bin)),
+    <<>> = ws(Rest),
+    V.
+
+ws(<<C, R/binary>>) when C =:= $\s; C =:= $\n; C =:= $\t; C =:= $\r -> ws(R);
+ws(B) -> B.
+
+json_value(<<${, R/binary>>) -> json_object(ws(R), #{});
+json_value(<<$[, R/binary>>) -> json_array(ws(R), []);
+json_value(<<$", R/binary>>) -> json_string(R, []);
+json_value(<<"true", R/binary>>) -> {true, R};
+json_value(<<"false", R/binary>>) -> {false, R};
+json_value(<<"null", R/binary>>) -> {null, R};
+json_value(B) -> json_number(B, []).
+
+json_object(<<$}, R/binary>>, M) -> {M, R};
+json_object(<<$", B/binary>>, M) ->
+    {K, R1} = json_string(B, []),
+    <<$:, R2/binary>> = ws(R1),
+    {V, R3} = json_value(ws(R2)),
+    case ws(R3) of
+        <<$,, R4/binary>> -> json_object(ws(R4), M#{K => V});
+        <<$}, R4/binary>> -> {M#{K => V}, R4}
+    end.
+
+json_array(<<$], R/binary>>, Acc) -> {lists:reverse(Acc), R};
+json_array(B, Acc) ->
+    {V, R1} = json_value(B),
+    case ws(R1) of
+        <<$,, R2/binary>> -> json_array(ws(R2), [V | Acc]);
+        <<$], R2/binary>> -> {lists:reverse([V | Acc]), R2}
+    end.
+
+json_string(<<$", R/binary>>, Acc) ->
+    {unicode:characters_to_binary(lists:reverse(Acc)), R};
+json_string(<<$\\, $u, H:4/binary, R/binary>>, Acc) ->
+    json_string(R, [binary_to_integer(H, 16) | Acc]);
+json_string(<<$\\, C, R/binary>>, Acc) ->
+    json_string(R, [case C of $n -> $\n; $t -> $\t; $r -> $\r;
+                        $b -> $\b; $f -> $\f; _ -> C end | Acc]);
+json_string(<<C/utf8, R/binary>>, Acc) -> json_string(R, [C | Acc]).
+
+json_number(<<C, R/binary>>, Acc)
+  when C >= $0, C =< $9; C =:= $-; C =:= $+; C =:= $.; C =:= $e; C =:= $E ->
+    json_number(R, [C | Acc]);
+json_number(R, Acc) ->
+    S = lists:reverse(Acc),
+    N = case lists:member($., S) of
+            true -> list_to_float(S);
+            false -> list_to_integer(S)
+        end,
+    {N, R}.
