@@ -20,9 +20,7 @@ main() ->
 dispatch([]) -> usage(), 2;
 dispatch([H | _]) when H =:= "--help"; H =:= "-h"; H =:= "help" -> usage(), 0;
 dispatch(["serve" | Rest]) -> sluice_cli_serve:run(Rest);
-dispatch(["bench" | _]) ->
-    io:format(standard_error, "sluice bench: not yet (the benchmark matrix is being built)~n", []),
-    1;
+dispatch(["bench" | Rest]) -> sluice_bench:run(Rest);
 dispatch([Cmd | _]) ->
     fail(2, "unknown command " ++ Cmd ++ " (try bin/sluice --help)").
 
@@ -33,7 +31,7 @@ usage() ->
       "  serve       run a sluice server (ack, ping or echo protocol)\n"
       "  load        drive a server with the C load engine\n"
       "  ref-server  run the C reference server\n"
-      "  bench       run one cell of the benchmark matrix (not yet)\n\n"
+      "  bench       run the benchmark matrix (or one cell of it) beside the C reference\n\n"
       "bin/sluice COMMAND --help describes every option with its default.\n").
 
 %% @doc Print a one-line error on stderr and exit with `Code'.
