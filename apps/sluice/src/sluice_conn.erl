@@ -160,8 +160,11 @@ graceful_close(Reason, Deadline, S = #s{sock = Sock, transport = T}) ->
     case flush(S) of
         {ok, S2} ->
             _ = T:shutdown(Sock, write),
-            %% With active=false a read is already pending.
-            _ = S2#s.active =/= false andalso T:activate(Sock, once),
+            %% Keep one read pending for discard/3, or the peer's close goes
+            %% unseen until the deadline. With active=false the read that
+            %% was pending may just have been consumed by flush/1; if it was
+            %% not, this second one is refused (ealready), harmlessly.
+            _ = T:activate(Sock, case S2#s.active of false -> false; _ -> once end),
             discard(Reason, Deadline, S2);
         {closed, S2} ->
             finish(Reason, S2)

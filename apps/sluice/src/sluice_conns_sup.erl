@@ -54,6 +54,11 @@ drain(Sup, Deadline) ->
 -spec init(pid(), map(), pos_integer()) -> no_return().
 init(Parent, Listener = #{name := Name, atomics := A}, Index) ->
     process_flag(trap_exit, true),
+    %% Load the connection module now: in an interactive-mode VM it would
+    %% otherwise be loaded by the first connection, and if the descriptors
+    %% have run out by then (emfile) the code server cannot open the .beam
+    %% and every connection dies with undef.
+    {module, sluice_conn} = code:ensure_loaded(sluice_conn),
     %% A predecessor that was killed left its connections counted; they died
     %% with it (they are linked), so give their slots back.
     Slot = ?A_SUP_BASE + Index,

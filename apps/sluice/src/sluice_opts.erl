@@ -192,7 +192,7 @@ expected(reuseport) -> "a boolean";
 expected(max_connections) -> "a non-negative integer or infinity";
 expected(active) -> "false, once, true or an integer 1..32767";
 expected(socket_opts) -> "a list of {Key, Value} with Key one of " ++
-                             lists:flatten(io_lib:format("~p", [?SOCKET_OPTS]));
+                             lists:flatten(io_lib:format("~w", [?SOCKET_OPTS]));
 expected(K) when K =:= idle_timeout; K =:= shutdown_timeout ->
     "a positive integer (ms) or infinity";
 expected(_) -> "a positive integer".

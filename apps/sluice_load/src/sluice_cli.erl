@@ -43,5 +43,6 @@ fail(Code, Msg) ->
 -spec halt_after_flush(non_neg_integer()) -> no_return().
 halt_after_flush(Code) ->
     %% halt/1 does not wait for the io server; let it write first.
-    _ = io:format(""),
+    %% (A closed stdout, e.g. `| head', must not turn into a crash dump.)
+    _ = (catch io:format("")),
     erlang:halt(Code, [{flush, true}]).
