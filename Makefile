@@ -44,7 +44,11 @@ $(PRIV)/sluice-run: $(CSRC)/sluice_run.c
 # PropEr properties).
 test: build
 	$(REBAR) eunit
-	$(REBAR) ct
+	$(REBAR) ct 2>&1 | tee _build/ct.log
+	@# One plain closing line for CI: "N passed, N failed".
+	@awk '/^All [0-9]+ tests passed/ {print "ct: " $$2 " passed, 0 failed"; ok=1} \
+	      /^Failed [0-9]+ tests?\. Passed [0-9]+ tests?/ {gsub(/\./,""); print "ct: " $$5 " passed, " $$2 " failed"; exit 1} \
+	      END {if (!ok) exit 1}' _build/ct.log
 
 check: build
 	$(REBAR) xref

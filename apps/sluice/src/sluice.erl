@@ -144,32 +144,44 @@ with_sup(Name, Fun) ->
 -spec info(name()) -> map() | {error, not_found}.
 info(Name) ->
     case sluice_registry:lookup(Name) of
-        {ok, #{opts := Opts, counters := C, atomics := A, sup := Sup} = Info} ->
-            Max = atomics:get(A, ?A_MAX_CONNS),
-            #{ip => maps:get(ip, Opts),
-              port => maps:get(port, Info, maps:get(port, Opts)),
-              status => status(Sup),
-              max_connections => case Max of ?MAX_ATOMIC -> infinity; _ -> Max end,
-              connections => atomics:get(A, ?A_CONNS),
-              accepted => counters:get(C, ?C_ACCEPTED),
-              rejected => counters:get(C, ?C_REJECTED),
-              closed => counters:get(C, ?C_CLOSED),
-              protocol_errors => counters:get(C, ?C_PROTOCOL_ERRORS),
-              bytes_in => counters:get(C, ?C_BYTES_IN),
-              bytes_out => counters:get(C, ?C_BYTES_OUT),
-              accept_errors => sluice_registry:accept_errors(Name),
-              active => maps:get(active, Opts),
-              transport => maps:get(transport, Opts),
-              handler => maps:get(handler, Opts)};
+        {ok, #{sup := Sup} = Info} ->
+            case status(Sup) of
+                gone -> {error, not_found};
+                Status -> info(Name, Status, Info)
+            end;
         error ->
             {error, not_found}
     end.
 
+info(Name, Status, #{opts := Opts, counters := C, atomics := A} = Info) ->
+    Max = atomics:get(A, ?A_MAX_CONNS),
+    #{ip => maps:get(ip, Opts),
+      port => maps:get(port, Info, maps:get(port, Opts)),
+      status => Status,
+      max_connections => case Max of ?MAX_ATOMIC -> infinity; _ -> Max end,
+      connections => atomics:get(A, ?A_CONNS),
+      accepted => counters:get(C, ?C_ACCEPTED),
+      rejected => counters:get(C, ?C_REJECTED),
+      closed => counters:get(C, ?C_CLOSED),
+      protocol_errors => counters:get(C, ?C_PROTOCOL_ERRORS),
+      bytes_in => counters:get(C, ?C_BYTES_IN),
+      bytes_out => counters:get(C, ?C_BYTES_OUT),
+      accept_errors => sluice_registry:accept_errors(Name),
+      active => maps:get(active, Opts),
+      transport => maps:get(transport, Opts),
+      handler => maps:get(handler, Opts)}.
+
+%% The registry drops a listener's row only once it sees the supervisor go
+%% down, so a listener that is stopping can still be looked up: gone.
 status(Sup) ->
-    Children = supervisor:which_children(Sup),
-    case lists:keyfind(sluice_acceptors_sup, 1, Children) of
-        {_, Pid, _, _} when is_pid(Pid) -> running;
-        _ -> suspended
+    try supervisor:which_children(Sup) of
+        Children ->
+            case lists:keyfind(sluice_acceptors_sup, 1, Children) of
+                {_, Pid, _, _} when is_pid(Pid) -> running;
+                _ -> suspended
+            end
+    catch exit:_ ->
+            gone
     end.
 
 %% @doc Change the connection limit at run time. Lowering it below the

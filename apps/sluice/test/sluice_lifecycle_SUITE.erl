@@ -1,0 +1,537 @@
+%% A listener's life: option validation and its messages, embedding with
+%% child_spec/2, port 0, suspend/resume, crashing handlers, idle timeout,
+%% draining stop (handle_drain/1, pending replies then FIN, the deadline),
+%% re-binding the port after stop, and several listen sockets.
+-module(sluice_lifecycle_SUITE).
+
+-include_lib("common_test/include/ct.hrl").
+-include_lib("stdlib/include/assert.hrl").
+
+-behaviour(supervisor).
+
+-export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
+         init_per_testcase/2, end_per_testcase/2]).
+%% supervisor callback, for the embedding case
+-export([init/1]).
+-export([bad_options_are_rejected_with_clear_errors/1,
+         start_errors_are_reported/1,
+         child_spec_embeds_listener_in_user_supervisor/1,
+         port_zero_gives_real_port/1,
+         info_of_a_stopped_listener_is_not_found/1,
+         suspend_refuses_new_keeps_existing_and_resume_reuses_port/1,
+         crashing_handler_takes_down_only_its_connection/1,
+         idle_timeout_closes_only_idle_connections/1,
+         drain_calls_handle_drain/1,
+         drain_sends_pending_acks_then_fin/1,
+         drain_flushes_mailbox_then_fin/1,
+         drain_closes_what_is_left_at_the_deadline/1,
+         port_can_be_bound_again_right_after_stop/1,
+         two_listen_sockets_share_the_port/1]).
+
+-define(LOOPBACK, {127, 0, 0, 1}).
+
+suite() -> [{timetrap, {seconds, 30}}].
+
+all() ->
+    [{group, options}, {group, running}, {group, drain}, {group, sockets}].
+
+groups() ->
+    [{options, [], [bad_options_are_rejected_with_clear_errors, start_errors_are_reported,
+                    child_spec_embeds_listener_in_user_supervisor, port_zero_gives_real_port,
+                    info_of_a_stopped_listener_is_not_found]},
+     {running, [], [suspend_refuses_new_keeps_existing_and_resume_reuses_port,
+                    crashing_handler_takes_down_only_its_connection,
+                    idle_timeout_closes_only_idle_connections]},
+     {drain, [], [drain_calls_handle_drain,
+                  drain_sends_pending_acks_then_fin,
+                  {group, drain_modes},
+                  drain_closes_what_is_left_at_the_deadline,
+                  port_can_be_bound_again_right_after_stop]},
+     {drain_modes, [], [{group, M} || M <- [active_false, active_once, active_100, active_true]]},
+     {active_false, [], [drain_flushes_mailbox_then_fin]},
+     {active_once, [], [drain_flushes_mailbox_then_fin]},
+     {active_100, [], [drain_flushes_mailbox_then_fin]},
+     {active_true, [], [drain_flushes_mailbox_then_fin]},
+     {sockets, [], [two_listen_sockets_share_the_port]}].
+
+init_per_suite(Config) ->
+    {ok, _} = application:ensure_all_started(sluice),
+    Config.
+
+end_per_suite(_Config) ->
+    ok.
+
+init_per_testcase(Case, Config) ->
+    Active = case ?config(tc_group_properties, Config) of
+                 Props when is_list(Props) -> active(proplists:get_value(name, Props));
+                 _ -> 100
+             end,
+    [{name, {?MODULE, Case, Active}}, {active, Active} | Config].
+
+active(active_false) -> false;
+active(active_once) -> once;
+active(active_true) -> true;
+active(_) -> 100.
+
+end_per_testcase(_Case, Config) ->
+    Name = ?config(name, Config),
+    %% An embedded listener that a failed case left behind: stop the user
+    %% supervisor that holds it (the listener's supervisor's parent).
+    case sluice_registry:lookup(Name) of
+        {ok, #{sup := LSup}} ->
+            case proc_lib_parent(LSup) of
+                Parent when is_pid(Parent) -> stop_sup(Parent);
+                _ -> ok
+            end;
+        error ->
+            ok
+    end,
+    sluice_test_lib:stop_listener(Name),
+    ok.
+
+proc_lib_parent(Pid) ->
+    case process_info(Pid, dictionary) of
+        {dictionary, D} ->
+            case proplists:get_value('$ancestors', D) of
+                [Parent | _] when is_pid(Parent) ->
+                    case whereis(sluice_sup) of
+                        Parent -> undefined;
+                        _ -> Parent
+                    end;
+                _ -> undefined
+            end;
+        undefined -> undefined
+    end.
+
+%% supervisor callback: one child, the listener.
+init(ChildSpec) ->
+    {ok, {#{strategy => one_for_one, intensity => 1, period => 5}, [ChildSpec]}}.
+
+echo_listener(Config, Extra) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, maps:merge(#{handler => {sluice_proto_echo, []}}, Extra)),
+    sluice_test_lib:port(Name).
+
+echo_ok(Sock) ->
+    Ref = integer_to_binary(erlang:unique_integer([positive])),
+    ok = gen_tcp:send(Sock, Ref),
+    gen_tcp:recv(Sock, byte_size(Ref), 2000) =:= {ok, Ref}.
+
+connect(Port) ->
+    {ok, S} = sluice_test_lib:connect(Port),
+    S.
+
+%% stop_listener/2 in another process; the answer comes as a message with
+%% the time it took.
+async_stop(Name, DrainMs) ->
+    Parent = self(),
+    spawn(fun() ->
+                  T0 = erlang:monotonic_time(millisecond),
+                  R = sluice:stop_listener(Name, DrainMs),
+                  Parent ! {stopped, self(), R, erlang:monotonic_time(millisecond) - T0}
+          end).
+
+wait_stopped(Stopper, Timeout) ->
+    receive {stopped, Stopper, R, Ms} -> {R, Ms}
+    after Timeout -> error(stop_listener_stuck)
+    end.
+
+%%% ------------------------------------------------------------------
+%%% Options
+%%% ------------------------------------------------------------------
+
+%% Every kind of bad option is refused before anything starts, with an
+%% error naming the option, and format_error/1 turns it into a one-line
+%% string that names the option too; child_spec/2 raises on the same input.
+bad_options_are_rejected_with_clear_errors(Config) ->
+    Name = ?config(name, Config),
+    H = {sluice_proto_echo, []},
+    Cases =
+        [{#{handler => H, bogus => 1}, {unknown_option, bogus}, "bogus"},
+         {#{handler => H, port => 70000}, {bad_option, port, 70000}, "port"},
+         {#{handler => H, port => -1}, {bad_option, port, -1}, "port"},
+         {#{handler => H, port => "80"}, {bad_option, port, "80"}, "port"},
+         {#{handler => H, active => 0}, {bad_option, active, 0}, "active"},
+         {#{handler => H, active => sometimes}, {bad_option, active, sometimes}, "active"},
+         {#{handler => H, active => 40000}, {bad_option, active, 40000}, "active"},
+         {#{port => 0}, {missing_option, handler}, "handler"},
+         {#{handler => H, socket_opts => [{active, true}]},
+          {bad_option, socket_opts, {active, true}}, "socket_opts"},
+         {#{handler => H, socket_opts => [{packet, 4}]},
+          {bad_option, socket_opts, {packet, 4}}, "socket_opts"},
+         {#{handler => H, socket_opts => [{buffer, -1}]},
+          {bad_option, socket_opts, {buffer, -1}}, "socket_opts"},
+         {#{handler => H, socket_opts => nodelay}, {bad_option, socket_opts, nodelay},
+          "socket_opts"},
+         {#{handler => {lists, []}}, {bad_option, handler, {lists, []}}, "handler"},
+         {#{handler => {sluice_no_such_module, []}},
+          {bad_option, handler, {sluice_no_such_module, []}}, "handler"},
+         {#{handler => sluice_proto_echo}, {bad_option, handler, sluice_proto_echo}, "handler"},
+         {#{handler => H, ip => {127, 0, 1}}, {bad_option, ip, {127, 0, 1}}, "ip"},
+         {#{handler => H, max_connections => -5}, {bad_option, max_connections, -5},
+          "max_connections"},
+         {#{handler => H, idle_timeout => 0}, {bad_option, idle_timeout, 0}, "idle_timeout"},
+         {#{handler => H, num_acceptors => 0}, {bad_option, num_acceptors, 0}, "num_acceptors"},
+         {#{handler => H, transport => ssl}, {bad_option, transport, ssl}, "transport"}],
+    Failures =
+        [{Opts, Got, Text}
+         || {Opts, Expected, Key} <- Cases,
+            Got <- [sluice:start_listener(Name, Opts)],
+            Text <- [case Got of {error, R} -> sluice:format_error(R); _ -> none end],
+            not (Got =:= {error, Expected}
+                 andalso io_lib:printable_unicode_list(Text)
+                 andalso string:find(Text, "\n") =:= nomatch
+                 andalso string:find(Text, Key) =/= nomatch
+                 andalso child_spec_raises(Name, Opts, Expected))],
+    [ct:log("example: ~s", [sluice:format_error(E)]) || {_, E, _} <- lists:sublist(Cases, 3)],
+    ?assertEqual([], Failures),
+    ?assertEqual({error, not_a_map}, sluice:start_listener(Name, 42)),
+    ?assertEqual([], [L || L <- sluice:listeners(), L =:= Name]),
+    ?assertEqual({error, not_found}, sluice:info(Name)).
+
+child_spec_raises(Name, Opts, Expected) ->
+    try sluice:child_spec(Name, Opts) of
+        _ -> false
+    catch error:{badarg, Expected} -> true
+    end.
+
+%% Starting twice under one name, on a port already in use, and stopping
+%% an unknown listener give plain errors (not crashes).
+start_errors_are_reported(Config) ->
+    Name = ?config(name, Config),
+    Port = echo_listener(Config, #{}),
+    ?assertEqual({error, already_started},
+                 sluice:start_listener(Name, #{handler => {sluice_proto_echo, []}})),
+    {ok, Other} = gen_tcp:listen(0, [{ip, ?LOOPBACK}]),
+    {ok, Taken} = inet:port(Other),
+    ?assertEqual({error, eaddrinuse},
+                 sluice:start_listener({Name, other}, #{ip => ?LOOPBACK, port => Taken,
+                                                        handler => {sluice_proto_echo, []}})),
+    ok = gen_tcp:close(Other),
+    ?assertEqual({error, not_found}, sluice:stop_listener({Name, other})),
+    ?assertEqual({error, not_found}, sluice:stop_listener({Name, other}, 100)),
+    %% The first listener is unharmed.
+    ?assert(echo_ok(connect(Port))).
+
+%% child_spec/2 puts a listener in the caller's own supervisor: it serves,
+%% info/1 and drain/2 work on it, it is not under sluice_sup, and it goes
+%% away with that supervisor (port closed, info not_found).
+child_spec_embeds_listener_in_user_supervisor(Config) ->
+    Name = ?config(name, Config),
+    Spec = sluice:child_spec(Name, #{ip => ?LOOPBACK, port => 0,
+                                     handler => {sluice_proto_echo, []}}),
+    {ok, Sup} = supervisor:start_link(?MODULE, Spec),
+    unlink(Sup),
+    #{port := Port, status := running} = sluice:info(Name),
+    S = connect(Port),
+    ?assert(echo_ok(S)),
+    ?assertMatch(#{connections := 1, accepted := 1}, sluice:info(Name)),
+    ?assertEqual(false, lists:keymember({sluice_listener, Name}, 1,
+                                        supervisor:which_children(sluice_sup))),
+    ?assertMatch([{{sluice_listener, Name}, _, supervisor, _}], supervisor:which_children(Sup)),
+    stop_sup(Sup),
+    sluice_test_lib:wait_until(fun() -> sluice:info(Name) =:= {error, not_found} end, 5000),
+    sluice_test_lib:expect_closed(S, 2000),
+    ?assertEqual({error, econnrefused}, sluice_test_lib:connect(Port)).
+
+stop_sup(Sup) ->
+    MRef = erlang:monitor(process, Sup),
+    exit(Sup, shutdown),
+    receive {'DOWN', MRef, process, Sup, _} -> ok
+    after 10000 -> error(user_sup_stuck)
+    end.
+
+%% Asked for port 0, the listener binds a free port and info/1 shows it (not
+%% 0): that is the port that answers.
+port_zero_gives_real_port(Config) ->
+    Port = echo_listener(Config, #{port => 0}),
+    ?assert(is_integer(Port) andalso Port > 0),
+    ?assert(echo_ok(connect(Port))).
+
+%% The registry forgets a listener when it sees its supervisor go down,
+%% which happens a moment after stop_listener/1 returns. info/1 in that
+%% moment says not_found (it used to exit with noproc): the registry is
+%% held with sys:suspend/1 to make the moment last.
+info_of_a_stopped_listener_is_not_found(Config) ->
+    Name = ?config(name, Config),
+    _ = echo_listener(Config, #{}),
+    ok = sys:suspend(sluice_registry),
+    try
+        ok = sluice:stop_listener(Name),
+        ?assertEqual({ok, true}, {ok, lists:member(Name, sluice:listeners())}),
+        ?assertEqual({error, not_found}, sluice:info(Name))
+    after
+        ok = sys:resume(sluice_registry)
+    end,
+    sluice_test_lib:wait_until(fun() -> not lists:member(Name, sluice:listeners()) end, 2000),
+    ?assertEqual({error, not_found}, sluice:info(Name)).
+
+%%% ------------------------------------------------------------------
+%%% Running
+%%% ------------------------------------------------------------------
+
+%% suspend/1 closes the listen socket: new connects are refused by the
+%% kernel while open connections keep working; resume/1 listens again on
+%% the same (port 0 chosen) port and accepts again.
+suspend_refuses_new_keeps_existing_and_resume_reuses_port(Config) ->
+    Name = ?config(name, Config),
+    Port = echo_listener(Config, #{}),
+    Old = connect(Port),
+    ok = sluice:suspend(Name),
+    ?assertMatch(#{status := suspended, port := Port}, sluice:info(Name)),
+    ?assertEqual({error, econnrefused}, sluice_test_lib:connect(Port)),
+    ?assert(echo_ok(Old)),
+    ok = sluice:suspend(Name),
+    ok = sluice:resume(Name),
+    ?assertMatch(#{status := running, port := Port}, sluice:info(Name)),
+    New = connect(Port),
+    ?assert(echo_ok(New)),
+    ?assert(echo_ok(Old)),
+    ok = sluice:resume(Name),
+    ?assertMatch(#{connections := 2, accepted := 2}, sluice:info(Name)),
+    ?assertEqual({error, not_found}, sluice:suspend(no_such_listener)),
+    ?assertEqual({error, not_found}, sluice:resume(no_such_listener)).
+
+%% A handler that raises takes down its own connection only: that client
+%% is closed, the other clients keep being served, the listener's
+%% processes are untouched and its counters stay right.
+crashing_handler_takes_down_only_its_connection(Config) ->
+    Name = ?config(name, Config),
+    Port = echo_listener(Config, #{handler => {sluice_test_handler, #{}}}),
+    Acceptors = sluice_test_lib:acceptor_pids(Name),
+    Sups = sluice_test_lib:conns_sups(Name),
+    [A, B, C] = [connect(Port) || _ <- [1, 2, 3]],
+    ?assert(lists:all(fun echo_ok/1, [A, B, C])),
+    ok = gen_tcp:send(B, <<"crash">>),
+    sluice_test_lib:expect_closed(B, 2000),
+    sluice_test_lib:wait_info(Name, connections, 2, 2000),
+    ?assert(echo_ok(A)),
+    ?assert(echo_ok(C)),
+    ?assertEqual(Acceptors, sluice_test_lib:acceptor_pids(Name)),
+    ?assertEqual(Sups, sluice_test_lib:conns_sups(Name)),
+    ?assertMatch(#{status := running, accepted := 3, closed := 1}, sluice:info(Name)),
+    ?assert(echo_ok(connect(Port))).
+
+%% idle_timeout closes a connection that receives nothing for that long, not
+%% before; a connection that keeps talking outlives it several times.
+idle_timeout_closes_only_idle_connections(Config) ->
+    Name = ?config(name, Config),
+    Port = echo_listener(Config, #{idle_timeout => 300}),
+    Parent = self(),
+    Talker = spawn_link(fun() ->
+                                Busy = connect(Port),
+                                Talk = [begin timer:sleep(100), echo_ok(Busy) end
+                                        || _ <- lists:seq(1, 12)],
+                                Parent ! {talked, self(), Talk}
+                        end),
+    T0 = erlang:monotonic_time(millisecond),
+    Idle = connect(Port),
+    ?assertEqual({error, closed}, gen_tcp:recv(Idle, 0, 3000)),
+    Closed = erlang:monotonic_time(millisecond) - T0,
+    ct:log("idle connection closed after ~b ms (idle_timeout 300)", [Closed]),
+    ?assert(Closed >= 250 andalso Closed < 1500, Closed),
+    receive
+        {talked, Talker, Talk} -> ?assertEqual(lists:duplicate(12, true), Talk)
+    after 5000 -> error(talker_stuck)
+    end,
+    ?assertMatch(#{closed := 1}, sluice:info(Name)).
+
+%%% ------------------------------------------------------------------
+%%% Draining stop
+%%% ------------------------------------------------------------------
+
+%% stop_listener/2 calls every connection's handle_drain/1; returning close
+%% sends FIN (the client reads closed), terminate/2 gets the reason, and
+%% the stop finishes as soon as the clients have gone, long before the
+%% deadline.
+drain_calls_handle_drain(Config) ->
+    Name = ?config(name, Config),
+    Port = echo_listener(Config, #{handler => {sluice_test_handler, #{test_pid => self()}}}),
+    Socks = [connect(Port) || _ <- [1, 2]],
+    ?assert(lists:all(fun echo_ok/1, Socks)),
+    Conns = lists:sort([receive {sluice_test_handler, {init, P}} -> P after 1000 -> none end
+                        || _ <- Socks]),
+    Stopper = async_stop(Name, 10000),
+    Drained = lists:sort([receive {sluice_test_handler, {drain, P}} -> P after 2000 -> none end
+                          || _ <- Socks]),
+    ?assertEqual(Conns, Drained),
+    [?assertEqual({error, closed}, gen_tcp:recv(S, 0, 2000)) || S <- Socks],
+    [gen_tcp:close(S) || S <- Socks],
+    {R, Ms} = wait_stopped(Stopper, 5000),
+    ?assertEqual(ok, R),
+    ?assert(Ms < 2000, {stop_took, Ms}),
+    Terminated = lists:sort([receive {sluice_test_handler, {terminate, P, drained}} -> P
+                             after 2000 -> none end || _ <- Socks]),
+    ?assertEqual(Conns, Terminated),
+    ?assertEqual({error, not_found}, sluice:info(Name)).
+
+%% Default drain (no handle_drain/1) on the ack protocol: a client that has
+%% written frames and not read a single ack yet still gets every ack, in
+%% order, and then end of stream (FIN, not a reset); the stop returns as
+%% soon as the client closes.
+drain_sends_pending_acks_then_fin(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{handler => {sluice_proto_ack, #{ack => each}}}),
+    S = connect(sluice_test_lib:port(Name)),
+    {Ids, Stream} = sluice_test_lib:frames(2000),
+    ok = gen_tcp:send(S, Stream),
+    %% The server has read (and answered) everything; the acks wait unread.
+    sluice_test_lib:wait_info(Name, bytes_in, byte_size(Stream), 5000),
+    Stopper = async_stop(Name, 10000),
+    {Closed, Acks} = recv_until_closed(S, 3000),
+    same_ids(iolist_to_binary(Ids), Acks),
+    ?assertEqual(ok, Closed),
+    ok = gen_tcp:close(S),
+    {R, Ms} = wait_stopped(Stopper, 5000),
+    ?assertEqual(ok, R),
+    ?assert(Ms < 2000, {stop_took, Ms}).
+
+%% For each active mode: frames that are already in the connection
+%% process's mailbox when the drain request is handled are still answered
+%% before the FIN. The connection is held with sys:suspend/1 while the drain
+%% request and then the data queue up behind it; after sys:resume/1 the
+%% client gets acks for everything in the mailbox, then end of stream, and
+%% when it closes the connection ends at once (not at the deadline).
+drain_flushes_mailbox_then_fin(Config) ->
+    Name = ?config(name, Config),
+    Active = ?config(active, Config),
+    sluice_test_lib:start_listener(Name, #{active => Active,
+                                           handler => {sluice_proto_ack, #{ack => each}}}),
+    S = connect(sluice_test_lib:port(Name)),
+    %% One round trip so that the connection is up and armed.
+    ok = gen_tcp:send(S, sluice_test_lib:frame(<<"frame000">>, <<>>)),
+    ?assertEqual({ok, <<"frame000">>}, gen_tcp:recv(S, 8, 2000)),
+    [Conn] = sluice_test_lib:conn_pids(Name),
+    ok = sys:suspend(Conn),
+    Stopper = async_stop(Name, 4000),
+    sluice_test_lib:wait_until(fun() -> has_drain_request(Conn) end, 2000),
+    Ids = [<<"frame", (integer_to_binary(I + 100))/binary>> || I <- lists:seq(1, 5)],
+    _ = [begin ok = gen_tcp:send(S, sluice_test_lib:frame(Id, <<"payload">>)), timer:sleep(20) end
+         || Id <- Ids],
+    %% The data is now behind the drain request, in messages or (active
+    %% false: beyond the one read in progress) in the kernel.
+    {messages, Queued} = process_info(Conn, messages),
+    ct:log("active ~p: mailbox of the suspended connection:~n~p", [Active, Queued]),
+    ok = sys:resume(Conn),
+    {ok, Acks} = recv_until_closed(S, 3000),
+    ct:log("acks before FIN: ~p", [Acks]),
+    %% Exactly the frames that were in the mailbox are acked, in order.
+    InMailbox = frames_in(iolist_to_binary([Data || {tcp, _, Data} <- Queued] ++
+                                           [Data || {inet_async, _, _, {ok, Data}} <- Queued])),
+    ?assert(InMailbox >= 1),
+    ?assertEqual(lists:sublist(Ids, InMailbox), split8(Acks)),
+    case Active of
+        N when N =:= true; is_integer(N) -> ?assertEqual(length(Ids), InMailbox);
+        _ -> ok
+    end,
+    ok = gen_tcp:close(S),
+    {R, Ms} = wait_stopped(Stopper, 6000),
+    ?assertEqual(ok, R),
+    ?assert(Ms < 3000, {stop_took, Ms, deadline, 4000}).
+
+has_drain_request(Pid) ->
+    {messages, Ms} = process_info(Pid, messages),
+    lists:any(fun({sluice_drain, _}) -> true; (_) -> false end, Ms).
+
+recv_until_closed(S, Timeout) ->
+    recv_until_closed(S, Timeout, <<>>).
+
+recv_until_closed(S, Timeout, Acc) ->
+    case gen_tcp:recv(S, 0, Timeout) of
+        {ok, Data} -> recv_until_closed(S, Timeout, <<Acc/binary, Data/binary>>);
+        {error, closed} -> {ok, Acc};
+        Other -> {Other, Acc}
+    end.
+
+same_ids(Same, Same) -> ok;
+same_ids(Expected, Got) ->
+    error({acks_differ, expected_bytes, byte_size(Expected), got_bytes, byte_size(Got),
+           common_prefix, binary:longest_common_prefix([Expected, Got])}).
+
+split8(<<Id:8/binary, Rest/binary>>) -> [Id | split8(Rest)];
+split8(<<>>) -> [].
+
+frames_in(<<_:8/binary, Len:32, _:Len/binary, Rest/binary>>) -> 1 + frames_in(Rest);
+frames_in(_) -> 0.
+
+%% Connections that do not end by the deadline are closed then: one whose
+%% handler keeps going (handle_drain/1 replies and stays) and one whose
+%% client ignores the FIN and keeps its side open. stop_listener/2 returns
+%% at the deadline, not before and not much after, and the clients see
+%% their connections closed.
+drain_closes_what_is_left_at_the_deadline(Config) ->
+    Name = ?config(name, Config),
+    %% Two listeners: one whose handler stays, one with the default drain.
+    Stays = {Name, stays},
+    sluice_test_lib:start_listener(Stays, #{handler => {sluice_test_handler,
+                                                        #{on_drain => {reply, <<"bye\n">>}}}}),
+    sluice_test_lib:start_listener(Name, #{handler => {sluice_proto_echo, []}}),
+    try
+        A = connect(sluice_test_lib:port(Stays)),
+        {ok, B} = sluice_test_lib:connect(sluice_test_lib:port(Name), [{exit_on_close, false}]),
+        ?assert(echo_ok(A)),
+        ?assert(echo_ok(B)),
+        StopA = async_stop(Stays, 800),
+        StopB = async_stop(Name, 800),
+        ?assertEqual({ok, <<"bye\n">>}, gen_tcp:recv(A, 0, 1000)),
+        %% A is still served after its drain...
+        ?assert(echo_ok(A)),
+        %% ...B got FIN but keeps its side open.
+        ?assertEqual({error, closed}, gen_tcp:recv(B, 0, 1000)),
+        {RA, MsA} = wait_stopped(StopA, 5000),
+        {RB, MsB} = wait_stopped(StopB, 5000),
+        ct:log("stops took ~b and ~b ms (deadline 800)", [MsA, MsB]),
+        ?assertEqual({ok, ok}, {RA, RB}),
+        ?assert(MsA >= 750 andalso MsA < 2500, {stays, MsA}),
+        ?assert(MsB >= 750 andalso MsB < 2500, {half_open, MsB}),
+        sluice_test_lib:expect_closed(A, 1000),
+        %% B's socket was closed by the server: a write now meets a reset.
+        _ = gen_tcp:send(B, <<"late">>),
+        timer:sleep(50),
+        ?assertMatch({error, _}, gen_tcp:send(B, <<"late">>)),
+        gen_tcp:close(B)
+    after
+        sluice_test_lib:stop_listener(Stays)
+    end.
+
+%% After a draining stop the port is free at once: a new listener binds the
+%% same port right away, even though the old one just closed connections
+%% (their server side is in TIME_WAIT), and serves.
+port_can_be_bound_again_right_after_stop(Config) ->
+    Name = ?config(name, Config),
+    Port = echo_listener(Config, #{}),
+    Socks = [connect(Port) || _ <- lists:seq(1, 5)],
+    ?assert(lists:all(fun echo_ok/1, Socks)),
+    Stopper = async_stop(Name, 2000),
+    [?assertEqual({error, closed}, gen_tcp:recv(S, 0, 2000)) || S <- Socks],
+    [gen_tcp:close(S) || S <- Socks],
+    {ok, _} = wait_stopped(Stopper, 5000),
+    ?assertEqual({error, econnrefused}, sluice_test_lib:connect(Port)),
+    sluice_test_lib:start_listener(Name, #{port => Port, handler => {sluice_proto_echo, []}}),
+    ?assertEqual(Port, sluice_test_lib:port(Name)),
+    ?assert(echo_ok(connect(Port))).
+
+%%% ------------------------------------------------------------------
+%%% Listen sockets
+%%% ------------------------------------------------------------------
+
+%% num_listen_sockets => 2 opens two listen sockets on one port
+%% (SO_REUSEPORT) and both accept: with two acceptors, each bound to one
+%% socket and one connection supervisor, 40 connections land on both.
+two_listen_sockets_share_the_port(Config) ->
+    Name = ?config(name, Config),
+    Port = echo_listener(Config, #{num_listen_sockets => 2, num_acceptors => 2,
+                                   num_conns_sups => 2}),
+    Listening = [P || P <- erlang:ports(),
+                      erlang:port_info(P, name) =:= {name, "tcp_inet"},
+                      inet:sockname(P) =:= {ok, {?LOOPBACK, Port}},
+                      inet:peername(P) =:= {error, enotconn}],
+    ?assertEqual(2, length(Listening)),
+    Socks = [connect(Port) || _ <- lists:seq(1, 40)],
+    ?assert(lists:all(fun echo_ok/1, Socks)),
+    PerSup = [length(supervisor:which_children(Sup)) || Sup <- sluice_test_lib:conns_sups(Name)],
+    ct:log("connections per listen socket: ~p", [PerSup]),
+    ?assertEqual(40, lists:sum(PerSup)),
+    ?assert(lists:all(fun(N) -> N > 0 end, PerSup)),
+    [gen_tcp:close(S) || S <- Socks],
+    sluice_test_lib:wait_info(Name, connections, 0, 5000).

@@ -1,0 +1,277 @@
+%% Connection limits and accounting: max_connections holds exactly under a
+%% burst and can be changed at run time; killed connection processes,
+%% connection supervisors and acceptors never leak a slot or stop the
+%% listener; running out of descriptors (emfile) is counted, logged at a
+%% limited rate and recovered from, and the default limit sits below the
+%% descriptor limit so that connections are rejected instead.
+-module(sluice_limits_SUITE).
+
+-include_lib("common_test/include/ct.hrl").
+-include_lib("stdlib/include/assert.hrl").
+
+-export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
+         init_per_testcase/2, end_per_testcase/2]).
+-export([burst_admits_exactly_max_connections/1,
+         set_max_connections_at_run_time/1,
+         killed_connections_give_their_slots_back/1,
+         killed_conns_sup_is_restarted_and_count_stays_right/1,
+         killed_acceptor_is_restarted_and_listener_keeps_accepting/1,
+         emfile_is_counted_logged_and_recovered_from/1,
+         default_limit_rejects_before_emfile/1]).
+
+-import(sluice_test_lib, [ping_results/2, ping_results/3, ping_sock/1, wait_info/4]).
+
+suite() -> [{timetrap, {seconds, 60}}].
+
+all() -> [{group, limits}, {group, kills}, {group, descriptors}].
+
+groups() ->
+    [{limits, [], [burst_admits_exactly_max_connections, set_max_connections_at_run_time]},
+     {kills, [], [killed_connections_give_their_slots_back,
+                  killed_conns_sup_is_restarted_and_count_stays_right,
+                  killed_acceptor_is_restarted_and_listener_keeps_accepting]},
+     {descriptors, [], [emfile_is_counted_logged_and_recovered_from,
+                        default_limit_rejects_before_emfile]}].
+
+init_per_suite(Config) ->
+    {ok, _} = application:ensure_all_started(sluice),
+    Config.
+
+end_per_suite(_Config) ->
+    ok.
+
+%% The descriptor cases run their listener in a peer VM with a lower
+%% `ulimit -n', started here and stopped in end_per_testcase.
+init_per_testcase(Case, Config) ->
+    Peer = case Case of
+               emfile_is_counted_logged_and_recovered_from -> sluice_test_lib:start_peer(64, []);
+               default_limit_rejects_before_emfile -> sluice_test_lib:start_peer(256, []);
+               _ -> undefined
+           end,
+    [{name, {?MODULE, Case}}, {peer, Peer} | Config].
+
+end_per_testcase(_Case, Config) ->
+    sluice_test_lib:stop_peer(?config(peer, Config)),
+    sluice_test_lib:stop_listener(?config(name, Config)),
+    ok.
+
+ping_listener(Name, Opts) ->
+    sluice_test_lib:start_listener(Name, Opts#{handler => {sluice_proto_ping, []}}),
+    sluice_test_lib:port(Name).
+
+admitted(Results) -> [S || {admitted, S} <- Results].
+rejected(Results) -> [R || {rejected, R} <- Results].
+silent(Results) -> [S || {silent, S} <- Results].
+
+close_all(Socks) -> [gen_tcp:close(S) || S <- Socks], ok.
+
+%%% ------------------------------------------------------------------
+%%% Limits
+%%% ------------------------------------------------------------------
+
+%% 500 clients connect at once to a listener with max_connections 100 and 10
+%% acceptors: exactly 100 get a Pong and 400 are closed by the server, and
+%% info/1 counts the same; once the clients leave, connections is 0 again.
+burst_admits_exactly_max_connections(Config) ->
+    Name = ?config(name, Config),
+    Port = ping_listener(Name, #{max_connections => 100, num_acceptors => 10}),
+    Results = ping_results(Port, 500),
+    Admitted = admitted(Results),
+    Summary = lists:foldl(fun(R, Acc) -> maps:update_with(element(1, R), fun(N) -> N + 1 end,
+                                                          1, Acc) end, #{}, Results),
+    ct:log("results ~p; info ~p", [Summary, sluice:info(Name)]),
+    ?assertEqual(#{admitted => 100, rejected => 400}, Summary),
+    ?assertMatch(#{accepted := 100, rejected := 400, connections := 100}, sluice:info(Name)),
+    close_all(Admitted),
+    wait_info(Name, connections, 0, 5000),
+    ?assertMatch(#{closed := 100}, sluice:info(Name)).
+
+%% set_max_connections/2 takes effect for the next connection: raising the
+%% limit admits more; lowering it below the current count closes nothing
+%% but rejects newcomers until enough have left; infinity lifts it; a bad
+%% value or an unknown listener is an error.
+set_max_connections_at_run_time(Config) ->
+    Name = ?config(name, Config),
+    Port = ping_listener(Name, #{max_connections => 5}),
+    First = admitted(ping_results(Port, 5)),
+    ?assertEqual(5, length(First)),
+    ?assertMatch([{rejected, _}], ping_results(Port, 1)),
+    ok = sluice:set_max_connections(Name, 10),
+    ?assertMatch(#{max_connections := 10}, sluice:info(Name)),
+    Second = admitted(ping_results(Port, 5)),
+    ?assertEqual(5, length(Second)),
+    ?assertMatch([{rejected, _}], ping_results(Port, 1)),
+    %% Lowering: all ten stay up and served, newcomers are refused.
+    ok = sluice:set_max_connections(Name, 3),
+    ?assert(lists:all(fun sluice_test_lib:ping_sock/1, First ++ Second)),
+    ?assertMatch([{rejected, _}], ping_results(Port, 1)),
+    ?assertMatch(#{connections := 10, max_connections := 3}, sluice:info(Name)),
+    {Leave, Stay} = lists:split(8, First ++ Second),
+    close_all(Leave),
+    wait_info(Name, connections, 2, 5000),
+    [{admitted, Third}] = ping_results(Port, 1),
+    ?assertMatch([{rejected, _}], ping_results(Port, 1)),
+    ok = sluice:set_max_connections(Name, infinity),
+    ?assertMatch(#{max_connections := infinity}, sluice:info(Name)),
+    More = admitted(ping_results(Port, 10)),
+    ?assertEqual(10, length(More)),
+    ?assertMatch(#{rejected := 4, accepted := 21}, sluice:info(Name)),
+    ?assertEqual({error, {bad_option, max_connections, -1}},
+                 sluice:set_max_connections(Name, -1)),
+    ?assertEqual({error, not_found}, sluice:set_max_connections(no_such_listener, 5)),
+    close_all([Third | Stay ++ More]),
+    wait_info(Name, connections, 0, 5000).
+
+%%% ------------------------------------------------------------------
+%%% Kills
+%%% ------------------------------------------------------------------
+
+%% Killing every connection process (exit kill: no terminate, no cleanup
+%% in the process) frees every slot: connections goes back to 0, each kill
+%% counts as closed, the clients see their sockets close, and a full set of
+%% new connections is admitted under the same limit.
+killed_connections_give_their_slots_back(Config) ->
+    Name = ?config(name, Config),
+    Port = ping_listener(Name, #{max_connections => 20}),
+    Socks = admitted(ping_results(Port, 20)),
+    ?assertEqual(20, length(Socks)),
+    Pids = sluice_test_lib:conn_pids(Name),
+    ?assertEqual(20, length(Pids)),
+    [exit(Pid, kill) || Pid <- Pids],
+    wait_info(Name, connections, 0, 5000),
+    [sluice_test_lib:expect_closed(S, 2000) || S <- Socks],
+    ?assertMatch(#{closed := 20, accepted := 20}, sluice:info(Name)),
+    Again = admitted(ping_results(Port, 20)),
+    ?assertEqual(20, length(Again)),
+    close_all(Socks ++ Again),
+    wait_info(Name, connections, 0, 5000).
+
+%% Killing a connection supervisor takes its connections down with it (and
+%% only them); it is restarted under a new pid, the live count equals what
+%% the other supervisor still holds, and the freed slots can be used again:
+%% exactly max_connections are admitted, not one more.
+killed_conns_sup_is_restarted_and_count_stays_right(Config) ->
+    Name = ?config(name, Config),
+    Port = ping_listener(Name, #{max_connections => 20, num_conns_sups => 2,
+                                 num_acceptors => 4}),
+    Socks = admitted(ping_results(Port, 20)),
+    ?assertEqual(20, length(Socks)),
+    [Sup1, Sup2] = sluice_test_lib:conns_sups(Name),
+    Children = fun(Sup) -> [P || {_, P, _, _} <- supervisor:which_children(Sup)] end,
+    %% Kill the busier one, so the kill is sure to take connections down.
+    {Victim, Survivor} = case length(Children(Sup1)) >= length(Children(Sup2)) of
+                             true -> {Sup1, Sup2};
+                             false -> {Sup2, Sup1}
+                         end,
+    Lost = length(Children(Victim)),
+    Kept = Children(Survivor),
+    ct:log("killing a conns_sup with ~b connections, the other has ~b", [Lost, length(Kept)]),
+    ?assert(Lost > 0),
+    exit(Victim, kill),
+    sluice_test_lib:wait_until(
+      fun() -> Sups = sluice_test_lib:conns_sups(Name),
+               length(Sups) =:= 2 andalso not lists:member(Victim, Sups) end, 5000),
+    wait_info(Name, connections, length(Kept), 5000),
+    ?assertEqual(lists:sort(Kept), lists:sort(Children(Survivor))),
+    {Open, Closed} = lists:partition(fun sluice_test_lib:ping_sock/1, Socks),
+    ?assertEqual({length(Kept), Lost}, {length(Open), length(Closed)}),
+    New = admitted(ping_results(Port, Lost)),
+    ?assertEqual(Lost, length(New)),
+    ?assertMatch([{rejected, _}], ping_results(Port, 1)),
+    ?assertMatch(#{connections := 20}, sluice:info(Name)),
+    close_all(Socks ++ New),
+    wait_info(Name, connections, 0, 5000).
+
+%% With a single acceptor, killing it leaves the listen socket open (the
+%% acceptors' supervisor owns it): a new acceptor takes over on the same
+%% port, new connections are accepted, and an existing one is untouched.
+killed_acceptor_is_restarted_and_listener_keeps_accepting(Config) ->
+    Name = ?config(name, Config),
+    Port = ping_listener(Name, #{num_acceptors => 1}),
+    [Before] = admitted(ping_results(Port, 1)),
+    [Acceptor] = sluice_test_lib:acceptor_pids(Name),
+    exit(Acceptor, kill),
+    sluice_test_lib:wait_until(
+      fun() -> case sluice_test_lib:acceptor_pids(Name) of
+                   [New] -> New =/= Acceptor;
+                   _ -> false
+               end
+      end, 5000),
+    After = admitted(ping_results(Port, 5)),
+    ?assertEqual(5, length(After)),
+    ?assert(ping_sock(Before)),
+    ?assertMatch(#{status := running, connections := 6, accepted := 6}, sluice:info(Name)),
+    ?assertEqual(Port, sluice_test_lib:port(Name)),
+    close_all([Before | After]).
+
+%%% ------------------------------------------------------------------
+%%% Descriptors: a peer VM with a low `ulimit -n'
+%%% ------------------------------------------------------------------
+
+%% In a VM limited to 64 descriptors, a listener without a connection limit
+%% runs out of them: accept fails with emfile, which is counted in
+%% accept_errors and logged at most about once a second (not once per
+%% error); the connections it already has keep being served; once the
+%% client closes most of them, new connections are accepted again.
+emfile_is_counted_logged_and_recovered_from(Config) ->
+    Peer = ?config(peer, Config),
+    ok = peer:call(Peer, sluice_test_lib, capture_logs, []),
+    {ok, _} = peer:call(Peer, sluice, start_listener,
+                        [emf, #{ip => {127, 0, 0, 1}, port => 0, max_connections => infinity,
+                                handler => {sluice_proto_ping, []}}]),
+    #{port := Port} = peer:call(Peer, sluice, info, [emf]),
+    T0 = erlang:monotonic_time(millisecond),
+    %% Silent clients wait 3 s for a Pong that does not come.
+    Results = ping_results(Port, 200, 3000),
+    Admitted = admitted(Results),
+    Silent = silent(Results),
+    Info = peer:call(Peer, sluice, info, [emf]),
+    ct:log("admitted ~b, silent ~b, rejected ~p; info ~p",
+           [length(Admitted), length(Silent), rejected(Results), Info]),
+    ?assert(length(Admitted) > 10),
+    ?assert(length(Admitted) < 64),
+    ?assertEqual(200, length(Admitted) + length(Silent)),
+    #{accept_errors := #{emfile := Emfiles}} = Info,
+    ?assert(Emfiles > 10),
+    %% The connections it has are still served.
+    ?assert(lists:all(fun sluice_test_lib:ping_sock/1, Admitted)),
+    %% Free the descriptors: the server sees the closes and accepts again.
+    {Keep, Leave} = lists:split(2, Admitted),
+    close_all(Leave ++ Silent),
+    sluice_test_lib:wait_until(
+      fun() -> case ping_results(Port, 1) of
+                   [{admitted, S}] -> put(late, S), true;
+                   Other -> close_all([S || {_, S} <- Other, is_port(S)]), Other
+               end
+      end, 15000, 200),
+    ?assert(lists:all(fun sluice_test_lib:ping_sock/1, Keep)),
+    ?assertMatch(#{status := running}, peer:call(Peer, sluice, info, [emf])),
+    close_all([get(late) | Keep]),
+    %% Rate-limited logging: many errors, about one line a second (read
+    %% now that the peer can load the formatting code again).
+    Elapsed = (erlang:monotonic_time(millisecond) - T0) div 1000,
+    Lines = [Msg || {_, warning, Msg} <- peer:call(Peer, sluice_test_lib, captured_logs, [], 15000),
+                    string:find(Msg, "accept failed: emfile") =/= nomatch],
+    ct:log("~b emfile errors, ~b log lines in ~b s:~n~p", [Emfiles, length(Lines), Elapsed, Lines]),
+    ?assert(length(Lines) >= 1),
+    ?assert(length(Lines) =< Elapsed + 2).
+
+%% With `ulimit -n 256' and no max_connections option, the default limit is
+%% the descriptor limit less a reserve: 300 clients get exactly that many
+%% admitted and the rest rejected, with no accept error at all.
+default_limit_rejects_before_emfile(Config) ->
+    Peer = ?config(peer, Config),
+    {ok, _} = peer:call(Peer, sluice, start_listener,
+                        [dflt, #{ip => {127, 0, 0, 1}, port => 0,
+                                 handler => {sluice_proto_ping, []}}]),
+    #{port := Port, max_connections := Max} = peer:call(Peer, sluice, info, [dflt]),
+    ct:log("default max_connections with ulimit -n 256: ~p", [Max]),
+    ?assert(is_integer(Max) andalso Max > 0 andalso Max < 256),
+    Results = ping_results(Port, 300),
+    Info = peer:call(Peer, sluice, info, [dflt]),
+    ct:log("info ~p", [Info]),
+    ?assertEqual({Max, 300 - Max, []},
+                 {length(admitted(Results)), length(rejected(Results)), silent(Results)}),
+    ?assertMatch(#{accept_errors := Errors} when map_size(Errors) =:= 0, Info),
+    ?assertMatch(#{accepted := Max, rejected := Rejected} when Rejected =:= 300 - Max, Info),
+    close_all(admitted(Results)).

@@ -1,0 +1,273 @@
+%% `bin/sluice serve' as a user runs it: one "listening on IP:PORT" line,
+%% a working ack server, a clean drain and exit 0 on SIGTERM and on SIGINT,
+%% exit 2 with a one-line message on bad usage, and --help that documents
+%% every option.
+%%
+%% The script runs the VM from _build/default (what `make build' compiles),
+%% so build first. Every OS process a case starts is killed in
+%% end_per_testcase if it is still there (the script's launcher and the VM
+%% under it).
+-module(sluice_cli_SUITE).
+
+-include_lib("common_test/include/ct.hrl").
+-include_lib("stdlib/include/assert.hrl").
+
+-export([all/0, suite/0, init_per_suite/1, end_per_suite/1,
+         init_per_testcase/2, end_per_testcase/2]).
+-export([serve_prints_one_listening_line_and_acks/1,
+         sigterm_drains_and_exits_0/1,
+         sigint_drains_and_exits_0/1,
+         unknown_option_exits_2_with_one_line/1,
+         malformed_value_exits_2_with_one_line/1,
+         port_in_use_exits_1_with_one_line/1,
+         help_mentions_every_option/1]).
+
+-define(LOOPBACK, "127.0.0.1").
+%% Every option of `serve', as documented in the README and DESIGN.
+-define(SERVE_OPTIONS, ["ip", "port", "protocol", "ack", "max-frame", "active", "acceptors",
+                        "listen-sockets", "max-connections", "idle-timeout", "backlog",
+                        "buffer", "drain-timeout", "help"]).
+
+suite() -> [{timetrap, {seconds, 60}}].
+
+all() ->
+    [serve_prints_one_listening_line_and_acks, sigterm_drains_and_exits_0,
+     sigint_drains_and_exits_0, unknown_option_exits_2_with_one_line,
+     malformed_value_exits_2_with_one_line, port_in_use_exits_1_with_one_line,
+     help_mentions_every_option].
+
+init_per_suite(Config) ->
+    case find_root() of
+        {ok, Root} ->
+            Built = filelib:is_regular(filename:join(Root, "_build/default/lib/sluice/ebin/sluice.app"))
+                andalso filelib:is_regular(filename:join(Root, "apps/sluice_load/priv/sluice-run")),
+            case Built of
+                true -> [{bin, filename:join(Root, "bin/sluice")} | Config];
+                false -> {fail, "bin/sluice is not built: run `make build` in " ++ Root}
+            end;
+        error ->
+            {fail, "repository root (with bin/sluice) not found"}
+    end.
+
+end_per_suite(_Config) ->
+    ok.
+
+%% The repository root: the first ancestor of this suite (source or beam)
+%% that holds bin/sluice.
+find_root() ->
+    Starts = [filename:dirname(?FILE), filename:dirname(code:which(?MODULE))],
+    case [D || S <- Starts, D <- ancestors(filename:absname(S)),
+               filelib:is_regular(filename:join(D, "bin/sluice"))] of
+        [Root | _] -> {ok, Root};
+        [] -> error
+    end.
+
+ancestors(Dir) ->
+    case filename:dirname(Dir) of
+        Dir -> [Dir];
+        Parent -> [Dir | ancestors(Parent)]
+    end.
+
+init_per_testcase(_Case, Config) ->
+    Reaper = spawn(fun() -> reaper([]) end),
+    [{reaper, Reaper} | Config].
+
+end_per_testcase(_Case, Config) ->
+    Reaper = ?config(reaper, Config),
+    Reaper ! {kill_all, self()},
+    receive {reaped, Reaper} -> ok after 5000 -> ok end,
+    ok.
+
+%% Kills what is left of each started process: the VM (a child of the
+%% launcher) first, then the launcher.
+reaper(Pids) ->
+    receive
+        {add, Pid} ->
+            reaper([Pid | Pids]);
+        {kill_all, From} ->
+            _ = [os:cmd("for c in $(ps -o pid= --ppid " ++ P ++ "); do kill -9 $c; done; "
+                        "kill -9 " ++ P ++ " 2>/dev/null")
+                 || P <- [integer_to_list(N) || N <- Pids]],
+            From ! {reaped, self()}
+    end.
+
+%%% ------------------------------------------------------------------
+%%% Running bin/sluice
+%%% ------------------------------------------------------------------
+
+start(Config, Args) ->
+    Port = open_port({spawn_executable, ?config(bin, Config)},
+                     [{args, Args}, exit_status, binary, {line, 4096}, stderr_to_stdout,
+                      use_stdio, hide]),
+    {os_pid, OsPid} = erlang:port_info(Port, os_pid),
+    ?config(reaper, Config) ! {add, OsPid},
+    {Port, OsPid}.
+
+%% Lines up to and including the first that matches Re.
+wait_line(Port, Re, Timeout) ->
+    Deadline = erlang:monotonic_time(millisecond) + Timeout,
+    wait_line(Port, Re, Deadline, []).
+
+wait_line(Port, Re, Deadline, Acc) ->
+    Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
+    receive
+        {Port, {data, {eol, Line}}} ->
+            case re:run(Line, Re, [{capture, all_but_first, list}]) of
+                {match, Captured} -> {Captured, lists:reverse([Line | Acc])};
+                nomatch -> wait_line(Port, Re, Deadline, [Line | Acc])
+            end;
+        {Port, {data, {noeol, Part}}} ->
+            wait_line(Port, Re, Deadline, [Part | Acc]);
+        {Port, {exit_status, Status}} ->
+            error({exited_before_line, Re, Status, lists:reverse(Acc)})
+    after Left ->
+            error({no_line, Re, lists:reverse(Acc)})
+    end.
+
+%% The rest of the output and the exit status (or timeout).
+wait_exit(Port, Timeout) ->
+    Deadline = erlang:monotonic_time(millisecond) + Timeout,
+    wait_exit(Port, Deadline, []).
+
+wait_exit(Port, Deadline, Acc) ->
+    Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
+    receive
+        {Port, {data, {eol, Line}}} -> wait_exit(Port, Deadline, [Line | Acc]);
+        {Port, {data, {noeol, Part}}} -> wait_exit(Port, Deadline, [Part | Acc]);
+        {Port, {exit_status, Status}} -> {Status, lists:reverse(Acc)}
+    after Left ->
+            {timeout, lists:reverse(Acc)}
+    end.
+
+run(Config, Args) ->
+    {Port, _} = start(Config, Args),
+    wait_exit(Port, 15000).
+
+serve(Config, Extra) ->
+    {Port, OsPid} = start(Config, ["serve", "--ip", ?LOOPBACK, "--port", "0" | Extra]),
+    {[Ip, TcpPort], Before} = wait_line(Port, "^listening on ([0-9.]+):([0-9]+)$", 15000),
+    {Port, OsPid, Ip, list_to_integer(TcpPort), Before}.
+
+signal(Sig, OsPid) ->
+    _ = os:cmd("kill -" ++ Sig ++ " " ++ integer_to_list(OsPid)),
+    ok.
+
+listening_lines(Lines) ->
+    [L || L <- Lines, binary:match(L, <<"listening on">>) =/= nomatch].
+
+frame(Id) ->
+    <<Id:64, 3:32, "abc">>.
+
+connect(TcpPort) ->
+    {ok, S} = gen_tcp:connect({127, 0, 0, 1}, TcpPort, [binary, {active, false}], 5000),
+    S.
+
+%%% ------------------------------------------------------------------
+%%% Cases
+%%% ------------------------------------------------------------------
+
+%% `serve --port 0' prints exactly one line `listening on IP:PORT' with the
+%% real port; a client there gets one ack per frame (the default `--ack
+%% each'), in order; SIGTERM then ends it with status 0 and no second
+%% listening line.
+serve_prints_one_listening_line_and_acks(Config) ->
+    {Port, OsPid, Ip, TcpPort, Before} = serve(Config, []),
+    ?assertEqual(?LOOPBACK, Ip),
+    ?assert(TcpPort > 0),
+    S = connect(TcpPort),
+    ok = gen_tcp:send(S, [frame(Id) || Id <- lists:seq(1, 100)]),
+    Expected = << <<Id:64>> || Id <- lists:seq(1, 100) >>,
+    ?assertEqual({ok, Expected}, gen_tcp:recv(S, 800, 5000)),
+    ok = gen_tcp:close(S),
+    signal("TERM", OsPid),
+    {Status, After} = wait_exit(Port, 10000),
+    ct:log("output:~n~s", [[[L, $\n] || L <- Before ++ After]]),
+    ?assertEqual(0, Status),
+    ?assertEqual(1, length(listening_lines(Before ++ After))).
+
+%% SIGTERM to the process the user started (the launcher) drains: an open
+%% client connection gets end of stream (FIN), and once it closes the
+%% server exits 0 well within 10 s, saying it drained.
+sigterm_drains_and_exits_0(Config) ->
+    signal_drains(Config, "TERM").
+
+%% SIGINT (Ctrl-C) does the same: the launcher forwards it as SIGTERM.
+sigint_drains_and_exits_0(Config) ->
+    signal_drains(Config, "INT").
+
+signal_drains(Config, Sig) ->
+    {Port, OsPid, _Ip, TcpPort, _} = serve(Config, ["--drain-timeout", "8000"]),
+    S = connect(TcpPort),
+    ok = gen_tcp:send(S, frame(7)),
+    ?assertEqual({ok, <<7:64>>}, gen_tcp:recv(S, 8, 5000)),
+    T0 = erlang:monotonic_time(millisecond),
+    signal(Sig, OsPid),
+    ?assertEqual({error, closed}, gen_tcp:recv(S, 0, 5000)),
+    ok = gen_tcp:close(S),
+    {Status, After} = wait_exit(Port, 10000),
+    Ms = erlang:monotonic_time(millisecond) - T0,
+    ct:log("SIG~s: status ~p after ~b ms; output:~n~s", [Sig, Status, Ms, [[L, $\n] || L <- After]]),
+    ?assertEqual(0, Status),
+    %% Not the 8 s drain deadline: it ended when the client left.
+    ?assert(Ms < 6000, Ms),
+    ?assert(lists:any(fun(L) -> binary:match(L, <<"drained">>) =/= nomatch end, After)).
+
+%% An unknown option: status 2 and exactly one line, naming the option.
+unknown_option_exits_2_with_one_line(Config) ->
+    {Status, Lines} = run(Config, ["serve", "--bogus-option", "1"]),
+    ct:log("~p ~p", [Status, Lines]),
+    ?assertEqual(2, Status),
+    ?assertMatch([_], Lines),
+    [Line] = Lines,
+    ?assertNotEqual(nomatch, binary:match(Line, <<"--bogus-option">>)).
+
+%% A malformed value: status 2 and one line naming the option, the value
+%% and what was expected; for several options and kinds of value.
+malformed_value_exits_2_with_one_line(Config) ->
+    Cases = [{["--port", "abc"], <<"--port">>, <<"abc">>},
+             {["--port", "70000"], <<"--port">>, <<"70000">>},
+             {["--active", "sometimes"], <<"--active">>, <<"sometimes">>},
+             {["--max-connections=-1"], <<"--max-connections">>, <<"-1">>},
+             {["--protocol", "http"], <<"--protocol">>, <<"http">>},
+             {["--ip", "300.1.2.3"], <<"--ip">>, <<"300.1.2.3">>},
+             {["--idle-timeout"], <<"--idle-timeout">>, <<"value">>}],
+    Bad = [{Args, Status, Lines}
+           || {Args, Opt, Val} <- Cases,
+              {Status, Lines} <- [run(Config, ["serve" | Args])],
+              not (Status =:= 2 andalso length(Lines) =:= 1
+                   andalso binary:match(hd(Lines), Opt) =/= nomatch
+                   andalso binary:match(hd(Lines), Val) =/= nomatch)],
+    ?assertEqual([], Bad).
+
+%% A port that is taken: status 1 and one line saying so (not a crash
+%% report).
+port_in_use_exits_1_with_one_line(Config) ->
+    {ok, L} = gen_tcp:listen(0, [{ip, {127, 0, 0, 1}}]),
+    {ok, Taken} = inet:port(L),
+    {Status, Lines} = run(Config, ["serve", "--ip", ?LOOPBACK, "--port", integer_to_list(Taken)]),
+    ok = gen_tcp:close(L),
+    ct:log("~p ~p", [Status, Lines]),
+    ?assertEqual(1, Status),
+    ?assertMatch([_], Lines),
+    ?assertNotEqual(nomatch, binary:match(hd(Lines), <<"address in use">>)).
+
+%% `serve --help' exits 0 and documents every option, each with its
+%% default; the list checked is both the documented one and the parser's
+%% own table (so an option added to one and not the other is caught).
+%% `bin/sluice --help' exits 0 and lists the serve command.
+help_mentions_every_option(Config) ->
+    {Status, Lines} = run(Config, ["serve", "--help"]),
+    Text = iolist_to_binary([[L, $\n] || L <- Lines]),
+    ct:log("~s", [Text]),
+    ?assertEqual(0, Status),
+    FromSpecs = [Flag || {_, Flag, _, _, _} <- sluice_cli_serve:specs()],
+    Missing = [F || F <- lists:usort(?SERVE_OPTIONS ++ FromSpecs),
+                    re:run(Text, "^  --" ++ F ++ "[ =]", [multiline]) =:= nomatch],
+    ?assertEqual([], Missing),
+    NoDefault = [F || F <- FromSpecs,
+                      re:run(Text, "^  --" ++ F ++ " .*\\(default: [^)]+\\)$", [multiline])
+                          =:= nomatch],
+    ?assertEqual([], NoDefault),
+    {TopStatus, TopLines} = run(Config, ["--help"]),
+    ?assertEqual(0, TopStatus),
+    ?assert(lists:any(fun(L) -> binary:match(L, <<"serve">>) =/= nomatch end, TopLines)).
