@@ -123,7 +123,6 @@ struct worker {
 };
 
 struct scenario {
-    const char *name;
     int probe;                    /* established only after a ping probe */
     void (*worker_init)(struct worker *w);
     /* handshake done (state CS_UP, or CS_PROBING when probe) */
@@ -137,7 +136,8 @@ struct scenario {
     void (*text)(struct run *r, FILE *f);           /* extra summary lines */
 };
 
-extern const struct scenario sc_lockstep, sc_pipeline, sc_flood, sc_ping,
+extern const char *const scenario_names[]; /* by cfg->scenario */
+extern const struct scenario sc_ack, sc_flood, sc_ping,
     sc_connect, sc_connect_probe;
 
 struct run {

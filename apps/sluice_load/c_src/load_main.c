@@ -25,7 +25,7 @@
 #define PIPE_WINDOW 262144
 #define PIPE_BATCH 2048
 
-static const char *const scenarios[] = {"lockstep", "pipeline", "flood",
+const char *const scenario_names[] = {"lockstep", "pipeline", "flood",
                                         "ping", "connect", NULL};
 static const char *const acks[] = {"each", "last", "counted", NULL};
 static const char *const probes[] = {"none", "ping", NULL};
@@ -172,7 +172,7 @@ int main(int argc, char **argv)
     };
     struct opt opts[] = {
         {"scenario", OPT_CHOICE, &cfg.scenario, "NAME", "lockstep",
-         "what to run", scenarios, 0, 0, 0},
+         "what to run", scenario_names, 0, 0, 0},
         {"host", OPT_STR, &cfg.host, "HOST", "127.0.0.1", "server address",
          NULL, 0, 0, 0},
         {"port", OPT_INT, &cfg.port, "P", "8000", "server port", NULL, 1,
@@ -227,7 +227,7 @@ int main(int argc, char **argv)
     configure(&cfg, opts, argc, argv);
 
     static const struct scenario *const table[] = {
-        &sc_lockstep, &sc_pipeline, &sc_flood, &sc_ping, &sc_connect};
+        &sc_ack, &sc_ack, &sc_flood, &sc_ping, &sc_connect};
     struct run r;
     memset(&r, 0, sizeof r);
     r.cfg = &cfg;

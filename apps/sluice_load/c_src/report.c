@@ -150,7 +150,7 @@ void report_text(struct run *r, FILE *f, double secs, int exit_code)
     double rate;
     headline(r, &t, secs, &msgs, &rate);
     fprintf(f, "%s %s: %ld connection%s, %d thread%s, %.2f s measured\n",
-            PROG, r->sc->name, r->cfg->conns, r->cfg->conns == 1 ? "" : "s",
+            PROG, scenario_names[r->cfg->scenario], r->cfg->conns, r->cfg->conns == 1 ? "" : "s",
             r->nw, r->nw == 1 ? "" : "s", secs);
     if (r->sc->text)
         r->sc->text(r, f);
@@ -192,7 +192,7 @@ int report_json(struct run *r, const char *path, double secs, int exit_code)
     struct json j;
     json_start(&j, f);
     json_obj(&j, NULL);
-    json_str(&j, "scenario", r->sc->name);
+    json_str(&j, "scenario", scenario_names[r->cfg->scenario]);
     json_u64(&j, "conns", (uint64_t)r->cfg->conns);
     json_dbl(&j, "duration_s", secs);
     json_u64(&j, "messages", msgs);

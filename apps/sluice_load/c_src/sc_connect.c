@@ -69,7 +69,6 @@ static void connect_text(struct run *r, FILE *f)
 }
 
 const struct scenario sc_connect = {
-    .name = "connect",
     .connected = connect_connected,
     .readable = connect_readable,
     .json = connect_json,
@@ -78,7 +77,6 @@ const struct scenario sc_connect = {
 
 /* The same scenario, established only after a ping probe. */
 const struct scenario sc_connect_probe = {
-    .name = "connect",
     .probe = 1,
     .connected = connect_connected,
     .readable = connect_readable,

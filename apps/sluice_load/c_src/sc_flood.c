@@ -101,7 +101,6 @@ static void flood_text(struct run *r, FILE *f)
 }
 
 const struct scenario sc_flood = {
-    .name = "flood",
     .worker_init = flood_worker_init,
     .connected = flood_connected,
     .readable = flood_readable,

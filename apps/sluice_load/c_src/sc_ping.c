@@ -336,7 +336,6 @@ static void ping_text(struct run *r, FILE *f)
 }
 
 const struct scenario sc_ping = {
-    .name = "ping",
     .worker_init = ping_worker_init,
     .connected = ping_connected,
     .readable = ping_readable,

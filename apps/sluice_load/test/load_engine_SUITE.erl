@@ -74,7 +74,7 @@ groups() ->
 %%% ------------------------------------------------------------------
 
 init_per_suite(Config) ->
-    case find_priv() of
+    case sluice_load_test_lib:priv_dir() of
         {ok, Priv} ->
             ct:log("sluice C binaries from ~s", [Priv]),
             [{bin_dir, Priv} | Config];
@@ -85,49 +85,10 @@ init_per_suite(Config) ->
 end_per_suite(_Config) -> ok.
 
 init_per_testcase(_Case, Config) ->
-    Reaper = spawn(fun() -> reaper([]) end),
-    [{reaper, Reaper} | Config].
+    sluice_load_test_lib:start_reaper(Config).
 
 end_per_testcase(_Case, Config) ->
-    Reaper = ?config(reaper, Config),
-    Reaper ! {kill_all, self()},
-    receive {reaped, Reaper} -> ok after 5000 -> ok end,
-    ok.
-
-reaper(Pids) ->
-    receive
-        {add, Pid} -> reaper([Pid | Pids]);
-        {kill_all, From} ->
-            [os:cmd("kill -9 " ++ integer_to_list(P) ++ " 2>/dev/null")
-             || P <- Pids],
-            From ! {reaped, self()}
-    end.
-
-find_priv() ->
-    Env = case os:getenv("SLUICE_PRIV") of
-              false -> [];
-              "" -> [];
-              EnvDir -> [EnvDir]
-          end,
-    CodePriv = case code:priv_dir(sluice_load) of
-                   {error, _} -> [];
-                   PrivDir -> [PrivDir]
-               end,
-    SuiteDir = filename:dirname(code:which(?MODULE)),
-    Near = [filename:join([SuiteDir, "..", "priv"])],
-    Up = [filename:join([Dir, "apps", "sluice_load", "priv"])
-          || Dir <- ancestors(filename:absname(SuiteDir))],
-    case [Dir || Dir <- Env ++ CodePriv ++ Near ++ Up,
-                 filelib:is_regular(filename:join(Dir, "sluice-load"))] of
-        [Found | _] -> {ok, Found};
-        [] -> error
-    end.
-
-ancestors(Dir) ->
-    case filename:dirname(Dir) of
-        Dir -> [Dir];
-        Parent -> [Dir | ancestors(Parent)]
-    end.
+    sluice_load_test_lib:stop_reaper(Config).
 
 bin(Config, Name) -> filename:join(?config(bin_dir, Config), Name).
 
@@ -511,7 +472,7 @@ run(Config, Name, Args, TimeoutMs) ->
                   [{args, Args}, exit_status, binary, stderr_to_stdout,
                    hide]),
     case erlang:port_info(P, os_pid) of
-        {os_pid, OsPid} -> ?config(reaper, Config) ! {add, OsPid};
+        {os_pid, OsPid} -> sluice_load_test_lib:reap(Config, OsPid);
         _ -> ok
     end,
     collect(P, [], erlang:monotonic_time(millisecond) + TimeoutMs).
@@ -566,7 +527,7 @@ spawn_ref(Config, Args) ->
                   [{args, ["--port", "0" | Args]}, exit_status, binary,
                    {line, 256}, hide]),
     {os_pid, OsPid} = erlang:port_info(P, os_pid),
-    ?config(reaper, Config) ! {add, OsPid},
+    sluice_load_test_lib:reap(Config, OsPid),
     receive
         {P, {data, {eol, <<"listening on ", Addr/binary>>}}} ->
             [_, PortBin] = binary:split(Addr, <<":">>),

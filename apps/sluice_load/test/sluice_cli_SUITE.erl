@@ -37,7 +37,7 @@ all() ->
      help_mentions_every_option].
 
 init_per_suite(Config) ->
-    case find_root() of
+    case sluice_load_test_lib:repo_root() of
         {ok, Root} ->
             Built = filelib:is_regular(filename:join(Root, "_build/default/lib/sluice/ebin/sluice.app"))
                 andalso filelib:is_regular(filename:join(Root, "apps/sluice_load/priv/sluice-run")),
@@ -52,44 +52,11 @@ init_per_suite(Config) ->
 end_per_suite(_Config) ->
     ok.
 
-%% The repository root: the first ancestor of this suite (source or beam)
-%% that holds bin/sluice.
-find_root() ->
-    Starts = [filename:dirname(?FILE), filename:dirname(code:which(?MODULE))],
-    case [D || S <- Starts, D <- ancestors(filename:absname(S)),
-               filelib:is_regular(filename:join(D, "bin/sluice"))] of
-        [Root | _] -> {ok, Root};
-        [] -> error
-    end.
-
-ancestors(Dir) ->
-    case filename:dirname(Dir) of
-        Dir -> [Dir];
-        Parent -> [Dir | ancestors(Parent)]
-    end.
-
 init_per_testcase(_Case, Config) ->
-    Reaper = spawn(fun() -> reaper([]) end),
-    [{reaper, Reaper} | Config].
+    sluice_load_test_lib:start_reaper(Config).
 
 end_per_testcase(_Case, Config) ->
-    Reaper = ?config(reaper, Config),
-    Reaper ! {kill_all, self()},
-    receive {reaped, Reaper} -> ok after 5000 -> ok end,
-    ok.
-
-%% Kills what is left of each started process: the VM (a child of the
-%% launcher) first, then the launcher.
-reaper(Pids) ->
-    receive
-        {add, Pid} ->
-            reaper([Pid | Pids]);
-        {kill_all, From} ->
-            _ = [os:cmd("for c in $(ps -o pid= --ppid " ++ P ++ "); do kill -9 $c; done; "
-                        "kill -9 " ++ P ++ " 2>/dev/null")
-                 || P <- [integer_to_list(N) || N <- Pids]],
-            From ! {reaped, self()}
-    end.
+    sluice_load_test_lib:stop_reaper(Config).
 
 %%% ------------------------------------------------------------------
 %%% Running bin/sluice
@@ -100,7 +67,7 @@ start(Config, Args) ->
                      [{args, Args}, exit_status, binary, {line, 4096}, stderr_to_stdout,
                       use_stdio, hide]),
     {os_pid, OsPid} = erlang:port_info(Port, os_pid),
-    ?config(reaper, Config) ! {add, OsPid},
+    sluice_load_test_lib:reap(Config, OsPid),
     {Port, OsPid}.
 
 %% Lines up to and including the first that matches Re.

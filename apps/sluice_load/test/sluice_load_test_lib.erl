@@ -1,0 +1,72 @@
+%% @doc What the sluice_load suites share: finding the repository and its
+%% built binaries from wherever Common Test runs the suite, and a per-case
+%% reaper that kills every OS process a case started, however the case ends.
+-module(sluice_load_test_lib).
+
+-export([repo_root/0, priv_dir/0, start_reaper/1, stop_reaper/1, reap/2]).
+
+%% @doc The repository root: the first ancestor of this module (source or
+%% beam) that holds bin/sluice.
+-spec repo_root() -> {ok, file:filename()} | error.
+repo_root() ->
+    Starts = [filename:dirname(?FILE), filename:dirname(code:which(?MODULE))],
+    first([D || S <- Starts, D <- ancestors(filename:absname(S)),
+                filelib:is_regular(filename:join(D, "bin/sluice"))]).
+
+%% @doc The directory holding the C binaries (sluice-load, sluice-ref, …):
+%% $SLUICE_PRIV, the application's priv, or apps/sluice_load/priv found
+%% upwards from here.
+-spec priv_dir() -> {ok, file:filename()} | error.
+priv_dir() ->
+    Env = case os:getenv("SLUICE_PRIV") of
+              false -> [];
+              "" -> [];
+              EnvDir -> [EnvDir]
+          end,
+    CodePriv = case code:priv_dir(sluice_load) of
+                   {error, _} -> [];
+                   PrivDir -> [PrivDir]
+               end,
+    Here = filename:absname(filename:dirname(code:which(?MODULE))),
+    Up = [filename:join([Dir, "apps", "sluice_load", "priv"]) || Dir <- ancestors(Here)],
+    first([Dir || Dir <- Env ++ CodePriv ++ [filename:join(Here, "../priv")] ++ Up,
+                  filelib:is_regular(filename:join(Dir, "sluice-load"))]).
+
+%% @doc Adds a reaper to a case's Config (call from init_per_testcase).
+-spec start_reaper(list()) -> list().
+start_reaper(Config) ->
+    [{reaper, spawn(fun() -> reaper([]) end)} | Config].
+
+%% @doc Registers an OS process to be killed at the end of the case.
+-spec reap(list(), non_neg_integer()) -> ok.
+reap(Config, OsPid) ->
+    proplists:get_value(reaper, Config) ! {add, OsPid},
+    ok.
+
+%% @doc Kills every registered OS process and its children (call from
+%% end_per_testcase): a VM started by bin/sluice is a child of sluice-run.
+-spec stop_reaper(list()) -> ok.
+stop_reaper(Config) ->
+    Reaper = proplists:get_value(reaper, Config),
+    Reaper ! {kill_all, self()},
+    receive {reaped, Reaper} -> ok after 5000 -> ok end.
+
+reaper(Pids) ->
+    receive
+        {add, Pid} ->
+            reaper([Pid | Pids]);
+        {kill_all, From} ->
+            _ = [os:cmd("for c in $(ps -o pid= --ppid " ++ P ++ "); do kill -9 $c; done; "
+                        "kill -9 " ++ P ++ " 2>/dev/null")
+                 || P <- [integer_to_list(N) || N <- Pids]],
+            From ! {reaped, self()}
+    end.
+
+ancestors(Dir) ->
+    case filename:dirname(Dir) of
+        Dir -> [Dir];
+        Parent -> [Dir | ancestors(Parent)]
+    end.
+
+first([X | _]) -> {ok, X};
+first([]) -> error.
