@@ -18,7 +18,7 @@
 
 -include("sluice_counters.hrl").
 
--export([init/3]).
+-export([init/3, wake/1]).
 -export([system_continue/3, system_terminate/4, system_code_change/4]).
 
 -record(s, {sock,
@@ -26,7 +26,6 @@
             handler :: module(),
             hstate :: term(),
             active :: false | once | true | pos_integer(),
-            idle :: timeout(),
             counters :: counters:counters_ref(),
             parent :: pid(),
             callbacks :: #{info := boolean(), drain := boolean(),
@@ -40,15 +39,14 @@
 %% transfers the socket and then sends `{sluice_go, Sock}'.
 -spec init(pid(), sluice_transport:socket(), map()) -> no_return().
 init(Parent, Sock, #{name := Name, transport := T, handler := {H, HOpts},
-                     active := Active, idle_timeout := Idle,
-                     counters := C}) ->
+                     active := Active, counters := C}) ->
     receive
         {sluice_go, Sock} -> ok
     after ?HANDOVER_TIMEOUT ->
             exit(normal)
     end,
     S0 = #s{sock = Sock, transport = T, handler = H, active = Active,
-            idle = Idle, counters = C, parent = Parent,
+            counters = C, parent = Parent,
             callbacks = #{info => erlang:function_exported(H, handle_info, 2),
                           drain => erlang:function_exported(H, handle_drain, 1),
                           terminate => erlang:function_exported(H, terminate, 2)}},
@@ -69,8 +67,10 @@ init(Parent, Sock, #{name := Name, transport := T, handler := {H, HOpts},
 %% The messages matched here are the inet driver's: data (`tcp' in active
 %% modes, `inet_async' for the asynchronous read of active=false), flow
 %% control (`tcp_passive') and the answers to asynchronous sends
-%% (`inet_reply').
-loop(S = #s{sock = Sock, idle = Idle}) ->
+%% (`inet_reply'). There is no `after': the idle timeout and hibernation
+%% come from the conns_sup's sweep (sluice_sweep), so the per-message path
+%% sets no timer.
+loop(S = #s{sock = Sock}) ->
     receive
         {tcp, Sock, Data} ->
             data(Data, S);
@@ -92,13 +92,25 @@ loop(S = #s{sock = Sock, idle = Idle}) ->
             finish({error, Reason}, S);
         {sluice_drain, Deadline} ->
             drain(Deadline, S);
+        {sluice_sweep, hibernate} ->
+            %% Quiet for hibernate_after: give the heap back (a full GC
+            %% down to the live state) until the next message.
+            proc_lib:hibernate(?MODULE, wake, [S]);
+        {sluice_sweep, idle_timeout} ->
+            finish(idle_timeout, S);
         {system, From, Req} ->
             sys:handle_system_msg(Req, From, S#s.parent, ?MODULE, [], S);
         Msg ->
             info(Msg, S)
-    after Idle ->
-            finish(idle_timeout, S)
     end.
+
+%% @doc Where a hibernated connection resumes when a message arrives: the
+%% sweep stops watching a hibernated connection, so tell it this one is
+%% awake before handling the message.
+-spec wake(#s{}) -> no_return().
+wake(S = #s{parent = Parent}) ->
+    Parent ! {sluice_woke, self()},
+    loop(S).
 
 data(Data, S = #s{handler = H, hstate = HState, counters = C}) ->
     counters:add(C, ?C_BYTES_IN, byte_size(Data)),

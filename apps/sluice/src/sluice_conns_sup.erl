@@ -7,7 +7,9 @@
 %% it still answers the supervisor calls (which_children, count_children)
 %% and sys messages so that release tools and observer see a supervisor.
 %% A listener runs several (one per scheduler by default) so that starting
-%% connections is not serialised through one process.
+%% connections is not serialised through one process. Each also runs the idle
+%% sweep over its own connections (sluice_sweep): it already holds the set
+%% of them, and one timer here replaces a timer per connection.
 -module(sluice_conns_sup).
 
 -include("sluice_counters.hrl").
@@ -19,7 +21,9 @@
 -record(st, {parent :: pid(),
              index :: pos_integer(),
              listener :: map(),
-             children = #{} :: #{pid() => true}}).
+             children = #{} :: sluice_sweep:children(),
+             tick :: pos_integer() | infinity,
+             sweep :: #{idle := timeout(), hibernate_after := timeout()}}).
 
 %% @doc `Listener' is the map that sluice_listener_sup builds: name,
 %% counters, atomics, transport module, handler and connection options.
@@ -66,7 +70,17 @@ init(Parent, Listener = #{name := Name, atomics := A}, Index) ->
     atomics:sub(A, ?A_CONNS, Stale),
     ok = sluice_registry:set_conns_sup(Name, Index, self()),
     proc_lib:init_ack(Parent, {ok, self()}),
-    loop(#st{parent = Parent, index = Index, listener = Listener}).
+    Idle = maps:get(idle_timeout, Listener, infinity),
+    HibAfter = maps:get(hibernate_after, Listener, infinity),
+    Tick = sluice_sweep:tick(Idle, HibAfter),
+    ok = schedule_sweep(Tick),
+    loop(#st{parent = Parent, index = Index, listener = Listener, tick = Tick,
+             sweep = #{idle => Idle, hibernate_after => HibAfter}}).
+
+now_ms() -> erlang:monotonic_time(millisecond).
+
+schedule_sweep(infinity) -> ok;
+schedule_sweep(Tick) -> _ = erlang:start_timer(Tick, self(), sluice_sweep), ok.
 
 loop(St = #st{parent = Parent, children = Children, listener = L, index = I}) ->
     receive
@@ -74,17 +88,29 @@ loop(St = #st{parent = Parent, children = Children, listener = L, index = I}) ->
             Pid = proc_lib:spawn_opt(sluice_conn, init, [self(), Sock, L], [link]),
             atomics:add(maps:get(atomics, L), ?A_SUP_BASE + I, 1),
             Tag ! {Tag, Pid},
-            loop(St#st{children = Children#{Pid => true}});
+            loop(St#st{children = Children#{Pid => sluice_sweep:new_entry(now_ms())}});
         {'EXIT', Parent, Reason} ->
             terminate(Reason, St);
         {'EXIT', Pid, _Reason} ->
             case maps:take(Pid, Children) of
-                {true, Rest} ->
+                {_Entry, Rest} ->
                     child_gone(L, I),
                     loop(St#st{children = Rest});
                 error ->
                     loop(St)
             end;
+        {sluice_woke, Pid} ->
+            loop(St#st{children = sluice_sweep:woke(Pid, now_ms(), Children)});
+        {timeout, _TRef, sluice_sweep} ->
+            Swept = sluice_sweep:sweep(Children, now_ms(), St#st.sweep),
+            ok = schedule_sweep(St#st.tick),
+            %% Each sweep leaves the rewritten parts of the children map as
+            %% garbage; collecting now (live data: about 50 bytes a
+            %% connection) keeps this heap near its live size instead of
+            %% several copies of the map, per connection more than a
+            %% hibernated connection holds itself.
+            true = erlang:garbage_collect(),
+            loop(St#st{children = Swept});
         {sluice_drain, Deadline} ->
             _ = [Pid ! {sluice_drain, Deadline} || Pid <- maps:keys(Children)],
             loop(St);

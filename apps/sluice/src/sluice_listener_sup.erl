@@ -30,6 +30,7 @@ init({Name, Opts}) ->
                  handler => maps:get(handler, Opts),
                  active => maps:get(active, Opts),
                  idle_timeout => maps:get(idle_timeout, Opts),
+                 hibernate_after => maps:get(hibernate_after, Opts),
                  shutdown_timeout => maps:get(shutdown_timeout, Opts)},
     Children = [#{id => sluice_conns_sup_sup,
                   start => {sluice_conns_sup_sup, start_link, [Listener]},
