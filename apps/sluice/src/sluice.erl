@@ -15,7 +15,7 @@
 
 -export([start_listener/2, stop_listener/1, stop_listener/2, drain/2,
          suspend/1, resume/1, info/1, set_max_connections/2, child_spec/2,
-         listeners/0, format_error/1]).
+         listeners/0, format_error/1, cluster_info/1, cluster_info/2]).
 -export([send/2, peername/1, sockname/1]).
 
 -export_type([conn/0, name/0]).
@@ -164,12 +164,25 @@ info(Name, Status, #{opts := Opts, counters := C, atomics := A} = Info) ->
       rejected => counters:get(C, ?C_REJECTED),
       closed => counters:get(C, ?C_CLOSED),
       protocol_errors => counters:get(C, ?C_PROTOCOL_ERRORS),
+      messages => counters:get(C, ?C_MESSAGES),
       bytes_in => counters:get(C, ?C_BYTES_IN),
       bytes_out => counters:get(C, ?C_BYTES_OUT),
       accept_errors => sluice_registry:accept_errors(Name),
       active => maps:get(active, Opts),
       transport => maps:get(transport, Opts),
       handler => maps:get(handler, Opts)}.
+
+%% @doc info/1 summed over the nodes that run a listener of this name: this
+%% node and every connected node (see sluice_cluster). Each node's own
+%% figures, with its BEAM memory and resident size, are under `nodes'.
+-spec cluster_info(name()) -> map() | {error, not_found}.
+cluster_info(Name) ->
+    sluice_cluster:info(Name, [node() | nodes()]).
+
+%% @doc cluster_info/1 over the given nodes only.
+-spec cluster_info(name(), [node()]) -> map() | {error, not_found}.
+cluster_info(Name, Nodes) ->
+    sluice_cluster:info(Name, Nodes).
 
 %% The registry drops a listener's row only once it sees the supervisor go
 %% down, so a listener that is stopping can still be looked up: gone.

@@ -114,6 +114,7 @@ wake(S = #s{parent = Parent}) ->
 
 data(Data, S = #s{handler = H, hstate = HState, counters = C}) ->
     counters:add(C, ?C_BYTES_IN, byte_size(Data)),
+    counters:add(C, ?C_MESSAGES, 1),
     handle(H:handle_data(Data, HState), S, true).
 
 info(Msg, S = #s{callbacks = #{info := true}, handler = H, hstate = HState}) ->

@@ -10,7 +10,8 @@
 -define(C_BYTES_IN, 5).
 -define(C_BYTES_OUT, 6).
 -define(C_ACCEPT_ERRORS, 7).
--define(C_SIZE, 7).
+-define(C_MESSAGES, 8).     %% chunks handed to handle_data/2
+-define(C_SIZE, 8).
 
 %% atomics: live state.
 -define(A_CONNS, 1).        %% live connections of the whole listener

@@ -1,0 +1,90 @@
+%% @doc One listener name on several Erlang nodes, seen as one: the
+%% figures of sluice:info/1 summed over the nodes that run it, and each
+%% node's own memory figures (what memory per connection is computed from).
+%%
+%% Which nodes: by default this node and every node it is connected to
+%% (`nodes()'); a node that has no listener of that name, or does not
+%% answer within the timeout, is left out. That needs no registration step
+%% and stays right when a node dies, and is what `bin/sluice serve --nodes'
+%% sets up (its peers are connected to the CLI node). Pass the list
+%% explicitly (cluster_info/2) when other nodes are connected too.
+-module(sluice_cluster).
+
+-export([info/2, node_stats/1, resident_memory/0]).
+
+%% Figures that are summed; the rest of info/1 (ip, port, options) is
+%% taken from the first node.
+-define(SUMMED, [connections, accepted, rejected, closed, protocol_errors,
+                 messages, bytes_in, bytes_out, max_connections]).
+-define(TIMEOUT, 5000).
+
+%% @doc The listener's figures summed over `Nodes', with each node's own
+%% under `nodes' (node => info map with `beam_memory' and
+%% `resident_memory' added). `{error, not_found}' when no node runs it.
+-spec info(sluice:name(), [node()]) -> map() | {error, not_found}.
+info(Name, Nodes) ->
+    Results = erpc:multicall(Nodes, ?MODULE, node_stats, [Name], ?TIMEOUT),
+    PerNode = maps:from_list([{N, Stats} || {N, {ok, Stats = #{}}} <- lists:zip(Nodes, Results)]),
+    case maps:values(PerNode) of
+        [] -> {error, not_found};
+        [First | _] = All -> sum(First, All, PerNode)
+    end.
+
+sum(First, All, PerNode) ->
+    Summed = maps:from_list([{K, add([maps:get(K, I, 0) || I <- All])} || K <- ?SUMMED]),
+    AcceptErrors = lists:foldl(fun(I, Acc) ->
+                                       maps:fold(fun(R, N, A) -> maps:update_with(R, fun(V) -> V + N end, N, A) end,
+                                                 Acc, maps:get(accept_errors, I, #{}))
+                               end, #{}, All),
+    Memory = maps:from_list([{K, add([maps:get(K, I, 0) || I <- All])}
+                             || K <- [beam_memory, resident_memory]]),
+    maps:merge(First, maps:merge(Summed, Memory#{accept_errors => AcceptErrors,
+                                                  nodes => PerNode})).
+
+add(Values) ->
+    case lists:member(infinity, Values) of
+        true -> infinity;
+        false -> lists:sum([V || V <- Values, is_integer(V)])
+    end.
+
+%% @doc This node's figures for listener `Name': sluice:info/1 plus the
+%% node's BEAM memory (erlang:memory(total)) and resident set size in bytes
+%% (0 where /proc is not there). Called on each node by info/2.
+-spec node_stats(sluice:name()) -> map() | {error, not_found}.
+node_stats(Name) ->
+    case sluice:info(Name) of
+        Info = #{} ->
+            Info#{beam_memory => erlang:memory(total),
+                  resident_memory => resident_memory()};
+        Error ->
+            Error
+    end.
+
+%% @doc The resident set size of this OS process in bytes, from Linux's
+%% /proc/self/statm (its second field, in pages); 0 elsewhere.
+-spec resident_memory() -> non_neg_integer().
+resident_memory() ->
+    case file:read_file("/proc/self/statm") of
+        {ok, Statm} ->
+            case string:lexemes(binary_to_list(Statm), " \n") of
+                [_Size, Resident | _] -> list_to_integer(Resident) * page_size();
+                _ -> 0
+            end;
+        {error, _} ->
+            0
+    end.
+
+%% The kernel's page size: 4 KiB on the machines this runs on; /proc does
+%% not say it, and asking getconf costs an OS process per call.
+page_size() ->
+    case persistent_term:get({?MODULE, page_size}, undefined) of
+        undefined ->
+            Size = case string:to_integer(os:cmd("getconf PAGESIZE")) of
+                       {N, _} when is_integer(N), N > 0 -> N;
+                       _ -> 4096
+                   end,
+            persistent_term:put({?MODULE, page_size}, Size),
+            Size;
+        Size ->
+            Size
+    end.
