@@ -2,7 +2,7 @@
 %% SIGTERM (or SIGINT, forwarded by the script), then drain and exit 0.
 -module(sluice_cli_serve).
 
--export([run/1, specs/0, listener_opts/1]).
+-export([run/1, specs/0, listener_opts/1, started/3, describe/1]).
 
 -define(ABOUT, "Serve the ack, ping or echo protocol until SIGTERM or SIGINT, then drain\n"
         "and exit. Prints one line \"listening on IP:PORT\" once it accepts.").
@@ -30,7 +30,10 @@ specs() ->
      {buffer, "buffer", {integer, 0, infinity}, 0,
       "inet driver read buffer in bytes (0: the library's default, 64 KiB)"},
      {drain_timeout, "drain-timeout", {integer, 0, 60000}, 5000,
-      "on SIGTERM/SIGINT, how long connections get to end before they are closed"}].
+      "on SIGTERM/SIGINT, how long connections get to end before they are closed"},
+     {hibernate_after, "hibernate-after", timeout, maps:get(hibernate_after, D),
+      "hibernate a connection quiet for this long"}]
+        ++ sluice_cli_cluster_opts:specs().
 
 -spec run([string()]) -> non_neg_integer().
 run(Args) ->
@@ -62,11 +65,24 @@ listener_opts(O) ->
       num_listen_sockets => maps:get(listen_sockets, O),
       max_connections => maps:get(max_connections, O),
       idle_timeout => maps:get(idle_timeout, O), backlog => maps:get(backlog, O),
+      hibernate_after => maps:get(hibernate_after, O),
       socket_opts => SocketOpts}.
 
 serve(O) ->
     {ok, _} = application:ensure_all_started(sluice),
     ok = sluice_cli_signal:install(self()),
+    case maps:get(nodes, O) of
+        0 -> serve_here(O);
+        _ -> sluice_cli_cluster:serve(O, listener_opts(O))
+    end.
+
+%% @doc Called once the listener accepts (on every node), before the
+%% listening line: starts what --metrics-port asks for.
+-spec started(map(), inet:ip_address(), inet:port_number()) -> ok.
+started(O, IP, _Port) ->
+    sluice_cli_cluster_opts:start_metrics(O, IP, sluice_cli).
+
+serve_here(O) ->
     %% A failed start (eaddrinuse, ...) is reported on one line below; the
     %% supervisor's multi-page report of it would only bury that line.
     ok = logger:add_primary_filter(sluice_cli_start, {fun drop_start_errors/2, []}),
@@ -75,6 +91,7 @@ serve(O) ->
     case Started of
         {ok, _} ->
             #{ip := IP, port := Port} = sluice:info(sluice_cli),
+            ok = started(O, IP, Port),
             io:format("listening on ~s:~b~n", [inet:ntoa(IP), Port]),
             wait_signal(),
             Left = case sluice:drain(sluice_cli, maps:get(drain_timeout, O)) of
@@ -95,6 +112,7 @@ serve(O) ->
 drop_start_errors(#{msg := {report, #{label := {supervisor, start_error}}}}, _) -> stop;
 drop_start_errors(Event, _) -> Event.
 
+-spec describe(term()) -> string().
 describe(eaddrinuse) -> "address in use";
 describe(eacces) -> "permission denied";
 describe(eaddrnotavail) -> "address not available";

@@ -1,0 +1,196 @@
+%% @doc `bin/sluice serve --nodes K': the listener on K BEAM nodes, one OS
+%% process each, all on one port (SO_REUSEPORT, the kernel spreads the
+%% connections), so that the server holds more connections than one OS
+%% process's descriptor limit allows.
+%%
+%% The CLI node starts Erlang distribution itself (bin/sluice runs `erl'
+%% without a name), then starts the nodes with `peer', over ssh for the
+%% hosts of `--hosts'; every node gets this node's cookie, code path and
+%% SLUICE_ERL_FLAGS. The first node binds the port (the real one when 0 was
+%% asked), the others that same port. `listening on IP:PORT' is printed once
+%% every node accepts. A node that dies is reported on stderr and the
+%% others keep serving; when none is left the command exits 1. SIGTERM
+%% (SIGINT through bin/sluice) drains every node at once, stops them and
+%% exits 0.
+-module(sluice_cli_cluster).
+
+-export([serve/2, start_node_listener/1]).
+
+-define(LISTENER, sluice_cli).
+-define(PEER_TIMEOUT, 30000).
+-define(CALL_TIMEOUT, 15000).
+
+%% @doc Run the cluster until a signal; returns the exit code. `O' is the
+%% parsed `serve' options, `ListenerOpts' the library options they stand
+%% for.
+-spec serve(map(), map()) -> non_neg_integer().
+serve(O, ListenerOpts) ->
+    K = maps:get(nodes, O),
+    Hosts = sluice_cli_cluster_opts:hosts(O),
+    ok = start_distribution(Hosts),
+    case start_peers(K, Hosts) of
+        {ok, Peers} ->
+            Nodes = [N || {_, N} <- Peers],
+            case start_listeners(Nodes, ListenerOpts#{reuseport => true}) of
+                {ok, Port} ->
+                    [monitor_node(N, true) || N <- Nodes],
+                    ok = sluice_metrics:set_nodes(Nodes),
+                    ok = sluice_cli_serve:started(O, maps:get(ip, ListenerOpts), Port),
+                    io:format("listening on ~s:~b~n", [inet:ntoa(maps:get(ip, ListenerOpts)), Port]),
+                    Code = run(Nodes),
+                    Alive = alive(Nodes),
+                    Left = drain(Alive, maps:get(drain_timeout, O)),
+                    stop_peers(Peers),
+                    io:format(standard_error, "sluice: drained ~b nodes (~b connections "
+                              "closed at the deadline)~n", [length(Alive), Left]),
+                    Code;
+                {error, Reason} ->
+                    stop_peers(Peers),
+                    sluice_cli:fail(1, Reason)
+            end;
+        {error, Reason} ->
+            sluice_cli:fail(1, Reason)
+    end.
+
+%% Distribution with long names: 127.0.0.1 when every node is local (no
+%% DNS needed), this host's full name when nodes run elsewhere. epmd is
+%% started first: a VM started without -name does not start it.
+start_distribution(Hosts) ->
+    Host = case Hosts of
+               [] -> "127.0.0.1";
+               _ -> net_adm:localhost()
+           end,
+    _ = os:cmd(epmd() ++ " -daemon"),
+    Name = list_to_atom("sluice_serve_" ++ os:getpid() ++ "@" ++ Host),
+    case net_kernel:start([Name, longnames]) of
+        {ok, _} -> ok;
+        {error, {already_started, _}} -> ok;
+        {error, Reason} ->
+            sluice_cli:fail(1, lists:flatten(io_lib:format(
+                                                "cannot start Erlang distribution: ~p", [Reason])))
+    end.
+
+epmd() ->
+    Erts = filename:join([code:root_dir(), "erts-" ++ erlang:system_info(version), "bin", "epmd"]),
+    case filelib:is_regular(Erts) of
+        true -> Erts;
+        false -> "epmd"
+    end.
+
+%% All peers at once (each takes a second or two to boot); any failure
+%% stops those that did start.
+start_peers(K, Hosts) ->
+    Self = self(),
+    Specs = [{I, host(I, Hosts)} || I <- lists:seq(1, K)],
+    Pids = [spawn(fun() -> Self ! {peer_started, self(), start_peer(I, Host)} end)
+            || {I, Host} <- Specs],
+    Results = [receive {peer_started, P, R} -> R end || P <- Pids],
+    case [Why || {error, Why} <- Results] of
+        [] ->
+            {ok, [{Peer, Node} || {ok, Peer, Node} <- Results]};
+        [Why | _] ->
+            stop_peers([{Peer, Node} || {ok, Peer, Node} <- Results]),
+            {error, Why}
+    end.
+
+host(_I, []) -> local;
+host(I, Hosts) -> lists:nth((I - 1) rem length(Hosts) + 1, Hosts).
+
+start_peer(I, Host) ->
+    Name = list_to_atom("sluice_serve_" ++ os:getpid() ++ "_" ++ integer_to_list(I)),
+    Erl = os:find_executable("erl"),
+    Flags = string:lexemes(os:getenv("SLUICE_ERL_FLAGS", ""), " "),
+    %% +Bi: Ctrl-C in a terminal reaches the whole process group; the nodes
+    %% ignore it and are drained by the CLI node like the rest.
+    Args = ["+Bi", "-setcookie", atom_to_list(erlang:get_cookie())
+            | lists:append([["-pa", D] || D <- code_path()])] ++ Flags,
+    Opts = #{name => Name, args => Args, wait_boot => ?PEER_TIMEOUT},
+    Opts2 = case Host of
+                local -> Opts#{host => "127.0.0.1", exec => Erl};
+                _ -> Opts#{host => Host,
+                           exec => {os:find_executable("ssh"), ["-T", Host, Erl]}}
+            end,
+    try peer:start(Opts2) of
+        {ok, Peer, Node} -> {ok, Peer, Node};
+        {error, Reason} -> {error, peer_error(Host, Reason)}
+    catch
+        Class:Reason -> {error, peer_error(Host, {Class, Reason})}
+    end.
+
+peer_error(Host, Reason) ->
+    lists:flatten(io_lib:format("cannot start a node on ~s: ~p",
+                                [case Host of local -> "this host"; _ -> Host end, Reason])).
+
+%% The directories of sluice and sluice_load: the same paths on every host
+%% (a shared or identical checkout, as for connscale).
+code_path() ->
+    [filename:dirname(code:which(M)) || M <- [sluice, ?MODULE]].
+
+start_listeners([First | Rest], Opts) ->
+    case call(First, Opts) of
+        {ok, Port} ->
+            Others = [{N, call(N, Opts#{port => Port})} || N <- Rest],
+            case [{N, R} || {N, R} <- Others, R =/= {ok, Port}] of
+                [] -> {ok, Port};
+                [{N, R} | _] -> {error, listen_error(N, Opts#{port => Port}, R)}
+            end;
+        Error ->
+            {error, listen_error(First, Opts, Error)}
+    end.
+
+call(Node, Opts) ->
+    try erpc:call(Node, ?MODULE, start_node_listener, [Opts], ?CALL_TIMEOUT)
+    catch Class:Reason -> {error, {Class, Reason}}
+    end.
+
+listen_error(Node, #{ip := IP, port := Port}, {error, Reason}) ->
+    lists:flatten(io_lib:format("cannot listen on ~s:~b on node ~s: ~s",
+                                [inet:ntoa(IP), Port, Node,
+                                 sluice_cli_serve:describe(Reason)])).
+
+%% @doc Runs on each node: start sluice and the listener; its real port.
+-spec start_node_listener(map()) -> {ok, inet:port_number()} | {error, term()}.
+start_node_listener(Opts) ->
+    {ok, _} = application:ensure_all_started(sluice),
+    case sluice:start_listener(?LISTENER, Opts) of
+        {ok, _} ->
+            #{port := Port} = sluice:info(?LISTENER),
+            {ok, Port};
+        Error ->
+            Error
+    end.
+
+%% Serve until SIGTERM; a node going down is reported, and when none is
+%% left there is nothing to serve.
+run(Nodes) ->
+    receive
+        {sluice_signal, sigterm} ->
+            0;
+        {nodedown, Node} ->
+            Left = alive(Nodes),
+            ok = sluice_metrics:set_nodes(Left),
+            io:format(standard_error, "sluice: node ~s is down, its connections are lost; "
+                      "~b of ~b nodes still serving~n", [Node, length(Left), length(Nodes)]),
+            case Left of
+                [] -> io:format(standard_error, "sluice: no node left~n", []), 1;
+                _ -> run(Nodes)
+            end;
+        _ ->
+            run(Nodes)
+    end.
+
+alive(Nodes) ->
+    Connected = nodes(),
+    [N || N <- Nodes, lists:member(N, Connected)].
+
+%% Drain every node at once; the connections still open at the deadline.
+drain([], _DrainMs) ->
+    0;
+drain(Nodes, DrainMs) ->
+    Results = erpc:multicall(Nodes, sluice, drain, [?LISTENER, DrainMs], DrainMs + ?CALL_TIMEOUT),
+    _ = erpc:multicall(Nodes, sluice, stop_listener, [?LISTENER], ?CALL_TIMEOUT),
+    lists:sum([N || {ok, {ok, N}} <- Results]).
+
+stop_peers(Peers) ->
+    _ = [catch peer:stop(Peer) || {Peer, _} <- Peers],
+    ok.

@@ -1,0 +1,306 @@
+%% The listener on several nodes: `bin/sluice serve --nodes 2' prints one
+%% listening line, both nodes take connections on the one port, /metrics
+%% gives each node's figures and their sums, a dead node leaves the other
+%% serving, SIGTERM drains every node and exits 0; sluice:cluster_info/1
+%% sums over peer nodes.
+%%
+%% Needs `make build' (bin/sluice runs _build/default). Every OS process a
+%% case starts is killed at its end (the launcher and its children; the
+%% peer nodes are children of the CLI VM, and die with their control
+%% connection anyway).
+-module(sluice_cluster_SUITE).
+
+-include_lib("common_test/include/ct.hrl").
+-include_lib("stdlib/include/assert.hrl").
+
+-export([all/0, suite/0, init_per_suite/1, end_per_suite/1,
+         init_per_testcase/2, end_per_testcase/2]).
+-export([serve_on_two_nodes_spreads_reports_and_drains/1,
+         a_dead_node_leaves_the_other_serving/1,
+         bad_cluster_options_exit_2_with_one_line/1,
+         cluster_info_sums_over_peer_nodes/1,
+         telemetry_events_carry_the_figures/1,
+         no_telemetry_no_process/1]).
+-export([execute/3]).
+
+-define(LOOPBACK, "127.0.0.1").
+-define(SERIES, ["sluice_connections", "sluice_accepted_total", "sluice_rejected_total",
+                 "sluice_closed_total", "sluice_protocol_errors_total",
+                 "sluice_accept_errors_total", "sluice_messages_total",
+                 "sluice_bytes_in_total", "sluice_bytes_out_total",
+                 "sluice_beam_memory_bytes", "sluice_resident_memory_bytes"]).
+
+suite() -> [{timetrap, {seconds, 60}}].
+
+all() ->
+    [serve_on_two_nodes_spreads_reports_and_drains, a_dead_node_leaves_the_other_serving,
+     bad_cluster_options_exit_2_with_one_line, cluster_info_sums_over_peer_nodes,
+     telemetry_events_carry_the_figures, no_telemetry_no_process].
+
+init_per_suite(Config) ->
+    case sluice_load_test_lib:repo_root() of
+        {ok, Root} -> [{bin, filename:join(Root, "bin/sluice")} | Config];
+        error -> {fail, "repository root (with bin/sluice) not found"}
+    end.
+
+end_per_suite(_Config) ->
+    ok.
+
+init_per_testcase(_Case, Config) ->
+    {ok, _} = application:ensure_all_started(inets),
+    sluice_load_test_lib:start_reaper(Config).
+
+end_per_testcase(_Case, Config) ->
+    sluice_load_test_lib:stop_reaper(Config).
+
+%%% ------------------------------------------------------------------
+%%% Cases
+%%% ------------------------------------------------------------------
+
+%% serve --nodes 2: exactly one "listening on" line, printed once both
+%% accept; 40 ping connections are spread over both nodes (each node's
+%% accepted count in /metrics is > 0: SO_REUSEPORT hashes each connection,
+%% all 40 on one node would be a 1 in 2^39 event); every /metrics line
+%% parses, every agreed series is there, and node="all" is the sum of the
+%% nodes; SIGTERM closes every client (drain), exits 0 and leaves no node
+%% running.
+serve_on_two_nodes_spreads_reports_and_drains(Config) ->
+    {Port, OsPid, TcpPort, MetricsUrl, Lines} = serve(Config, ["--nodes", "2"]),
+    ?assertEqual(1, length([L || L <- Lines, binary:match(L, <<"listening on">>) =/= nomatch])),
+    Socks = [ping_connect(TcpPort) || _ <- lists:seq(1, 40)],
+    Metrics = scrape(MetricsUrl),
+    Nodes = lists:usort([N || {_, #{"node" := N}, _} <- Metrics, N =/= "all"]),
+    ct:log("nodes ~p~nmetrics:~n~p", [Nodes, Metrics]),
+    ?assertEqual(2, length(Nodes)),
+    [?assert(value(Metrics, "sluice_accepted_total", N) > 0, N) || N <- Nodes],
+    ?assertEqual(40, value(Metrics, "sluice_accepted_total", "all")),
+    ?assertEqual(40, value(Metrics, "sluice_connections", "all")),
+    ?assertEqual(40 * 5, value(Metrics, "sluice_bytes_in_total", "all")),
+    [?assertEqual(value(Metrics, S, "all"), lists:sum([value(Metrics, S, N) || N <- Nodes]), S)
+     || S <- ?SERIES],
+    [?assert(value(Metrics, S, N) > 1000000, {S, N})
+     || S <- ["sluice_beam_memory_bytes", "sluice_resident_memory_bytes"], N <- Nodes],
+    signal("TERM", OsPid),
+    [?assertEqual({error, closed}, gen_tcp:recv(S, 0, 5000)) || S <- Socks],
+    [gen_tcp:close(S) || S <- Socks],
+    {Status, After} = wait_exit(Port, 15000),
+    ct:log("after SIGTERM: ~p~n~s", [Status, [[L, $\n] || L <- After]]),
+    ?assertEqual(0, Status),
+    ?assert(lists:any(fun(L) -> binary:match(L, <<"drained 2 nodes">>) =/= nomatch end, After)),
+    ?assertEqual([], node_os_pids(Nodes)).
+
+%% kill -9 of one node's OS process: the CLI says so on one line, the other
+%% node keeps serving (new connections get Pong, /metrics shows one node),
+%% and SIGTERM still ends it all with 0.
+a_dead_node_leaves_the_other_serving(Config) ->
+    {Port, OsPid, TcpPort, MetricsUrl, _} = serve(Config, ["--nodes", "2"]),
+    Nodes = lists:usort([N || {_, #{"node" := N}, _} <- scrape(MetricsUrl), N =/= "all"]),
+    [Victim, Survivor] = Nodes,
+    [VictimPid] = node_os_pids([Victim]),
+    _ = os:cmd("kill -9 " ++ VictimPid),
+    {_, _} = wait_line(Port, "node " ++ Victim ++ " is down", 10000),
+    Socks = [ping_connect(TcpPort) || _ <- lists:seq(1, 10)],
+    Metrics = scrape(MetricsUrl),
+    ?assertEqual([Survivor], lists:usort([N || {_, #{"node" := N}, _} <- Metrics, N =/= "all"])),
+    ?assertEqual(10, value(Metrics, "sluice_connections", "all")),
+    [gen_tcp:close(S) || S <- Socks],
+    signal("TERM", OsPid),
+    {Status, After} = wait_exit(Port, 15000),
+    ct:log("after SIGTERM: ~p~n~s", [Status, [[L, $\n] || L <- After]]),
+    ?assertEqual(0, Status).
+
+%% Bad --nodes / --metrics-port values: status 2, one line naming the option.
+bad_cluster_options_exit_2_with_one_line(Config) ->
+    [begin
+         {Status, Lines} = run(Config, ["serve" | Args]),
+         ct:log("~p: ~p ~p", [Args, Status, Lines]),
+         ?assertEqual(2, Status),
+         ?assertMatch([_], Lines),
+         ?assertNotEqual(nomatch, binary:match(hd(Lines), Flag))
+     end || {Args, Flag} <- [{["--nodes", "-1"], <<"--nodes">>},
+                             {["--nodes", "many"], <<"--nodes">>},
+                             {["--metrics-port", "70000"], <<"--metrics-port">>}]].
+
+%% cluster_info/1 on a distributed node with a listener on each of two
+%% peers: connections, accepted and bytes are the sums of the peers' info/1,
+%% each peer's figures and memory are under `nodes'; a name no node runs is
+%% not_found.
+cluster_info_sums_over_peer_nodes(_Config) ->
+    ok = ensure_distributed(),
+    Ebins = [filename:dirname(code:which(M)) || M <- [sluice, sluice_metrics]],
+    Peers = [begin
+                 {ok, P, N} = peer:start_link(#{name => peer:random_name(?MODULE),
+                                               host => "127.0.0.1",
+                                               args => ["-setcookie", atom_to_list(erlang:get_cookie())
+                                                        | lists:append([["-pa", D] || D <- Ebins])]}),
+                 {P, N}
+             end || _ <- [1, 2]],
+    try
+        Counts = lists:zip([N || {_, N} <- Peers], [3, 5]),
+        Socks = lists:append(
+                  [begin
+                       {ok, Port} = erpc:call(N, sluice_cli_cluster, start_node_listener,
+                                              [#{ip => {127, 0, 0, 1}, port => 0,
+                                                 handler => {sluice_proto_ping, []}}]),
+                       [ping_connect(Port) || _ <- lists:seq(1, C)]
+                   end || {N, C} <- Counts]),
+        Info = sluice:cluster_info(sluice_cli),
+        ct:log("~p", [Info]),
+        ?assertMatch(#{connections := 8, accepted := 8, bytes_in := 40, bytes_out := 40},
+                     Info),
+        PerNode = maps:get(nodes, Info),
+        [?assertMatch(#{connections := C, beam_memory := M, resident_memory := R}
+                        when M > 0 andalso R > 0, maps:get(N, PerNode))
+         || {N, C} <- Counts],
+        ?assertEqual({error, not_found}, sluice:cluster_info(no_such_listener)),
+        [gen_tcp:close(S) || S <- Socks]
+    after
+        [peer:stop(P) || {P, _} <- Peers]
+    end.
+
+%% Where a telemetry module is present (this suite stands in for it), the
+%% figures go out as [sluice, listener, stats] events, once for the node and
+%% once for `all', with the listener's counts as measurements.
+telemetry_events_carry_the_figures(_Config) ->
+    {ok, _} = application:ensure_all_started(sluice),
+    Name = {?MODULE, telemetry},
+    {ok, _} = sluice:start_listener(Name, #{ip => {127, 0, 0, 1}, port => 0,
+                                           handler => {sluice_proto_ping, []}}),
+    #{port := Port} = sluice:info(Name),
+    S = ping_connect(Port),
+    register(sluice_telemetry_test, self()),
+    {ok, Pid} = sluice_metrics:start_telemetry(Name, ?MODULE),
+    try
+        Events = [receive {telemetry, E, M, Meta} -> {E, M, Meta} after 3000 -> none end
+                  || _ <- [1, 2]],
+        ct:log("~p", [Events]),
+        Node = node(),
+        [?assertMatch({[sluice, listener, stats],
+                       #{connections := 1, accepted := 1, bytes_in := 5, accept_errors := 0,
+                         beam_memory := _, resident_memory := _},
+                       #{listener := Name, node := N}} when N =:= Node orelse N =:= all, E)
+         || E <- Events]
+    after
+        unlink(Pid), exit(Pid, kill),
+        unregister(sluice_telemetry_test),
+        gen_tcp:close(S),
+        sluice:stop_listener(Name)
+    end.
+
+%% Without telemetry on the code path nothing is started.
+no_telemetry_no_process(_Config) ->
+    ?assertEqual(ignore, sluice_metrics:start_telemetry(x, sluice_no_such_module)).
+
+%% Stands in for telemetry:execute/3.
+-spec execute(list(), map(), map()) -> ok.
+execute(Event, Measurements, Meta) ->
+    sluice_telemetry_test ! {telemetry, Event, Measurements, Meta},
+    ok.
+
+%%% ------------------------------------------------------------------
+%%% Helpers
+%%% ------------------------------------------------------------------
+
+ensure_distributed() ->
+    case node() of
+        nonode@nohost ->
+            _ = os:cmd("epmd -daemon"),
+            Name = list_to_atom("sluice_cluster_suite_" ++ os:getpid() ++ "@127.0.0.1"),
+            {ok, _} = net_kernel:start([Name, longnames]),
+            ok;
+        _ ->
+            ok
+    end.
+
+serve(Config, Extra) ->
+    {Port, OsPid} = start(Config, ["serve", "--ip", ?LOOPBACK, "--port", "0", "--protocol",
+                                   "ping", "--metrics-port", "0" | Extra]),
+    {[MPort], L1} = wait_line(Port, "metrics at http://127.0.0.1:([0-9]+)/metrics", 30000),
+    {[TcpPort], L2} = wait_line(Port, "^listening on [0-9.]+:([0-9]+)$", 10000),
+    Url = "http://127.0.0.1:" ++ MPort ++ "/metrics",
+    {Port, OsPid, list_to_integer(TcpPort), Url, L1 ++ L2}.
+
+start(Config, Args) ->
+    Port = open_port({spawn_executable, ?config(bin, Config)},
+                     [{args, Args}, exit_status, binary, {line, 4096}, stderr_to_stdout,
+                      use_stdio, hide]),
+    {os_pid, OsPid} = erlang:port_info(Port, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    {Port, OsPid}.
+
+run(Config, Args) ->
+    {Port, _} = start(Config, Args),
+    wait_exit(Port, 15000).
+
+wait_line(Port, Re, Timeout) ->
+    wait_line(Port, Re, erlang:monotonic_time(millisecond) + Timeout, []).
+
+wait_line(Port, Re, Deadline, Acc) ->
+    Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
+    receive
+        {Port, {data, {eol, Line}}} ->
+            case re:run(Line, Re, [{capture, all_but_first, list}]) of
+                {match, Captured} -> {Captured, lists:reverse([Line | Acc])};
+                nomatch -> wait_line(Port, Re, Deadline, [Line | Acc])
+            end;
+        {Port, {data, {noeol, Part}}} ->
+            wait_line(Port, Re, Deadline, [Part | Acc]);
+        {Port, {exit_status, Status}} ->
+            error({exited_before_line, Re, Status, lists:reverse(Acc)})
+    after Left ->
+            error({no_line, Re, lists:reverse(Acc)})
+    end.
+
+wait_exit(Port, Timeout) ->
+    wait_exit(Port, erlang:monotonic_time(millisecond) + Timeout, []).
+
+wait_exit(Port, Deadline, Acc) ->
+    Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
+    receive
+        {Port, {data, {eol, Line}}} -> wait_exit(Port, Deadline, [Line | Acc]);
+        {Port, {data, {noeol, Part}}} -> wait_exit(Port, Deadline, [Part | Acc]);
+        {Port, {exit_status, Status}} -> {Status, lists:reverse(Acc)}
+    after Left ->
+            {timeout, lists:reverse(Acc)}
+    end.
+
+signal(Sig, OsPid) ->
+    _ = os:cmd("kill -" ++ Sig ++ " " ++ integer_to_list(OsPid)),
+    ok.
+
+%% A connection that has had its Pong: counted by the server.
+ping_connect(TcpPort) ->
+    {ok, S} = gen_tcp:connect({127, 0, 0, 1}, TcpPort, [binary, {active, false}], 5000),
+    ok = gen_tcp:send(S, <<"Ping\n">>),
+    {ok, <<"Pong\n">>} = gen_tcp:recv(S, 5, 5000),
+    S.
+
+%% OS pids of the VMs running these node names.
+node_os_pids(Nodes) ->
+    [P || N <- Nodes,
+          P <- string:lexemes(os:cmd("pgrep -f -- '-name " ++ N ++ "( |$)'"), "\n")].
+
+%% [{Series, Labels, Value}] from Prometheus text; fails on a line that
+%% is neither a comment nor a well-formed sample.
+scrape(Url) ->
+    {ok, {{_, 200, _}, Headers, Body}} = httpc:request(get, {Url, []}, [{timeout, 10000}], []),
+    ?assertMatch("text/plain" ++ _, proplists:get_value("content-type", Headers)),
+    [parse_sample(L) || L <- string:lexemes(Body, "\n"), hd(L) =/= $#].
+
+parse_sample(Line) ->
+    case re:run(Line, "^([a-z_]+)\\{([^}]*)\\} ([0-9]+)$", [{capture, all_but_first, list}]) of
+        {match, [Name, Labels, Value]} ->
+            Pairs = [list_to_tuple(string:split(KV, "=")) || KV <- string:lexemes(Labels, ",")],
+            {Name, maps:from_list([{K, string:trim(V, both, "\"")} || {K, V} <- Pairs]),
+             list_to_integer(Value)};
+        nomatch ->
+            error({bad_metrics_line, Line})
+    end.
+
+%% The value of a series for a node (for accept errors: reason="all").
+value(Metrics, Series, Node) ->
+    case [V || {S, #{"node" := N} = L, V} <- Metrics, S =:= Series, N =:= Node,
+               maps:get("reason", L, "all") =:= "all"] of
+        [V] -> V;
+        Other -> error({no_single_sample, Series, Node, Other})
+    end.
