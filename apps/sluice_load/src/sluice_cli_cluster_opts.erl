@@ -10,16 +10,19 @@ specs() ->
     [{nodes, "nodes", {integer, 0, 64}, 0,
       "run the listener on this many BEAM nodes (peer), one OS process each, on one port "
       "(SO_REUSEPORT); 0: in this VM"},
-     {hosts, "hosts", string, "",
+     {hosts, "hosts", string, "local",
       "with --nodes: comma-separated hosts to start the nodes on, round-robin, over ssh "
-      "(the same checkout path on each); default: this host"},
+      "(the same checkout path on each); local: this host"},
      {metrics_port, "metrics-port", {integer, 0, 65535}, undefined,
       "serve Prometheus text at http://IP:PORT/metrics (0: any free port, printed on stderr)"}].
 
 %% @doc The hosts of --hosts, [] for this host only.
 -spec hosts(map()) -> [string()].
 hosts(O) ->
-    string:lexemes(maps:get(hosts, O), ", ").
+    case string:lexemes(maps:get(hosts, O), ", ") of
+        ["local"] -> [];
+        Hosts -> Hosts
+    end.
 
 %% @doc Start the metrics httpd if --metrics-port was given (and, where
 %% telemetry is present, the telemetry events); says where on stderr.
