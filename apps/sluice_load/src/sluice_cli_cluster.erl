@@ -102,7 +102,10 @@ start_peer(I, Host) ->
     Flags = string:lexemes(os:getenv("SLUICE_ERL_FLAGS", ""), " "),
     %% +Bi: Ctrl-C in a terminal reaches the whole process group; the nodes
     %% ignore it and are drained by the CLI node like the rest.
-    Args = ["+Bi", "-setcookie", atom_to_list(erlang:get_cookie())
+    %% -connect_all false: the nodes only need the CLI node, not each other;
+    %% a full mesh also makes `global' warn about overlapping partitions
+    %% as they stop one after the other.
+    Args = ["+Bi", "-connect_all", "false", "-setcookie", atom_to_list(erlang:get_cookie())
             | lists:append([["-pa", D] || D <- code_path()])] ++ Flags,
     Opts = #{name => Name, args => Args, wait_boot => ?PEER_TIMEOUT},
     Opts2 = case Host of
