@@ -117,11 +117,30 @@ wait_empty(A, Deadline) ->
 -spec suspend(name()) -> ok | {error, not_found}.
 suspend(Name) ->
     with_sup(Name, fun(Sup) ->
+                           Ports = listen_ports(Name),
                            case supervisor:terminate_child(Sup, sluice_acceptors_sup) of
-                               ok -> ok;
+                               ok -> wait_closed(Ports);
                                {error, not_found} -> ok
                            end
                    end).
+
+%% The listen sockets close when their owner (the acceptors' supervisor)
+%% exits, but a port handles that exit signal asynchronously: without
+%% waiting, a connect right after suspend/1 returned could still be
+%% accepted by the kernel, then reset. Ports (inet) are waited for (up to
+%% a second each); other kinds of socket are not.
+listen_ports(Name) ->
+    case sluice_registry:lookup(Name) of
+        {ok, #{listen_sockets := Socks}} ->
+            [erlang:monitor(port, S) || S <- Socks, is_port(S)];
+        _ ->
+            []
+    end.
+
+wait_closed(MRefs) ->
+    _ = [receive {'DOWN', M, port, _, _} -> ok after 1000 -> erlang:demonitor(M, [flush]) end
+         || M <- MRefs],
+    ok.
 
 %% @doc Accept again, on the same port.
 -spec resume(name()) -> ok | {error, term()}.
