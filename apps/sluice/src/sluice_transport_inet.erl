@@ -21,9 +21,14 @@
 %% 10.3 ns; bin/sluice bench --scenario pipeline --server sluice --rounds 5,
 %% 2026-11-22): fewer reads, fewer acks, fewer wake-ups of the client. 1 MiB
 %% was no faster (8.1 ns). The driver trims the binary to what was read, so
-%% an idle or slow connection does not hold 256 KiB (1,000 connections that
-%% sent one small frame each: +2.1 MB of binaries either way).
+%% a connection that has been read from does not hold 256 KiB (1,000
+%% connections that sent one small frame each: +2.1 MB of binaries either
+%% way); one that was armed and never read from does: see activate/2.
 -define(DEFAULT_BUFFER, 262144).
+
+%% The read buffer a socket is armed with (see activate/2): what an idle
+%% connection holds. A Ping or an ack frame fits.
+-define(ARM_BUFFER, 512).
 
 -spec listen(inet:port_number(), sluice_transport:listen_opts()) ->
           {ok, gen_tcp:socket()} | {error, term()}.
@@ -61,8 +66,32 @@ activate(Sock, false) ->
         {ok, _Ref} -> ok;
         Error -> Error
     end;
+activate(Sock, once) ->
+    inet:setopts(Sock, [{active, once}]);
 activate(Sock, Mode) ->
-    inet:setopts(Sock, [{active, Mode}]).
+    %% Arming a socket that has no read buffer makes the driver allocate a
+    %% whole `buffer' at once and hold it until data comes: 256 KiB for
+    %% every connection that connects and says nothing (1,000 silent
+    %% connections: 262 MB). Arm with a small buffer, then put the real size
+    %% back: reads that find data allocate that (measured: only the first
+    %% read after arming is small; pipelined and lock-step ack no slower).
+    %% With the trick: 4.1 KB per silent connection in all. Two more port
+    %% calls per N chunks. Not fixed: the chunk that ends an active-N window
+    %% leaves its buffer allocated, so a connection that goes quiet right
+    %% then holds a whole buffer until its next read (active 2, two Pings:
+    %% 262 KB). `once' and `false' re-arm after every chunk and keep the
+    %% single call; their quiet connections hold a whole buffer.
+    case inet:getopts(Sock, [buffer]) of
+        {ok, [{buffer, Size}]} when Size > ?ARM_BUFFER ->
+            case inet:setopts(Sock, [{buffer, ?ARM_BUFFER}, {active, Mode}]) of
+                ok -> inet:setopts(Sock, [{buffer, Size}]);
+                Error -> Error
+            end;
+        {ok, _} ->
+            inet:setopts(Sock, [{active, Mode}]);
+        Error ->
+            Error
+    end.
 
 -spec send_async(gen_tcp:socket(), iodata()) -> ok | {error, term()}.
 send_async(Sock, Data) ->

@@ -15,7 +15,8 @@
          busy_connection_does_not_hibernate/1,
          hibernate_after_infinity_keeps_connections_awake/1,
          bad_hibernate_after_is_refused/1,
-         hibernated_connections_hold_less_memory/1]).
+         hibernated_connections_hold_less_memory/1,
+         quiet_connections_hold_no_read_buffer/1]).
 
 suite() -> [{timetrap, {seconds, 30}}].
 
@@ -25,7 +26,8 @@ all() ->
      busy_connection_does_not_hibernate,
      hibernate_after_infinity_keeps_connections_awake,
      bad_hibernate_after_is_refused,
-     hibernated_connections_hold_less_memory].
+     hibernated_connections_hold_less_memory,
+     quiet_connections_hold_no_read_buffer].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -158,3 +160,33 @@ memory_of_quiet_conns(Config, N, HibAfter) ->
     Mem = lists:sum([element(2, process_info(P, memory)) || P <- Pids]) div N,
     [gen_tcp:close(S) || S <- Socks],
     Mem.
+
+%% The inet driver allocates a whole read buffer (256 KiB by default) when
+%% a socket is armed with nothing to read, and keeps it until data comes.
+%% 40 connections that never send and 40 that sent one Ping and went quiet
+%% hold well under 32 KiB of binaries each (the silent ones held 256 KiB
+%% each before sluice armed sockets with a small buffer).
+quiet_connections_hold_no_read_buffer(Config) ->
+    Port = ping_listener(Config, #{hibernate_after => infinity}),
+    garbage_collect(),
+    B0 = erlang:memory(binary),
+    %% The clients are in this VM and are `socket' sockets: inet clients
+    %% would hold read buffers of their own that memory(binary) counts.
+    Silent = [raw_connect(Port) || _ <- lists:seq(1, 40)],
+    Pinged = [begin
+                  S = raw_connect(Port),
+                  ok = socket:send(S, <<"Ping\n">>),
+                  {ok, <<"Pong\n">>} = socket:recv(S, 5, 3000),
+                  S
+              end || _ <- lists:seq(1, 40)],
+    sluice_test_lib:wait_info(?config(name, Config), connections, 80, 5000),
+    timer:sleep(200),
+    PerConn = (erlang:memory(binary) - B0) div 80,
+    ct:log("binary memory per quiet connection: ~b bytes", [PerConn]),
+    ?assert(PerConn < 32768, PerConn),
+    [socket:close(S) || S <- Silent ++ Pinged].
+
+raw_connect(Port) ->
+    {ok, S} = socket:open(inet, stream, tcp),
+    ok = socket:connect(S, #{family => inet, addr => {127, 0, 0, 1}, port => Port}),
+    S.
