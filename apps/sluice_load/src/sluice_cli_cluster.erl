@@ -53,12 +53,13 @@ serve(O, ListenerOpts) ->
     end.
 
 %% Distribution with long names: 127.0.0.1 when every node is local (no
-%% DNS needed), this host's full name when nodes run elsewhere. epmd is
-%% started first: a VM started without -name does not start it.
+%% DNS needed); when nodes run elsewhere, the name they reach this host by:
+%% $SLUICE_DIST_HOST, or this host's name. epmd is started first: a VM
+%% started without -name does not start it.
 start_distribution(Hosts) ->
     Host = case Hosts of
                [] -> "127.0.0.1";
-               _ -> net_adm:localhost()
+               _ -> os:getenv("SLUICE_DIST_HOST", net_adm:localhost())
            end,
     _ = os:cmd(epmd() ++ " -daemon"),
     Name = list_to_atom("sluice_serve_" ++ os:getpid() ++ "@" ++ Host),
@@ -110,14 +111,23 @@ start_peer(I, Host) ->
     Opts = #{name => Name, args => Args, wait_boot => ?PEER_TIMEOUT},
     Opts2 = case Host of
                 local -> Opts#{host => "127.0.0.1", exec => Erl};
-                _ -> Opts#{host => Host,
-                           exec => {os:find_executable("ssh"), ["-T", Host, Erl]}}
+                _ -> Opts#{host => Host, exec => {ssh(), ["-T", Host, Erl]}}
             end,
     try peer:start(Opts2) of
         {ok, Peer, Node} -> {ok, Peer, Node};
         {error, Reason} -> {error, peer_error(Host, Reason)}
     catch
         Class:Reason -> {error, peer_error(Host, {Class, Reason})}
+    end.
+
+%% $SLUICE_SSH (a wrapper, or a stand-in in tests), else ssh from $PATH.
+ssh() ->
+    case os:getenv("SLUICE_SSH") of
+        Ssh when is_list(Ssh), Ssh =/= "" -> Ssh;
+        _ -> case os:find_executable("ssh") of
+                 false -> sluice_cli:fail(1, "--hosts needs ssh, and there is none in PATH");
+                 Ssh -> Ssh
+             end
     end.
 
 peer_error(Host, Reason) ->

@@ -17,6 +17,7 @@
          init_per_testcase/2, end_per_testcase/2]).
 -export([serve_on_two_nodes_spreads_reports_and_drains/1,
          a_dead_node_leaves_the_other_serving/1,
+         hosts_start_nodes_through_ssh/1,
          bad_cluster_options_exit_2_with_one_line/1,
          cluster_info_sums_over_peer_nodes/1,
          telemetry_events_carry_the_figures/1,
@@ -34,6 +35,7 @@ suite() -> [{timetrap, {seconds, 60}}].
 
 all() ->
     [serve_on_two_nodes_spreads_reports_and_drains, a_dead_node_leaves_the_other_serving,
+     hosts_start_nodes_through_ssh,
      bad_cluster_options_exit_2_with_one_line, cluster_info_sums_over_peer_nodes,
      telemetry_events_carry_the_figures, no_telemetry_no_process].
 
@@ -103,6 +105,28 @@ a_dead_node_leaves_the_other_serving(Config) ->
     Metrics = scrape(MetricsUrl),
     ?assertEqual([Survivor], lists:usort([N || {_, #{"node" := N}, _} <- Metrics, N =/= "all"])),
     ?assertEqual(10, value(Metrics, "sluice_connections", "all")),
+    [gen_tcp:close(S) || S <- Socks],
+    signal("TERM", OsPid),
+    {Status, After} = wait_exit(Port, 15000),
+    ct:log("after SIGTERM: ~p~n~s", [Status, [[L, $\n] || L <- After]]),
+    ?assertEqual(0, Status).
+
+%% --hosts starts each node through ssh (here $SLUICE_SSH, a stand-in that
+%% logs its arguments and runs the command locally; $SLUICE_DIST_HOST names
+%% this host for the nodes): the same path as on real hosts. Two nodes on
+%% "host" 127.0.0.1 serve, the stand-in ran once per node with `-T HOST',
+%% and SIGTERM ends it with 0.
+hosts_start_nodes_through_ssh(Config) ->
+    Dir = ?config(priv_dir, Config),
+    Log = filename:join(Dir, "ssh.log"),
+    Ssh = filename:join(Dir, "fake-ssh"),
+    ok = file:write_file(Ssh, ["#!/bin/sh\necho \"$1 $2\" >> ", Log, "\nshift 2\nexec \"$@\"\n"]),
+    ok = file:change_mode(Ssh, 8#755),
+    Env = [{"SLUICE_SSH", Ssh}, {"SLUICE_DIST_HOST", "127.0.0.1"}],
+    {Port, OsPid, TcpPort, _Url, _} = serve(Config, ["--nodes", "2", "--hosts", "127.0.0.1"], Env),
+    Socks = [ping_connect(TcpPort) || _ <- lists:seq(1, 4)],
+    {ok, Logged} = file:read_file(Log),
+    ?assertEqual([<<"-T 127.0.0.1">>, <<"-T 127.0.0.1">>], string:lexemes(Logged, "\n")),
     [gen_tcp:close(S) || S <- Socks],
     signal("TERM", OsPid),
     {Status, After} = wait_exit(Port, 15000),
@@ -213,7 +237,10 @@ ensure_distributed() ->
     end.
 
 serve(Config, Extra) ->
-    {Port, OsPid} = start(Config, ["serve", "--ip", ?LOOPBACK, "--port", "0", "--protocol",
+    serve(Config, Extra, []).
+
+serve(Config, Extra, Env) ->
+    {Port, OsPid} = start(Config, Env, ["serve", "--ip", ?LOOPBACK, "--port", "0", "--protocol",
                                    "ping", "--metrics-port", "0" | Extra]),
     {[MPort], L1} = wait_line(Port, "metrics at http://127.0.0.1:([0-9]+)/metrics", 30000),
     {[TcpPort], L2} = wait_line(Port, "^listening on [0-9.]+:([0-9]+)$", 10000),
@@ -221,8 +248,11 @@ serve(Config, Extra) ->
     {Port, OsPid, list_to_integer(TcpPort), Url, L1 ++ L2}.
 
 start(Config, Args) ->
+    start(Config, [], Args).
+
+start(Config, Env, Args) ->
     Port = open_port({spawn_executable, ?config(bin, Config)},
-                     [{args, Args}, exit_status, binary, {line, 4096}, stderr_to_stdout,
+                     [{args, Args}, {env, Env}, exit_status, binary, {line, 4096}, stderr_to_stdout,
                       use_stdio, hide]),
     {os_pid, OsPid} = erlang:port_info(Port, os_pid),
     sluice_load_test_lib:reap(Config, OsPid),
