@@ -324,6 +324,11 @@ void worker_publish(struct worker *w)
     uint64_t e = 0;
     for (int i = 0; i < F_NREASONS; i++)
         e += w->st.failures[i];
+    atomic_store_explicit(&w->pub_failed, e, memory_order_relaxed);
+    atomic_store_explicit(&w->pub_attempts, w->st.attempts,
+                          memory_order_relaxed);
+    atomic_store_explicit(&w->pub_established, w->st.established,
+                          memory_order_relaxed);
     if (w->run->sc->errors)
         e += w->run->sc->errors(w);
     atomic_store_explicit(&w->pub_errors, e, memory_order_relaxed);

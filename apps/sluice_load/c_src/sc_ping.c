@@ -1,4 +1,4 @@
-/* ping: connscale's pattern.  Every connection sends "Ping\n" every
+/* ping (and scale, which is ping with a ramp at --rate and a hold): connscale's pattern.  Every connection sends "Ping\n" every
  * --interval ms from the moment it is up and expects "Pong\n" within
  * --timeout ms.  At most one ping is outstanding per connection: a tick that
  * finds the previous ping unanswered is counted as skipped (that is what a
@@ -297,7 +297,9 @@ static void ping_json(struct run *r, struct json *j)
         json_u64(j, "late_pongs", sum.late);
         json_obj(j, "latency_us");
         json_dbl(j, "p50", (double)hist_percentile(h, 50) / 1e3);
+        json_dbl(j, "p90", (double)hist_percentile(h, 90) / 1e3);
         json_dbl(j, "p99", (double)hist_percentile(h, 99) / 1e3);
+        json_dbl(j, "p999", (double)hist_percentile(h, 99.9) / 1e3);
         json_dbl(j, "max", (double)sum.max / 1e3);
         json_end_obj(j);
         report_hist_json(j, "latency_hist", h);
