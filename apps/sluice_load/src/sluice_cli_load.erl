@@ -124,7 +124,7 @@ load(O) ->
                                               (maps:get(progress, O) orelse is_tty())})
               after sluice_load_nodes:stop(Refs)
               end,
-    finish(O, Outcome, length(Placed), length(Nodes)).
+    finish(O, Outcome, Placed, length(Nodes)).
 
 source_sets(none, O, Shares, none) ->
     case inet:getaddr(maps:get(host, O), inet) of
@@ -187,7 +187,7 @@ start_nodes(Spec, O) ->
         {error, Msg} -> sluice_cli:fail(1, Msg)
     end.
 
-finish(O, #{results := Results} = Out, NEngines, NNodes) ->
+finish(O, #{results := Results} = Out, Placed, NNodes) ->
     Good = [R || {_, St, J} <- Results, is_binary(J), St =/= lost,
                  {ok, R} <- [sluice_bench_json:decode(J)]],
     Bad = [{Id, St} || {Id, St, J} <- Results, not is_binary(J) orelse not lists:member(St, [0, 1, 3])],
@@ -203,7 +203,9 @@ finish(O, #{results := Results} = Out, NEngines, NNodes) ->
         none -> ok;
         E -> io:format(standard_error, "sluice: server metrics: ~s~n", [E])
     end,
-    Info = #{engines => NEngines, nodes => NNodes, memory => Mem,
+    Info = #{engines => length(Placed), nodes => NNodes, memory => Mem,
+             placement => [#{id => I, node => N, conns => C, args => [list_to_binary(A) || A <- As]}
+                           || #{id := I, node := N, conns := C, args := As} <- Placed],
              server_metrics => maps:get(server_metrics, O), engine_results => Good},
     maps:get(interrupted, Out) andalso
         io:format(standard_error, "sluice: interrupted, reporting what was measured~n", []),

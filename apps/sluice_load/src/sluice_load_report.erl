@@ -104,4 +104,5 @@ json(R, Info) ->
                                                             U -> list_to_binary(U)
                                                         end,
                                 <<"nodes">> => maps:get(nodes, Info),
+                                <<"placement">> => maps:get(placement, Info),
                                 <<"engine_results">> => maps:get(engine_results, Info)}).
