@@ -37,7 +37,7 @@ specs() ->
       "connects in progress at once over all engines"},
      {threads, "threads", {integer, 1, 1024}, undefined, "threads per engine (1 when several engines share this host)"},
      {source_ips, "source-ips", string, undefined,
-      "source addresses (127.0.0.2-9, comma lists), split over the engines; on loopback, past 25,000 connections each engine gets addresses of its own"},
+      "source addresses (127.0.0.2-9, comma lists), split over the engines; on loopback, past 12,000 connections each engine gets addresses of its own"},
      {engines, "engines", {integer, 1, 1024}, undefined,
       "engine processes per node (default: enough for 19,000 connections each)"},
      {nodes, "nodes", string, undefined,
@@ -141,7 +141,7 @@ source_sets(Ips, O, Shares, _) ->
     Per = maps:get(conns, O) / length(Ips),
     Per > sluice_load_plan:conns_per_address() andalso
         io:format(standard_error, "sluice: warning: ~b connections per source address "
-                  "(the kernel has ~~28,000 ports per address and server port)~n", [round(Per)]),
+                  "(connect() slows down past ~~14,000: half the port range)~n", [round(Per)]),
     sluice_load_plan:assign_ips(Ips, length(Shares)).
 
 engine_args(O, #{conns := C, rate := R, connect_concurrency := CC}, Set, Threads) ->
