@@ -34,7 +34,7 @@ void control_progress_json(struct run *r, FILE *f, uint64_t now,
             "\"conns\":%ld,\"attempts\":%llu,\"established\":%llu,"
             "\"failed\":%llu,\"up\":%llu,\"pending\":%llu,"
             "\"unopened\":%llu,\"resolved\":%llu,\"messages\":%llu,"
-            "\"timeouts\":%llu,\"errors\":%llu}\n",
+            "\"timeouts\":%llu,\"errors\":%llu,\"failures\":{",
             (double)(now - r->t0) / 1e9, phase, r->cfg->conns,
             (unsigned long long)SUM(r, pub_attempts),
             (unsigned long long)SUM(r, pub_established),
@@ -45,6 +45,15 @@ void control_progress_json(struct run *r, FILE *f, uint64_t now,
             (unsigned long long)SUM(r, pub_msgs),
             (unsigned long long)(pinging ? errors - failed : 0),
             (unsigned long long)errors);
+    int n = 0;
+    for (int k = 0; k < F_NREASONS; k++) {
+        uint64_t v = sum(r, offsetof(struct worker, pub_fail) +
+                                (size_t)k * sizeof(_Atomic uint64_t));
+        if (v)
+            fprintf(f, "%s\"%s\":%llu", n++ ? "," : "", fail_names[k],
+                    (unsigned long long)v);
+    }
+    fputs("}}\n", f);
     fflush(f);
 }
 

@@ -126,7 +126,7 @@ struct worker {
     /* published for the main thread (relaxed) */
     _Atomic uint64_t pub_msgs, pub_up, pub_pending, pub_resolved, pub_errors,
         pub_last_resolve, pub_unopened, pub_attempts, pub_established,
-        pub_failed;
+        pub_failed, pub_fail[F_NREASONS];
 };
 
 struct scenario {
@@ -192,6 +192,10 @@ void control_progress_json(struct run *r, FILE *f, uint64_t now,
                            const char *phase);
 /* Reads stdin (non-blocking): 1 on a "go" line, -1 on EOF, 0 otherwise. */
 int control_read_go(int fd);
+
+/* sc_ping.c: rounds every worker has finished since *next, one JSON
+ * object a line (`{"round":K,...}`); returns whether it wrote any. */
+int ping_live_rounds(struct run *r, FILE *f, uint32_t *next);
 
 /* engine.c */
 int engine_start(struct run *r);

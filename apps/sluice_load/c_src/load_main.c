@@ -153,6 +153,8 @@ static void configure(struct cfg *cfg, struct opt *opts, int argc,
     resolve_host(cfg);
 }
 
+static int pinging_sc(int sc) { return sc == SC_PING || sc == SC_SCALE; }
+
 static uint64_t sum_pub(struct run *r, size_t off)
 {
     uint64_t s = 0;
@@ -269,6 +271,7 @@ int main(int argc, char **argv)
     uint64_t now, mstart = 0, mend = 0;
     int interrupted = 0, go = !cfg.go_stdin, ramped = 0;
     const char *json_phase = "ramp";
+    uint32_t live_round = 0;
     if (cfg.go_stdin)
         set_nonblock(0);
     for (;;) {
@@ -304,6 +307,8 @@ int main(int argc, char **argv)
             const char *ph = !ramped ? "ramp" : !mstart ? "ready" :
                              now < mstart ? "warmup" : "window";
             /* a phase change is news for the coordinator: say it now */
+            if (pinging_sc(cfg.scenario))
+                ping_live_rounds(&r, stdout, &live_round);
             if (now >= next_json || ph != json_phase) {
                 control_progress_json(&r, stdout, now, ph);
                 json_phase = ph;

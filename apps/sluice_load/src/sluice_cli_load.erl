@@ -126,7 +126,7 @@ load(O) ->
               end,
     finish(O, Outcome, Placed, length(Nodes)).
 
-source_sets(none, O, Shares, none) ->
+source_sets(none, O, Shares, NodeSpec) when NodeSpec =:= none; element(1, NodeSpec) =:= local ->
     case inet:getaddr(maps:get(host, O), inet) of
         {ok, HostIp} ->
             case sluice_load_plan:auto_source_ips(HostIp, Shares, true) of
@@ -135,7 +135,8 @@ source_sets(none, O, Shares, none) ->
             end;
         {error, _} -> sluice_cli:fail(2, "cannot resolve --host " ++ maps:get(host, O))
     end;
-source_sets(none, _O, Shares, _Remote) ->
+source_sets(none, _O, Shares, {hosts, _}) ->
+    %% other hosts have their own addresses and port ranges
     [none || _ <- Shares];
 source_sets(Ips, O, Shares, _) ->
     Per = maps:get(conns, O) / length(Ips),

@@ -40,7 +40,7 @@ run(#{bin := Bin, engines := Engines, progress := Progress, server_metrics := Ur
     S0 = #{runners => Runners, progress => #{}, done => #{}, texts => [],
            go => false, url => Url, show => Progress, t0 => T0, last => {T0, 0, 0},
            baseline => Baseline, held => none, metrics_error => MErr,
-           scraping => false, interrupted => false,
+           scraping => false, interrupted => false, rounds => #{},
            conns => lists:sum([C || #{conns := C} <- Engines])},
     S = loop(S0),
     #{results => [{Id, St, J} || {Id, {St, J}} <- lists:sort(maps:to_list(maps:get(done, S)))],
@@ -65,6 +65,11 @@ receive_one(#{runners := Runners} = S) ->
         {engine_progress, Id, Line} ->
             case sluice_bench_json:decode(Line) of
                 {ok, P} -> S#{progress := (maps:get(progress, S))#{Id => P}};
+                _ -> S
+            end;
+        {engine_round, Id, Line} ->
+            case sluice_bench_json:decode(Line) of
+                {ok, R} -> live_round(Id, R, S);
                 _ -> S
             end;
         {engine_text, Id, Line} ->
@@ -93,6 +98,28 @@ receive_one(#{runners := Runners} = S) ->
         {scraped, {error, E}} ->
             S#{scraping := false, metrics_error := E}
     end.
+
+%% A round is shown once every engine still running has finished it
+%% (merged like the final report's rounds).
+live_round(Id, #{<<"round">> := K} = R, #{rounds := Rounds, runners := Runners, done := Done} = S) ->
+    Got = maps:put(Id, R, maps:get(K, Rounds, #{})),
+    case map_size(Got) >= map_size(Runners) - map_size(Done) of
+        true ->
+            [M] = maps:get(<<"rounds">>, sluice_load_merge:merge_rounds([#{<<"rounds">> => [X]} || X <- maps:values(Got)])),
+            L = maps:get(<<"latency_us">>, M),
+            maps:get(show, S) andalso
+                io:format(standard_error,
+                          "round ~b: up ~b  pings ~b  pongs ~b  timeouts ~b  skipped ~b  "
+                          "p50 ~.1f  p99 ~.1f  p99.9 ~.1f  max ~.1f us~n",
+                          [K, maps:get(<<"conns_up">>, M), maps:get(<<"pings">>, M),
+                           maps:get(<<"pongs">>, M), maps:get(<<"timeouts">>, M),
+                           maps:get(<<"skipped">>, M) | [float(maps:get(P, L)) || P <- [<<"p50">>, <<"p99">>, <<"p999">>, <<"max">>]]]),
+            S#{rounds := maps:remove(K, Rounds)};
+        false ->
+            S#{rounds := Rounds#{K => Got}}
+    end;
+live_round(_Id, _R, S) ->
+    S.
 
 %% Every engine has resolved all its connections (or ended): start the
 %% window everywhere at once.
@@ -142,11 +169,22 @@ show(#{progress := Prog, t0 := T0, last := {LT, LEst, LMsgs}, conns := Conns} = 
                 G -> io_lib:format("hold ~.1fs", [(Now - G) / 1000])
             end,
     io:format(standard_error,
-              "[~6.1fs] up ~b/~b  failed ~b  est ~b/s  pongs ~b/s  timeouts ~b  (~s)~s~n",
-              [(Now - T0) / 1000, Sum(<<"up">>), Conns, Sum(<<"failed">>),
+              "[~6.1fs] up ~b/~b  failed ~b~s  est ~b/s  pongs ~b/s  timeouts ~b  (~s)~s~n",
+              [(Now - T0) / 1000, Sum(<<"up">>), Conns, Sum(<<"failed">>), reasons(Prog),
                round((Est - LEst) / Dt), round((Msgs - LMsgs) / Dt), Sum(<<"timeouts">>), Phase,
                server_line(S)]),
     S#{last := {Now, Est, Msgs}}.
+
+%% failures by reason over the engines: " (ETIMEDOUT 3, EMFILE 1)"
+reasons(Prog) ->
+    F = lists:foldl(fun(P, Acc) ->
+                            maps:fold(fun(K, V, A) -> maps:update_with(K, fun(X) -> X + V end, V, A) end,
+                                      Acc, maps:get(<<"failures">>, P, #{}))
+                    end, #{}, maps:values(Prog)),
+    case lists:reverse(lists:keysort(2, maps:to_list(F))) of
+        [] -> "";
+        L -> [" (", lists:join(", ", [[K, " ", integer_to_list(V)] || {K, V} <- L]), ")"]
+    end.
 
 server_line(#{baseline := B, held := H}) when is_map(B), is_map(H) ->
     #{connections := C, beam_bytes_per_conn := Beam, resident_bytes_per_conn := Rss} =

@@ -3,6 +3,7 @@
 %% process, possibly on another node:
 %%
 %%   `{engine_progress, Id, ProgressJson}'  about once a second,
+%%   `{engine_round, Id, RoundJson}'        a ping/scale round as it ends,
 %%   `{engine_text, Id, Line}'              a line the engine wrote on stderr,
 %%   `{engine_done, Id, ExitStatus, ResultJson | none}'  at the end.
 %%
@@ -82,6 +83,9 @@ loop(#{port := Port, coord := Coord, id := Id, mref := MRef} = S) ->
 
 line(<<"{\"progress\":true", _/binary>> = L, #{coord := Coord, id := Id} = S) ->
     Coord ! {engine_progress, Id, L},
+    S;
+line(<<"{\"round\":", _/binary>> = L, #{coord := Coord, id := Id} = S) ->
+    Coord ! {engine_round, Id, L},
     S;
 line(<<"{", _/binary>> = L, S) ->
     S#{result := L};

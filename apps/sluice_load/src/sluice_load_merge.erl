@@ -13,7 +13,7 @@
 %% bucket may sit up to half a bucket, 0.4%, below the engine's).
 -module(sluice_load_merge).
 
--export([merge/1, merge_hists/1, percentile/3, latency/2]).
+-export([merge/1, merge_rounds/1, merge_hists/1, percentile/3, latency/2]).
 
 -type result() :: #{binary() => term()}.
 -type hist() :: #{binary() => term()}.
@@ -81,6 +81,11 @@ with_connect(M, Rs) ->
                      <<"latency_us">> => (latency(H, CMax))#{<<"mean">> => mean([maps:get(<<"latency_us">>, C, #{}) || C <- Cs])},
                      <<"latency_hist">> => H}}
     end.
+
+%% @doc Only the rounds of several results, merged: `#{<<"rounds">> => [...]}'.
+-spec merge_rounds([result()]) -> result().
+merge_rounds(Rs) ->
+    with_rounds(#{}, Rs).
 
 with_rounds(M, Rs) ->
     case [Rounds || #{<<"rounds">> := Rounds} <- Rs] of

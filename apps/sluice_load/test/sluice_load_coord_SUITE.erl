@@ -106,7 +106,8 @@ remote_hosts_path_with_a_stand_in_for_ssh(Config) ->
     ?assertEqual(10, get(established, get(connect, J))).
 
 %% The scale scenario: 2,000 connections from 2 engines on 2 source
-%% addresses, ramped at a rate, held for 2 rounds with no timeout; the
+%% addresses, ramped at a rate, held for 2 rounds with no timeout, each
+%% round reported live as it ends; the
 %% server's memory per connection is (held - baseline) / connections from
 %% its metrics endpoint (a stub here that serves known figures).
 scale_holds_connections_and_reports_server_memory(Config) ->
@@ -116,7 +117,8 @@ scale_holds_connections_and_reports_server_memory(Config) ->
                                   "--source-ips", "127.0.0.2-3", "--port", Port,
                                   "--conns", "2000", "--rate", "4000", "--interval", "1000",
                                   "--timeout", "3000", "--duration", "2",
-                                  "--server-metrics", Url, "--json", json_path(Config)]),
+                                  "--server-metrics", Url, "--progress",
+                                  "--json", json_path(Config)]),
     ct:log("~s", [Out]),
     ?assertEqual(0, Code),
     J = read_json(Config),
@@ -142,7 +144,12 @@ scale_holds_connections_and_reports_server_memory(Config) ->
     ?assertEqual(2000, get(connections, Mem)),
     ?assertEqual(3000.0, float(get(beam_bytes_per_conn, Mem))),
     ?assertEqual(8192.0, float(get(resident_bytes_per_conn, Mem))),
-    ?assertMatch({match, _}, re:run(Out, "BEAM 3000 bytes .* resident 8192 bytes")).
+    ?assertMatch({match, _}, re:run(Out, "BEAM 3000 bytes .* resident 8192 bytes")),
+    %% live: a line per finished round, merged over both engines, and the
+    %% server's memory on the progress line during the hold
+    ?assertMatch({match, _}, re:run(Out, "^round 0: up 2000  pings [0-9]+  pongs [0-9]+  timeouts 0 .* p99 [0-9.]+ ",
+                                    [multiline])),
+    ?assertMatch({match, _}, re:run(Out, "\\(hold .*server: 2000 conns, 2.93 KiB BEAM, 8.00 KiB RSS per conn")).
 
 %% Bad options exit 2 with one line on stderr, before anything starts;
 %% the engine's own options are checked by the engine.
