@@ -13,7 +13,8 @@
          remote_hosts_path_with_a_stand_in_for_ssh/1,
          scale_holds_connections_and_reports_server_memory/1,
          bad_options_exit_2_with_one_line/1,
-         sigterm_ends_the_run_with_a_report/1]).
+         sigterm_ends_the_run_with_a_report/1,
+         engine_starts_its_window_on_go/1]).
 
 suite() -> [{timetrap, {seconds, 60}}].
 
@@ -21,7 +22,8 @@ all() ->
     [engines_merge_counts_and_histograms, nodes_run_engines_on_local_peers,
      remote_hosts_path_with_a_stand_in_for_ssh,
      scale_holds_connections_and_reports_server_memory,
-     bad_options_exit_2_with_one_line, sigterm_ends_the_run_with_a_report].
+     bad_options_exit_2_with_one_line, sigterm_ends_the_run_with_a_report,
+     engine_starts_its_window_on_go].
 
 init_per_suite(Config) ->
     case {sluice_load_test_lib:repo_root(), sluice_load_test_lib:priv_dir()} of
@@ -182,6 +184,50 @@ sigterm_ends_the_run_with_a_report(Config) ->
     J = read_json(Config),
     ?assert(get(duration_s, J) < 10),
     ?assertEqual(20, get(conns_up_at_end, J)).
+
+%% What the coordinator builds on, in the engine alone: with --go-stdin
+%% a ramped engine reports phase "ready" and keeps waiting (pinging,
+%% unmeasured) until "go" arrives on stdin; the window then lasts
+%% --duration, the finished rounds come as {"round":K} lines, and the
+%% result comes on stdout.
+engine_starts_its_window_on_go(Config) ->
+    Port = start_ref(Config),
+    P = open_port({spawn_executable, filename:join(?config(bin_dir, Config), "sluice-load")},
+                  [{args, ["--scenario", "scale", "--port", Port, "--conns", "10",
+                           "--interval", "200", "--duration", "0.6", "--quiet",
+                           "--progress-json", "--go-stdin", "--json", "/dev/stdout"]},
+                   exit_status, binary, {line, 65536}, use_stdio, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    wait_line(P, <<"\"phase\":\"ready\"">>, 5000),
+    %% 1.5 s later, still waiting: no window, no round
+    Early = drain_lines(P, erlang:monotonic_time(millisecond) + 1500),
+    ?assertEqual([], [L || L <- Early, binary:match(L, [<<"window">>, <<"{\"round\"">>]) =/= nomatch]),
+    Go = erlang:monotonic_time(millisecond),
+    true = port_command(P, <<"go\n">>),
+    Lines = lines_until_exit(P, []),
+    Took = erlang:monotonic_time(millisecond) - Go,
+    ?assert(Took >= 550 andalso Took < 3000, Took),
+    ?assert(lists:any(fun(L) -> binary:match(L, <<"\"phase\":\"window\"">>) =/= nomatch end, Lines)),
+    ?assertMatch([_, _ | _], [L || <<"{\"round\":", _/binary>> = L <- Lines]),
+    [Result] = [L || <<"{\"scenario\"", _/binary>> = L <- Lines],
+    {ok, J} = sluice_bench_json:decode(Result),
+    ?assertEqual(0, get(exit_code, J)),
+    ?assert(abs(get(duration_s, J) - 0.6) < 0.1),
+    ?assertEqual(3, length(get(rounds, J))).
+
+drain_lines(P, Until) ->
+    receive {P, {data, {eol, L}}} -> [L | drain_lines(P, Until)]
+    after max(0, Until - erlang:monotonic_time(millisecond)) -> []
+    end.
+
+lines_until_exit(P, Acc) ->
+    receive
+        {P, {data, {eol, L}}} -> lines_until_exit(P, [L | Acc]);
+        {P, {exit_status, 0}} -> lists:reverse(Acc);
+        {P, {exit_status, S}} -> ct:fail({engine_exit, S})
+    after 10000 -> ct:fail(engine_timeout)
+    end.
 
 %%% ------------------------------------------------------------------
 %%% Helpers
