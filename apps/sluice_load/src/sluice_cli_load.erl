@@ -197,7 +197,8 @@ finish(O, #{results := Results} = Out, Placed, NNodes) ->
     Good =:= [] andalso sluice_cli:fail(1, "no engine produced a result"),
     Merged = sluice_load_merge:merge(Good),
     Mem = case Out of
-              #{baseline := B, held := H} when is_map(B), is_map(H) -> sluice_load_metrics:per_conn(B, H);
+              #{baseline := B, held := H, held_all := All} when is_map(B), is_map(H) ->
+                  (sluice_load_metrics:per_conn(B, H))#{range => sluice_load_metrics:range(B, All)};
               _ -> none
           end,
     case maps:get(metrics_error, Out) of

@@ -18,6 +18,7 @@
                      texts := [{non_neg_integer(), binary()}],
                      baseline := sluice_load_metrics:sample() | none,
                      held := sluice_load_metrics:sample() | none,
+                     held_all := [sluice_load_metrics:sample()],
                      metrics_error := string() | none,
                      interrupted := boolean()}.
 
@@ -39,13 +40,14 @@ run(#{bin := Bin, engines := Engines, progress := Progress, server_metrics := Ur
     T0 = erlang:monotonic_time(millisecond),
     S0 = #{runners => Runners, progress => #{}, done => #{}, texts => [],
            go => false, url => Url, show => Progress, t0 => T0, last => {T0, 0, 0},
-           baseline => Baseline, held => none, metrics_error => MErr,
+           baseline => Baseline, held => none, held_all => [], metrics_error => MErr,
            scraping => false, interrupted => false, rounds => #{},
            conns => lists:sum([C || #{conns := C} <- Engines])},
     S = loop(S0),
     #{results => [{Id, St, J} || {Id, {St, J}} <- lists:sort(maps:to_list(maps:get(done, S)))],
       texts => lists:reverse(maps:get(texts, S)),
       baseline => maps:get(baseline, S), held => maps:get(held, S),
+      held_all => lists:reverse(maps:get(held_all, S)),
       metrics_error => maps:get(metrics_error, S),
       interrupted => maps:get(interrupted, S)}.
 
@@ -94,7 +96,11 @@ receive_one(#{runners := Runners} = S) ->
             erlang:send_after(1000, self(), tick),
             scrape(show(S));
         {scraped, {ok, Sample}} ->
-            S#{scraping := false, held := held(Sample, S)};
+            S1 = S#{scraping := false, held := held(Sample, S)},
+            case maps:get(held, S1) of
+                Sample -> S1#{held_all := [Sample | maps:get(held_all, S1)]};
+                _ -> S1
+            end;
         {scraped, {error, E}} ->
             S#{scraping := false, metrics_error := E}
     end.

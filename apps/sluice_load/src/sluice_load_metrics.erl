@@ -7,7 +7,7 @@
 %% `node="..."' and gives the sum as `node="all"'; that sum is used.
 -module(sluice_load_metrics).
 
--export([fetch/1, parse/1, sample/1, per_conn/2]).
+-export([fetch/1, parse/1, sample/1, per_conn/2, range/2]).
 
 -export_type([sample/0]).
 
@@ -96,3 +96,18 @@ per_conn(Base, Held) ->
       beam_bytes_per_conn => Per(beam_memory),
       resident_bytes_per_conn => Per(resident_memory),
       baseline => Base, held => Held}.
+
+%% @doc Lowest and highest memory per connection over the scrapes of the
+%% hold (a ping round wakes hibernated connection processes, so one scrape
+%% can sit anywhere in that band): `#{scrapes, beam := [Lo, Hi],
+%% resident := [Lo, Hi]}'.
+-spec range(sample(), [sample()]) -> map().
+range(Base, Held) ->
+    Ps = [P || H <- Held, #{beam_bytes_per_conn := B} = P <- [per_conn(Base, H)], B =/= null],
+    MinMax = fun(K) -> case [maps:get(K, P) || P <- Ps] of
+                           [] -> null;
+                           Vs -> [lists:min(Vs), lists:max(Vs)]
+                       end
+             end,
+    #{scrapes => length(Ps), beam => MinMax(beam_bytes_per_conn),
+      resident => MinMax(resident_bytes_per_conn)}.

@@ -75,13 +75,19 @@ memory_text(none, undefined) -> [];
 memory_text(none, Url) ->
     io_lib:format("server memory: no figures from ~s~n", [Url]);
 memory_text(#{connections := C, beam_bytes_per_conn := B, resident_bytes_per_conn := Rss,
-              baseline := Base, held := Held}, Url) when B =/= null ->
-    io_lib:format("server memory per connection (~s, ~b connections over the baseline): "
+              baseline := Base, held := Held} = M, Url) when B =/= null ->
+    [io_lib:format("server memory per connection (~s, ~b connections over the baseline, last scrape of the hold): "
                   "BEAM ~b bytes (~.2f KiB), resident ~b bytes (~.2f KiB); "
                   "BEAM ~.1f -> ~.1f MiB, RSS ~.1f -> ~.1f MiB~n",
                   [Url, round(C), round(B), B / 1024, round(Rss), Rss / 1024,
                    mib(beam_memory, Base), mib(beam_memory, Held),
-                   mib(resident_memory, Base), mib(resident_memory, Held)]);
+                   mib(resident_memory, Base), mib(resident_memory, Held)]),
+     case M of
+         #{range := #{scrapes := N, beam := [BLo, BHi], resident := [RLo, RHi]}} when N > 1 ->
+             io_lib:format("  over ~b scrapes of the hold: BEAM ~b-~b bytes, resident ~b-~b bytes per connection~n",
+                           [N, round(BLo), round(BHi), round(RLo), round(RHi)]);
+         _ -> []
+     end];
 memory_text(_, Url) ->
     io_lib:format("server memory: no connections held in the figures from ~s~n", [Url]).
 

@@ -146,6 +146,10 @@ scale_holds_connections_and_reports_server_memory(Config) ->
     ?assertEqual(2000, get(connections, Mem)),
     ?assertEqual(3000.0, float(get(beam_bytes_per_conn, Mem))),
     ?assertEqual(8192.0, float(get(resident_bytes_per_conn, Mem))),
+    %% every scrape of the hold, as a band
+    Range = get(range, Mem),
+    ?assert(get(scrapes, Range) >= 1),
+    ?assertEqual([3000.0, 3000.0], [float(X) || X <- get(beam, Range)]),
     ?assertMatch({match, _}, re:run(Out, "BEAM 3000 bytes .* resident 8192 bytes")),
     %% live: a line per finished round, merged over both engines, and the
     %% server's memory on the progress line during the hold
