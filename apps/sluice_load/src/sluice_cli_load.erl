@@ -35,17 +35,17 @@ specs() ->
      {rate, "rate", string, "0", "ping/connect/scale: connections opened per second over all engines (0: as fast as possible)"},
      {connect_concurrency, "connect-concurrency", {integer, 1, 1000000}, 256,
       "connects in progress at once over all engines"},
-     {threads, "threads", {integer, 1, 1024}, undefined, "threads per engine (1 when several engines share this host)"},
+     {threads, "threads", {integer, 1, 1024}, undefined, "threads per engine (none: 1 with several engines, else the engine's own default)"},
      {source_ips, "source-ips", string, undefined,
       "source addresses (127.0.0.2-9, comma lists), split over the engines; on loopback, past 12,000 connections each engine gets addresses of its own"},
      {engines, "engines", {integer, 1, 1024}, undefined,
-      "engine processes per node (default: enough for 19,000 connections each)"},
+      "engine processes per node (none: one per 19,000 connections)"},
      {nodes, "nodes", string, undefined,
       "run the engines on Erlang nodes: N local ones, or host1,host2 (one per host, over ssh)"},
      {ssh, "ssh", string, "ssh", "command that reaches a host for --nodes host,... (ssh HOST erl ...)"},
      {erl, "erl", string, "erl", "the erl command on the remote hosts"},
      {engine_bin, "engine-bin", string, undefined,
-      "path of sluice-load on every node (default: this build's, the same path on remote hosts)"},
+      "path of sluice-load on every node (none: this build's, at the same path on remote hosts)"},
      {server_metrics, "server-metrics", string, undefined,
       "the server's Prometheus URL (http://HOST:P/metrics): memory per connection"},
      {json, "json", string, undefined, "write the merged results as one JSON object"},
@@ -57,7 +57,7 @@ specs() ->
 -spec engine_specs([atom()]) -> [sluice_cli_args:spec()].
 engine_specs(Keys) ->
     [{K, lists:flatten(string:replace(atom_to_list(K), "_", "-", all)), string, undefined,
-      "given to every engine"} || K <- Keys].
+      "given to every engine (none: sluice-load's default)"} || K <- Keys].
 
 -spec run([string()]) -> non_neg_integer().
 run(Args) ->
