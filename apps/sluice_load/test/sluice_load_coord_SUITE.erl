@@ -14,7 +14,8 @@
          scale_holds_connections_and_reports_server_memory/1,
          bad_options_exit_2_with_one_line/1,
          sigterm_ends_the_run_with_a_report/1,
-         engine_starts_its_window_on_go/1]).
+         engine_starts_its_window_on_go/1,
+         a_lost_engine_is_reported_and_the_rest_merged/1]).
 
 suite() -> [{timetrap, {seconds, 60}}].
 
@@ -23,7 +24,7 @@ all() ->
      remote_hosts_path_with_a_stand_in_for_ssh,
      scale_holds_connections_and_reports_server_memory,
      bad_options_exit_2_with_one_line, sigterm_ends_the_run_with_a_report,
-     engine_starts_its_window_on_go].
+     engine_starts_its_window_on_go, a_lost_engine_is_reported_and_the_rest_merged].
 
 init_per_suite(Config) ->
     case {sluice_load_test_lib:repo_root(), sluice_load_test_lib:priv_dir()} of
@@ -188,6 +189,41 @@ sigterm_ends_the_run_with_a_report(Config) ->
     J = read_json(Config),
     ?assert(get(duration_s, J) < 10),
     ?assertEqual(20, get(conns_up_at_end, J)).
+
+%% An engine killed during the hold: the run goes on with the others, the
+%% report merges what they measured, says which engine gave nothing, and
+%% the exit code is 1.
+a_lost_engine_is_reported_and_the_rest_merged(Config) ->
+    Port = start_ref(Config),
+    Json = json_path(Config),
+    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
+                  [{args, ["load", "--scenario", "scale", "--engines", "2", "--port", Port,
+                           "--conns", "20", "--interval", "200", "--duration", "2",
+                           "--progress", "--json", Json]},
+                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    wait_line(P, <<"hold">>, 10000),
+    %% one of the two engines: the sluice-load process aimed at this port
+    [Victim | _] = [Pid || L <- string:lexemes(os:cmd("ps -eo pid=,args="), "\n"),
+                           [Pid, Args] <- [string:split(string:trim(L), " ")],
+                           string:find(Args, "sluice-load --scenario scale") =/= nomatch,
+                           string:find(Args, "--port " ++ Port ++ " ") =/= nomatch],
+    _ = os:cmd("kill -KILL " ++ Victim),
+    {Code, Out} = collect_lines(P, []),
+    ct:log("~s", [Out]),
+    ?assertEqual(1, Code),
+    ?assertMatch({match, _}, re:run(Out, "engine [01] ended with 137 and no result")),
+    J = read_json(Config),
+    ?assertEqual(1, length(get(engine_results, J))),
+    ?assertEqual(10, get(conns_up_at_end, J)).
+
+collect_lines(P, Acc) ->
+    receive
+        {P, {data, {_, L}}} -> collect_lines(P, [L, "\n" | Acc]);
+        {P, {exit_status, S}} -> {S, iolist_to_binary(lists:reverse(Acc))}
+    after 20000 -> ct:fail(no_exit)
+    end.
 
 %% What the coordinator builds on, in the engine alone: with --go-stdin
 %% a ramped engine reports phase "ready" and keeps waiting (pinging,
