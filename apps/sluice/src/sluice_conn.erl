@@ -26,6 +26,9 @@
             handler :: module(),
             hstate :: term(),
             active :: false | once | true | pos_integer(),
+            %% active N: chunks the driver may still send before it goes
+            %% passive, as far as this process has seen (see next/2).
+            left = 0 :: integer(),
             counters :: counters:counters_ref(),
             parent :: pid(),
             callbacks :: #{info := boolean(), drain := boolean(),
@@ -53,7 +56,7 @@ init(Parent, Sock, #{name := Name, transport := T, handler := {H, HOpts},
     Conn = #{listener => Name, socket => Sock, transport => T},
     case H:init(Conn, HOpts) of
         {ok, HState} ->
-            S = S0#s{hstate = HState},
+            S = S0#s{hstate = HState, left = window(Active)},
             case T:activate(Sock, Active) of
                 ok -> loop(S);
                 {error, R} -> finish({error, R}, S)
@@ -75,7 +78,7 @@ loop(S = #s{sock = Sock}) ->
         {tcp, Sock, Data} ->
             data(Data, S);
         {tcp_passive, Sock} ->
-            rearm(S#s.active, S);
+            passive(S);
         {inet_reply, Sock, ok} ->
             loop(S);
         {inet_async, Sock, _Ref, {ok, Data}} ->
@@ -139,10 +142,41 @@ handle(Other, S, _Rearm) ->
     finish({bad_return, Other}, S).
 
 %% After a chunk, `once' and `false' need a new port call to get the next
-%% one; `N' re-arms only on tcp_passive and `true' never.
+%% one; `true' never. `N' tops the driver's count back up to N when one
+%% chunk is left, so that a connection that keeps up never goes passive:
+%% the inet driver keeps the read buffer of the chunk that ends a window
+%% (256 KiB) until the next read, and a connection that then goes quiet
+%% would hold it all that time (1 in N quiet connections). The mailbox
+%% still never holds more than N chunks; the port calls are as many as a
+%% re-arm per window costs.
 next(S = #s{active = once}, true) -> rearm(once, S);
 next(S = #s{active = false}, true) -> rearm(false, S);
+next(S = #s{active = N, left = Left}, true) when is_integer(N) ->
+    case Left - 1 of
+        L when L > 1 -> loop(S#s{left = L});
+        L -> top_up(N - L, S#s{left = L})
+    end;
 next(S, _) -> loop(S).
+
+%% {active, K} on a socket in active-N mode adds K to its count (on a
+%% passive one, sets it). Through activate/2: it arms with a small buffer.
+top_up(K, S = #s{sock = Sock, transport = T, left = Left}) ->
+    case T:activate(Sock, K) of
+        ok -> loop(S#s{left = Left + K});
+        {error, Reason} -> finish({error, Reason}, S)
+    end.
+
+%% The driver went passive: this process fell N chunks behind, or N is 1.
+%% Every chunk before tcp_passive has been handled, so `left' is what was
+%% topped up since the driver's count ran out: when that is more than 0,
+%% the socket is active again already.
+passive(S = #s{left = Left}) when Left > 0 ->
+    loop(S);
+passive(S = #s{active = Mode}) ->
+    rearm(Mode, S#s{left = window(Mode)}).
+
+window(N) when is_integer(N) -> N;
+window(_) -> 0.
 
 rearm(Mode, S = #s{sock = Sock, transport = T}) ->
     case T:activate(Sock, Mode) of

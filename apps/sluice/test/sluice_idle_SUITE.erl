@@ -16,7 +16,8 @@
          hibernate_after_infinity_keeps_connections_awake/1,
          bad_hibernate_after_is_refused/1,
          hibernated_connections_hold_less_memory/1,
-         quiet_connections_hold_no_read_buffer/1]).
+         quiet_connections_hold_no_read_buffer/1,
+         quiet_after_a_full_active_window_holds_no_read_buffer/1]).
 
 suite() -> [{timetrap, {seconds, 30}}].
 
@@ -27,7 +28,8 @@ all() ->
      hibernate_after_infinity_keeps_connections_awake,
      bad_hibernate_after_is_refused,
      hibernated_connections_hold_less_memory,
-     quiet_connections_hold_no_read_buffer].
+     quiet_connections_hold_no_read_buffer,
+     quiet_after_a_full_active_window_holds_no_read_buffer].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -185,6 +187,34 @@ quiet_connections_hold_no_read_buffer(Config) ->
     ct:log("binary memory per quiet connection: ~b bytes", [PerConn]),
     ?assert(PerConn < 32768, PerConn),
     [socket:close(S) || S <- Silent ++ Pinged].
+
+%% The inet driver keeps the read buffer of the chunk that ends an active-N
+%% window until the next read. 40 connections send exactly `active' (4)
+%% Pings, one chunk each, then go quiet: they hold well under 32 KiB of
+%% binaries each, because the connection tops the window up before it runs
+%% out (each held 256 KiB when the window ended in tcp_passive).
+quiet_after_a_full_active_window_holds_no_read_buffer(Config) ->
+    Port = ping_listener(Config, #{active => 4, hibernate_after => infinity}),
+    garbage_collect(),
+    B0 = erlang:memory(binary),
+    Socks = [begin
+                 S = raw_connect(Port),
+                 [begin
+                      ok = socket:send(S, <<"Ping\n">>),
+                      {ok, <<"Pong\n">>} = socket:recv(S, 5, 3000)
+                  end || _ <- [1, 2, 3, 4]],
+                 S
+             end || _ <- lists:seq(1, 40)],
+    timer:sleep(200),
+    PerConn = (erlang:memory(binary) - B0) div 40,
+    ct:log("binary memory per quiet connection: ~b bytes", [PerConn]),
+    ?assert(PerConn < 32768, PerConn),
+    %% And they still answer: the window was topped up, not lost.
+    [begin
+         ok = socket:send(S, <<"Ping\n">>),
+         ?assertEqual({ok, <<"Pong\n">>}, socket:recv(S, 5, 3000))
+     end || S <- Socks],
+    [socket:close(S) || S <- Socks].
 
 raw_connect(Port) ->
     {ok, S} = socket:open(inet, stream, tcp),
