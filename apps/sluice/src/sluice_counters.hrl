@@ -10,7 +10,16 @@
 -define(C_BYTES_IN, 5).
 -define(C_BYTES_OUT, 6).
 -define(C_ACCEPT_ERRORS, 7).
--define(C_SIZE, 7).
+%% Why connections ended (protocol errors are C_PROTOCOL_ERRORS above). Each
+%% is bumped once per connection, never per message.
+-define(C_CLOSE_PEER, 8).          %% the client closed
+-define(C_CLOSE_IDLE, 9).          %% idle_timeout
+-define(C_CLOSE_FRAME_TIMEOUT, 10). %% a partial message did not complete in time
+-define(C_CLOSE_ERROR, 11).        %% socket error (econnreset, ...)
+-define(C_CLOSE_DRAINED, 12).      %% drain / stop
+-define(C_CLOSE_HANDLER, 13).      %% any other reason a handler closed with
+-define(C_CLOSE_CRASHED, 14).      %% the connection process died abnormally
+-define(C_SIZE, 14).
 
 %% atomics: live state.
 -define(A_CONNS, 1).        %% live connections of the whole listener

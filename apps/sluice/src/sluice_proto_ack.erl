@@ -7,7 +7,15 @@
 %%  <li>`counted': like `last', plus a 32-bit count of the frames covered.</li>
 %% </ul>
 %% A Len above `max_frame' closes the connection as a protocol error before
-%% anything is allocated for the frame.
+%% anything is allocated for the frame; the frames before it in the same
+%% read are acked first (`reply_close').
+%%
+%% `frame_timeout' (ms, default 30000, or infinity) bounds how long one frame
+%% may take to arrive: a client trickling a frame a byte at a time (a
+%% slowloris) is closed with reason `frame_timeout'. It costs no timer: the
+%% time a partial frame began is noted when a read ends inside a new frame,
+%% and checked when the next read still has not completed it; a client that
+%% stops sending altogether is the idle timeout's business.
 %%
 %% The decoders never build a sub-binary per frame: the id is read as two
 %% 32-bit integers (always immediates, unlike one 64-bit integer) and the
@@ -24,7 +32,10 @@
 
 -record(ack, {mode = last :: mode(),
               max = 1048576 :: non_neg_integer(),
-              tail = <<>> :: binary()}).
+              tail = <<>> :: binary(),
+              frame_timeout = 30000 :: pos_integer() | infinity,
+              %% monotonic ms when the partial frame in `tail' began
+              since = 0 :: integer()}).
 
 %% A partial frame this small is copied out of the chunk it came in, so that
 %% an idle connection does not pin a whole read buffer.
@@ -36,8 +47,10 @@ init(_Conn, Opts) when is_list(Opts) ->
 init(_Conn, Opts) ->
     Mode = maps:get(ack, Opts, last),
     Max = maps:get(max_frame, Opts, 1048576),
-    case lists:member(Mode, [each, last, counted]) andalso is_integer(Max) andalso Max >= 0 of
-        true -> {ok, #ack{mode = Mode, max = Max}};
+    FT = maps:get(frame_timeout, Opts, 30000),
+    case lists:member(Mode, [each, last, counted]) andalso is_integer(Max) andalso Max >= 0
+        andalso (FT =:= infinity orelse (is_integer(FT) andalso FT > 0)) of
+        true -> {ok, #ack{mode = Mode, max = Max, frame_timeout = FT}};
         false -> {close, {bad_handler_opts, Opts}}
     end.
 
@@ -48,13 +61,34 @@ handle_data(Data, St = #ack{mode = Mode, max = Max, tail = Tail}) ->
               _ -> <<Tail/binary, Data/binary>>
           end,
     case decode(Mode, Buf, Max, <<>>) of
-        {ok, <<>>, Rest} ->
-            {ok, St#ack{tail = keep(Rest)}};
+        {ok, Acks, <<>>} ->
+            reply(Acks, St#ack{tail = <<>>});
         {ok, Acks, Rest} ->
-            {reply, Acks, St#ack{tail = keep(Rest)}};
+            %% A partial frame is left: is it a new one, or the old one
+            %% still not complete?
+            New = Tail =:= <<>> orelse byte_size(Rest) < byte_size(Buf),
+            case partial(New, St) of
+                {ok, St2} -> reply(Acks, St2#ack{tail = keep(Rest)});
+                timeout -> {close, frame_timeout, St}
+            end;
+        {error, Reason, <<>>} ->
+            {close, {protocol_error, Reason}, St};
         {error, Reason, Acks} ->
             %% Ack what was whole before the bad header, then close.
-            {close, {protocol_error, Reason}, St#ack{tail = Acks}}
+            {reply_close, Acks, {protocol_error, Reason}, St}
+    end.
+
+reply(<<>>, St) -> {ok, St};
+reply(Acks, St) -> {reply, Acks, St}.
+
+partial(_New, St = #ack{frame_timeout = infinity}) ->
+    {ok, St};
+partial(true, St) ->
+    {ok, St#ack{since = erlang:monotonic_time(millisecond)}};
+partial(false, St = #ack{since = Since, frame_timeout = T}) ->
+    case erlang:monotonic_time(millisecond) - Since > T of
+        true -> timeout;
+        false -> {ok, St}
     end.
 
 keep(Rest) when byte_size(Rest) < ?COPY_TAIL_BELOW, byte_size(Rest) > 0 ->
