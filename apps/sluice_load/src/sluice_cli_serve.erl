@@ -84,9 +84,12 @@ serve(O) ->
                        {ok, N} -> N;
                        {error, _} -> 0
                    end,
+            %% What the handlers were given and what they sent, for a
+            %% caller that checks nothing read went unanswered.
+            #{bytes_in := In, bytes_out := Out} = sluice:info(sluice_cli),
             ok = sluice:stop_listener(sluice_cli),
-            io:format(standard_error, "sluice: drained (~b connections closed at the deadline)~n",
-                      [Left]),
+            io:format(standard_error, "sluice: drained (~b connections closed at the deadline; "
+                      "~b bytes read, ~b bytes written)~n", [Left, In, Out]),
             0;
         {error, Reason} ->
             sluice_cli:fail(1, lists:flatten(
