@@ -12,7 +12,7 @@ CSRC := apps/sluice_load/c_src
 DEB_PACKAGES := erlang-nox erlang-dev erlang-eunit erlang-common-test \
 	erlang-proper erlang-dialyzer erlang-tools rebar3 gcc make libc6-dev
 
-.PHONY: all deps build c test check bench bench-quick clean distclean
+.PHONY: all deps build c test check bench bench-quick soak clean distclean
 
 all: build
 
@@ -57,6 +57,10 @@ check: build
 # The benchmark matrix (QUICK=1: a smaller one).
 bench: build
 	bin/sluice bench $(if $(QUICK),--quick,)
+
+# Mixed load and abuse for MINUTES (default 10), outside `make test'.
+soak: build
+	bin/sluice soak --minutes $(or $(MINUTES),10)
 
 clean:
 	$(REBAR) clean -a
