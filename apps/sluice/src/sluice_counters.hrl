@@ -26,4 +26,5 @@
 -define(A_MAX_CONNS, 2).    %% current max_connections (set_max_connections/2)
 -define(A_LAST_LOG, 3).     %% monotonic ms of the last accept-error log line
 -define(A_SUPPRESSED, 4).   %% accept errors not logged since that line
--define(A_SUP_BASE, 4).     %% A_SUP_BASE + I: live connections of conns_sup I
+-define(A_SHEDDING, 5).     %% 1 while an acceptor sheds the backlog (emfile)
+-define(A_SUP_BASE, 5).     %% A_SUP_BASE + I: live connections of conns_sup I
