@@ -16,9 +16,14 @@
 %% The driver's user-space read buffer: each {tcp, S, Data} carries at most
 %% this much. Its default (about 1.5 KB) makes a pipelining client cost one
 %% message and one handler call per packet; 64 KiB took pipelined 17-byte
-%% frames from 7.8M/s to 85M/s here (bin/sluice serve --active 100 --ack
-%% last, sluice-load --scenario pipeline, server and client on two cores).
--define(DEFAULT_BUFFER, 65536).
+%% frames from 7.8M/s to 85M/s here, and 256 KiB (the C reference's read
+%% size) to ~150M/s with half the server CPU per frame (6.4 ns against
+%% 10.3 ns; bin/sluice bench --scenario pipeline --server sluice --rounds 5,
+%% 2026-11-22): fewer reads, fewer acks, fewer wake-ups of the client. 1 MiB
+%% was no faster (8.1 ns). The driver trims the binary to what was read, so
+%% an idle or slow connection does not hold 256 KiB (1,000 connections that
+%% sent one small frame each: +2.1 MB of binaries either way).
+-define(DEFAULT_BUFFER, 262144).
 
 %% A client that never reads its replies fills the socket's send queue; the
 %% driver then marks the port busy and the connection process is suspended

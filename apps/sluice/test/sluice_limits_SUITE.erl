@@ -224,7 +224,11 @@ emfile_is_counted_logged_and_recovered_from(Config) ->
     #{port := Port} = peer:call(Peer, sluice, info, [emf]),
     T0 = erlang:monotonic_time(millisecond),
     %% Silent clients wait 3 s for a Pong that does not come.
+    Acceptors = peer:call(Peer, sluice_test_lib, acceptor_pids, [emf]),
     Results = ping_results(Port, 200, 3000),
+    ct:log("acceptors: ~p", [[peer:call(Peer, erlang, process_info,
+                                        [A, [current_function, current_stacktrace, status]])
+                              || A <- Acceptors]]),
     Admitted = admitted(Results),
     Silent = silent(Results),
     Info = peer:call(Peer, sluice, info, [emf]),

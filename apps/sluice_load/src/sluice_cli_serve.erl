@@ -30,7 +30,7 @@ specs() ->
       "close a connection that receives nothing for this long"},
      {backlog, "backlog", {integer, 1, 65535}, maps:get(backlog, D), "listen backlog"},
      {buffer, "buffer", {integer, 0, infinity}, 0,
-      "inet driver read buffer in bytes (0: the library's default, 64 KiB)"},
+      "inet driver read buffer in bytes (0: the library's default, 256 KiB)"},
      {drain_timeout, "drain-timeout", {integer, 0, 60000}, 5000,
       "on SIGTERM/SIGINT, how long connections get to end before they are closed"}].
 
