@@ -122,10 +122,27 @@ wait_empty(A, Deadline) ->
 suspend(Name) ->
     with_sup(Name, fun(Sup) ->
                            case supervisor:terminate_child(Sup, sluice_acceptors_sup) of
-                               ok -> ok;
+                               ok -> wait_closed(Name);
                                {error, not_found} -> ok
                            end
                    end).
+
+%% The listen sockets close with the supervisor that owns them, but a port
+%% closes a moment after its owner is gone; until then the kernel still
+%% completes connects (then resets them). Wait, briefly, so that new
+%% connects are refused once suspend/1 returns.
+wait_closed(Name) ->
+    Ports = case sluice_registry:lookup(Name) of
+                {ok, #{listen_sockets := Socks}} -> [S || S <- Socks, is_port(S)];
+                _ -> []
+            end,
+    wait_ports(Ports, 200).
+
+wait_ports(Ports, Tries) ->
+    case [P || P <- Ports, erlang:port_info(P, id) =/= undefined] of
+        Open when Open =/= [], Tries > 0 -> receive after 5 -> wait_ports(Open, Tries - 1) end;
+        _ -> ok
+    end.
 
 %% @doc Accept again, on the same port.
 -spec resume(name()) -> ok | {error, term()}.

@@ -56,7 +56,15 @@ loop(L = #{transport := T}, LSock, SupIndex, Spare) ->
             %% socket was closed under us; either way this acceptor is done.
             exit(closed);
         {error, Reason} ->
-            Spare2 = shed(Reason, L, LSock, Spare),
+            Spare2 = try shed(Reason, L, LSock, Spare)
+                     catch Class:Why:Stack ->
+                             %% Shedding is best effort; it must never
+                             %% take the acceptor (and so the port) down.
+                             ?LOG_ERROR("sluice acceptor: shedding failed: ~p:~p ~p",
+                                        [Class, Why, Stack]),
+                             atomics:put(maps:get(atomics, L), ?A_SHEDDING, 0),
+                             lost
+                     end,
             accept_error(L, Reason),
             loop(L, LSock, SupIndex, Spare2)
     end.
