@@ -5,7 +5,7 @@
 %% one asynchronous send, nothing else. Delivery follows the listener's
 %% `active' option:
 %% <ul>
-%%  <li>`N' (the default): the driver sends up to N messages, then
+%%  <li>`N' (the default, 10): the driver sends up to N messages, then
 %%      `tcp_passive'; the loop re-arms. The mailbox never holds more than N
 %%      chunks, so a flooding client is held back by TCP, not by memory.</li>
 %%  <li>`once': re-armed after every chunk (a port call per chunk).</li>

@@ -24,8 +24,8 @@
 -define(BYTES, 32 * 1024 * 1024).
 -define(PAYLOAD, 4).              % 16-byte frames: acks are half the input
 -define(SEND_MS, 3000).
--define(ACTIVE, 100).
--define(BUFFER, 65536).
+%% The inet transport's default read size (sluice_transport_inet).
+-define(BUFFER, 262144).
 
 suite() -> [{timetrap, {seconds, 60}}].
 
@@ -93,18 +93,18 @@ never_reading_client_is_cut_by_send_timeout(Config) ->
 
 %% 20 clients (receive buffer fixed at 64 KiB) write 16-byte frames for 3 s
 %% without reading, to an ack-each server (send buffer 64 KiB, the default
-%% active 100 and 64 KiB reads): each client is blocked long before 32 MB,
-%% the server's memory grows by less than 20 x (100 x 64 KiB) + 64 MiB, and
+%% active and read size): each client is blocked long before 32 MB, the
+%% server's memory grows by less than 20 x active x read size + 64 MiB, and
 %% once the clients close every connection ends and the memory returns to
 %% within 16 MiB of its baseline.
 never_reading_clients_are_held_back_by_tcp(Config) ->
     Peer = ?config(peer, Config),
     {ok, _} = peer:call(Peer, sluice, start_listener,
-                        [nr, #{ip => {127, 0, 0, 1}, port => 0, active => ?ACTIVE,
+                        [nr, #{ip => {127, 0, 0, 1}, port => 0,
                                transport => ?config(transport, Config),
-                               socket_opts => [{buffer, ?BUFFER}, {sndbuf, 65536}],
+                               socket_opts => [{sndbuf, 65536}],
                                handler => {sluice_proto_ack, #{ack => each}}}]),
-    #{port := Port} = peer:call(Peer, sluice, info, [nr]),
+    #{port := Port, active := Active} = peer:call(Peer, sluice, info, [nr]),
     Base = peer:call(Peer, ?MODULE, settle, []),
     ok = peer:call(Peer, ?MODULE, start_sampler, []),
     Parent = self(),
@@ -124,17 +124,19 @@ never_reading_clients_are_held_back_by_tcp(Config) ->
     [C ! close || C <- Clients],
     ok = wait_peer_info(Peer, connections, 0, 10000),
     After = peer:call(Peer, ?MODULE, settle, []),
-    Bound = ?CLIENTS * ?ACTIVE * ?BUFFER + 64 * 1024 * 1024,
+    Bound = ?CLIENTS * Active * ?BUFFER + 64 * 1024 * 1024,
     #{bytes_in := In, bytes_out := Out} = During,
     ct:log("~b clients x ~b MB wanted; written by the clients (queued) ~b MB; read by the server "
            "~b MB, acks sent ~b MB~nserver memory: baseline ~b MB, peak ~b MB (growth ~b MB, "
-           "bound ~b MB, ~b samples), after ~b MB; largest connection mailbox ~b messages",
+           "bound ~b MB, ~b samples), after ~b MB; largest connection mailbox ~b messages "
+           "(active ~p)",
            [?CLIENTS, ?BYTES bsr 20, lists:sum(Sent) bsr 20, In bsr 20, Out bsr 20, Base bsr 20,
-            Peak bsr 20, (Peak - Base) bsr 20, Bound bsr 20, Samples, After bsr 20, MaxQueue]),
+            Peak bsr 20, (Peak - Base) bsr 20, Bound bsr 20, Samples, After bsr 20, MaxQueue,
+            Active]),
     %% Back-pressure through TCP: the server read well under what was wanted.
     ?assert(In < ?CLIENTS * ?BYTES div 2, {read_by_server, In}),
     ?assert(Peak - Base < Bound, {growth, Peak - Base, bound, Bound}),
-    ?assert(MaxQueue =< ?ACTIVE + 2, {mailbox, MaxQueue}),
+    ?assert(MaxQueue =< Active + 2, {mailbox, MaxQueue}),
     ?assert(After - Base < 16 * 1024 * 1024, {after_growth, After - Base}).
 
 wait_peer_info(Peer, Key, Value, Timeout) ->

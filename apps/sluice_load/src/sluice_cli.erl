@@ -1,6 +1,6 @@
 %% @doc Entry point of `bin/sluice' for the subcommands that run in the
-%% Erlang VM (`load' and `ref-server' are C binaries the script runs
-%% directly). Exit codes: 0 success, 1 failure, 2 bad usage.
+%% Erlang VM (`ref-server' is a C binary the script runs directly, and so
+%% is `load' unless it spans several engines or nodes: sluice_cli_load). Exit codes: 0 success, 1 failure, 2 bad usage.
 -module(sluice_cli).
 
 -export([main/0, fail/2]).
@@ -22,6 +22,7 @@ dispatch([H | _]) when H =:= "--help"; H =:= "-h"; H =:= "help" -> usage(), 0;
 dispatch(["serve" | Rest]) -> sluice_cli_serve:run(Rest);
 dispatch(["bench" | Rest]) -> sluice_bench:run(Rest);
 dispatch(["soak" | Rest]) -> sluice_soak:run(Rest);
+dispatch(["load" | Rest]) -> sluice_cli_load:run(Rest);
 dispatch([Cmd | _]) ->
     fail(2, "unknown command " ++ Cmd ++ " (try bin/sluice --help)").
 
