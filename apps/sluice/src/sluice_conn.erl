@@ -46,6 +46,12 @@
 %% socket; only an acceptor that died in between makes it wait that long.
 -define(HANDOVER_TIMEOUT, 5000).
 
+%% After `reply_close' (e.g. acks owed before a protocol error) the replies
+%% go out, then FIN, and the connection reads and drops what the peer still
+%% sends for at most this long: closing with unread bytes would send RST,
+%% and an RST can make the peer's kernel throw away replies it has not read.
+-define(CLOSE_LINGER_MS, 1000).
+
 %% @doc Entry point, spawned (linked) by sluice_conns_sup. The acceptor
 %% transfers the socket and then sends `{sluice_go, Sock}'.
 -spec init(pid(), sluice_transport:socket(), map()) -> no_return().
@@ -133,6 +139,9 @@ handle({reply, Out, HState}, S = #s{sock = Sock, transport = T, counters = C}, R
     end;
 handle({close, Reason, HState}, S, _Rearm) ->
     finish(Reason, S#s{hstate = HState});
+handle({reply_close, Out, Reason, HState}, S = #s{counters = C}, _Rearm) ->
+    counters:add(C, ?C_BYTES_OUT, iolist_size(Out)),
+    linger_close(Out, Reason, S#s{hstate = HState});
 handle(Other, S, _Rearm) ->
     finish({bad_return, Other}, S).
 
@@ -190,34 +199,59 @@ graceful_close(Reason, Deadline, S = #s{sock = Sock, transport = T}) ->
         end,
     case flush(S) of
         {ok, S2} ->
-            _ = T:shutdown(Sock, write),
-            %% Keep one read pending for discard/3, or the peer's close goes
-            %% unseen until the deadline. With active=false the read that
-            %% was pending may just have been consumed by flush/1; if it was
-            %% not, this second one is refused (ealready), harmlessly.
-            _ = T:activate(Sock, case S2#s.active of false -> false; _ -> once end),
-            discard(Reason, Deadline, S2);
+            fin_then_discard(Reason, Deadline, S2);
         {closed, S2} ->
             finish(Reason, S2)
     end.
 
-flush(S = #s{sock = Sock, handler = H}) ->
+%% Replies already queued, then FIN behind them, then drop whatever the
+%% peer still sends until it closes or the deadline passes.
+fin_then_discard(Reason, Deadline, S = #s{sock = Sock, transport = T}) ->
+    _ = T:shutdown(Sock, write),
+    %% Keep one read pending for discard/3, or the peer's close goes unseen
+    %% until the deadline. With active=false the read that was pending may
+    %% just have been consumed by flush/1; if it was not, this second one
+    %% is refused (ealready), harmlessly.
+    _ = T:activate(Sock, case S#s.active of false -> false; _ -> once end),
+    discard(Reason, Deadline, S).
+
+%% The handler asked to say something and close (a protocol error after
+%% frames that are owed their acks): nothing more is handed to it.
+linger_close(Out, Reason, S = #s{sock = Sock, transport = T}) ->
+    case T:send_async(Sock, Out) of
+        ok -> fin_then_discard(Reason, erlang:monotonic_time(millisecond) + ?CLOSE_LINGER_MS, S);
+        {error, _} -> finish(Reason, S)
+    end.
+
+flush(S = #s{sock = Sock}) ->
     receive
-        {tcp, Sock, Data} -> flush_result(H:handle_data(Data, S#s.hstate), S);
-        {inet_async, Sock, _Ref, {ok, Data}} -> flush_result(H:handle_data(Data, S#s.hstate), S)
+        {tcp, Sock, Data} -> flush_data(Data, S);
+        {inet_async, Sock, _Ref, {ok, Data}} -> flush_data(Data, S)
     after 0 ->
             {ok, S}
     end.
 
+flush_data(Data, S = #s{handler = H, counters = C}) ->
+    counters:add(C, ?C_BYTES_IN, byte_size(Data)),
+    flush_result(H:handle_data(Data, S#s.hstate), S).
+
 flush_result({ok, HState}, S) ->
     flush(S#s{hstate = HState});
-flush_result({reply, Out, HState}, S = #s{sock = Sock, transport = T}) ->
-    _ = T:send_async(Sock, Out),
+flush_result({reply, Out, HState}, S) ->
+    flush_send(Out, S),
     flush(S#s{hstate = HState});
 flush_result({close, _Reason, HState}, S) ->
     {ok, S#s{hstate = HState}};
+flush_result({reply_close, Out, _Reason, HState}, S) ->
+    flush_send(Out, S),
+    {ok, S#s{hstate = HState}};
 flush_result(_Other, S) ->
     {closed, S}.
+
+flush_send(Out, #s{sock = Sock, transport = T, counters = C}) ->
+    _ = T:send_async(Sock, Out),
+    counters:add(C, ?C_BYTES_OUT, iolist_size(Out)),
+    ok.
 
 discard(Reason, Deadline, S = #s{sock = Sock, transport = T}) ->
     Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
@@ -251,8 +285,18 @@ finish(Reason, #s{sock = Sock, transport = T, handler = H, hstate = HState,
         end,
     exit(normal).
 
-count_reason({protocol_error, _}, C) -> counters:add(C, ?C_PROTOCOL_ERRORS, 1);
-count_reason(_, _) -> ok.
+%% Once per connection, so that info/1 can say why connections ended.
+count_reason(Reason, C) ->
+    counters:add(C, reason_slot(Reason), 1).
+
+reason_slot({protocol_error, _}) -> ?C_PROTOCOL_ERRORS;
+reason_slot(closed) -> ?C_CLOSE_PEER;
+reason_slot(idle_timeout) -> ?C_CLOSE_IDLE;
+reason_slot(frame_timeout) -> ?C_CLOSE_FRAME_TIMEOUT;
+reason_slot({error, _}) -> ?C_CLOSE_ERROR;
+reason_slot(drained) -> ?C_CLOSE_DRAINED;
+reason_slot({shutdown, _}) -> ?C_CLOSE_DRAINED;
+reason_slot(_) -> ?C_CLOSE_HANDLER.
 
 %% sys callbacks, so that sys:get_state/1 and friends work on a connection.
 
