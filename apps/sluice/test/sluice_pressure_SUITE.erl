@@ -136,7 +136,10 @@ never_reading_clients_are_held_back_by_tcp(Config) ->
     %% Back-pressure through TCP: the server read well under what was wanted.
     ?assert(In < ?CLIENTS * ?BYTES div 2, {read_by_server, In}),
     ?assert(Peak - Base < Bound, {growth, Peak - Base, bound, Bound}),
-    ?assert(MaxQueue =< Active + 2, {mailbox, MaxQueue}),
+    %% At most Active chunks (the grant the connection tops up), plus the
+    %% driver's small `inet_reply' for each ack sent while later chunks
+    %% were already queued behind it.
+    ?assert(MaxQueue =< 2 * Active + 2, {mailbox, MaxQueue}),
     ?assert(After - Base < 16 * 1024 * 1024, {after_growth, After - Base}).
 
 wait_peer_info(Peer, Key, Value, Timeout) ->
