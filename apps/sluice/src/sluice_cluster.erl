@@ -32,14 +32,20 @@ info(Name, Nodes) ->
 
 sum(First, All, PerNode) ->
     Summed = maps:from_list([{K, add([maps:get(K, I, 0) || I <- All])} || K <- ?SUMMED]),
-    AcceptErrors = lists:foldl(fun(I, Acc) ->
-                                       maps:fold(fun(R, N, A) -> maps:update_with(R, fun(V) -> V + N end, N, A) end,
-                                                 Acc, maps:get(accept_errors, I, #{}))
-                               end, #{}, All),
+    AcceptErrors = add_maps(accept_errors, All),
+    CloseReasons = add_maps(close_reasons, All),
     Memory = maps:from_list([{K, add([maps:get(K, I, 0) || I <- All])}
                              || K <- [beam_memory, resident_memory]]),
     maps:merge(First, maps:merge(Summed, Memory#{accept_errors => AcceptErrors,
+                                                  close_reasons => CloseReasons,
                                                   nodes => PerNode})).
+
+%% A map of counts under Key in each info, summed key by key.
+add_maps(Key, All) ->
+    lists:foldl(fun(I, Acc) ->
+                        maps:fold(fun(R, N, A) -> maps:update_with(R, fun(V) -> V + N end, N, A) end,
+                                  Acc, maps:get(Key, I, #{}))
+                end, #{}, All).
 
 add(Values) ->
     case lists:member(infinity, Values) of

@@ -7,7 +7,15 @@
 %%  <li>`counted': like `last', plus a 32-bit count of the frames covered.</li>
 %% </ul>
 %% A Len above `max_frame' closes the connection as a protocol error before
-%% anything is allocated for the frame.
+%% anything is allocated for the frame; the frames before it in the same
+%% read are acked first (`reply_close').
+%%
+%% `frame_timeout' (ms, default 30000, or infinity) bounds how long one frame
+%% may take to arrive: a client trickling a frame a byte at a time (a
+%% slowloris) is closed with reason `frame_timeout'. It costs no timer: when
+%% a read ends inside a new frame the time is noted, and when a later read
+%% completes no frame at all (the same frame is still partial) it is
+%% checked; a client that stops sending altogether is the idle timeout's.
 %%
 %% The decoders never build a sub-binary per frame: the id is read as two
 %% 32-bit integers (always immediates, unlike one 64-bit integer) and the
@@ -35,7 +43,10 @@
 
 -record(ack, {mode = last :: mode(),
               max = 1048576 :: non_neg_integer(),
-              partial = none :: partial()}).
+              partial = none :: partial(),
+              frame_timeout = 30000 :: pos_integer() | infinity,
+              %% monotonic ms when the frame in `partial' began
+              since = 0 :: integer()}).
 
 -spec init(sluice:conn(), map() | list()) -> {ok, #ack{}} | {close, term()}.
 init(_Conn, Opts) when is_list(Opts) ->
@@ -43,15 +54,37 @@ init(_Conn, Opts) when is_list(Opts) ->
 init(_Conn, Opts) ->
     Mode = maps:get(ack, Opts, last),
     Max = maps:get(max_frame, Opts, 1048576),
-    case lists:member(Mode, [each, last, counted]) andalso is_integer(Max) andalso Max >= 0 of
-        true -> {ok, #ack{mode = Mode, max = Max}};
+    FT = maps:get(frame_timeout, Opts, 30000),
+    case lists:member(Mode, [each, last, counted]) andalso is_integer(Max) andalso Max >= 0
+        andalso (FT =:= infinity orelse (is_integer(FT) andalso FT > 0)) of
+        true -> {ok, #ack{mode = Mode, max = Max, frame_timeout = FT}};
         false -> {close, {bad_handler_opts, Opts}}
     end.
 
 -spec handle_data(binary(), #ack{}) -> sluice_handler:result(#ack{}).
-handle_data(Data, St = #ack{partial = none, mode = Mode, max = Max}) ->
+handle_data(Data, St = #ack{frame_timeout = infinity}) ->
+    frames(Data, St);
+handle_data(Data, St = #ack{partial = Before}) ->
+    timed(Before, frames(Data, St)).
+
+%% A read that completed a frame acks it, so a partial frame after a reply
+%% is a new one; after a read with no reply it is the same frame as before
+%% (unless there was none).
+timed(_Before, {reply, Acks, St = #ack{partial = P}}) when P =/= none ->
+    {reply, Acks, St#ack{since = erlang:monotonic_time(millisecond)}};
+timed(none, {ok, St = #ack{partial = P}}) when P =/= none ->
+    {ok, St#ack{since = erlang:monotonic_time(millisecond)}};
+timed(_Before, {ok, St = #ack{partial = P, since = Since, frame_timeout = T}}) when P =/= none ->
+    case erlang:monotonic_time(millisecond) - Since > T of
+        true -> {close, frame_timeout, St};
+        false -> {ok, St}
+    end;
+timed(_Before, Result) ->
+    Result.
+
+frames(Data, St = #ack{partial = none, mode = Mode, max = Max}) ->
     result(decode(Mode, Data, Max, <<>>), St);
-handle_data(Data, St = #ack{partial = {header, Part}, max = Max}) ->
+frames(Data, St = #ack{partial = {header, Part}, max = Max}) ->
     Need = 12 - byte_size(Part),
     case Data of
         <<More:Need/binary, Rest/binary>> ->
@@ -64,7 +97,7 @@ handle_data(Data, St = #ack{partial = {header, Part}, max = Max}) ->
         _ ->
             {ok, St#ack{partial = {header, <<Part/binary, Data/binary>>}}}
     end;
-handle_data(Data, St = #ack{partial = {payload, Hi, Lo, Left}}) ->
+frames(Data, St = #ack{partial = {payload, Hi, Lo, Left}}) ->
     payload(Hi, Lo, Left, Data, St).
 
 %% Skip the rest of a split frame's payload; once it is whole, decode the
@@ -85,8 +118,11 @@ result({ok, <<>>, Rest}, St) ->
     {ok, St#ack{partial = partial(Rest)}};
 result({ok, Acks, Rest}, St) ->
     {reply, Acks, St#ack{partial = partial(Rest)}};
-result({error, Reason, _Acks}, St) ->
-    {close, {protocol_error, Reason}, St#ack{partial = none}}.
+result({error, Reason, <<>>}, St) ->
+    {close, {protocol_error, Reason}, St#ack{partial = none}};
+result({error, Reason, Acks}, St) ->
+    %% Ack what was whole before the bad header, then close.
+    {reply_close, Acks, {protocol_error, Reason}, St#ack{partial = none}}.
 
 %% What to keep of an incomplete frame at the end of a chunk (see above).
 partial(<<>>) ->

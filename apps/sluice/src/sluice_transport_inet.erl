@@ -30,6 +30,13 @@
 %% connection holds. A Ping or an ack frame fits.
 -define(ARM_BUFFER, 512).
 
+%% A client that never reads its replies fills the socket's send queue; the
+%% driver then marks the port busy and the connection process is suspended
+%% in its next send, where neither the idle timeout nor a drain can reach
+%% it. send_timeout bounds that: the driver gives up and closes the socket
+%% (send_timeout_close) and the connection ends with {error, timeout}.
+-define(DEFAULT_SEND_TIMEOUT, 30000).
+
 -spec listen(inet:port_number(), sluice_transport:listen_opts()) ->
           {ok, gen_tcp:socket()} | {error, term()}.
 listen(Port, #{ip := IP, backlog := Backlog, reuseport := ReusePort,
@@ -41,10 +48,17 @@ listen(Port, #{ip := IP, backlog := Backlog, reuseport := ReusePort,
             end,
     %% User options come first so that the library's own (binary, raw
     %% packets, passive until the connection process arms it) win.
-    Buffer = [{buffer, ?DEFAULT_BUFFER} || not lists:keymember(buffer, 1, SocketOpts)],
-    gen_tcp:listen(Port, SocketOpts ++ Buffer ++ Reuse ++
+    %% exit_on_close false: a client that shuts down its sending side
+    %% after its last request is still owed the replies; with the default
+    %% the driver would close the socket on its FIN and drop them.
+    Defaults = [{K, V} || {K, V} <- [{buffer, ?DEFAULT_BUFFER},
+                                     {send_timeout, ?DEFAULT_SEND_TIMEOUT},
+                                     {send_timeout_close, true}],
+                          not lists:keymember(K, 1, SocketOpts)],
+    gen_tcp:listen(Port, SocketOpts ++ Defaults ++ Reuse ++
                        [Family, {ip, IP}, binary, {packet, raw}, {active, false},
-                        {reuseaddr, true}, {backlog, Backlog}, {nodelay, true}]).
+                        {reuseaddr, true}, {backlog, Backlog}, {nodelay, true},
+                        {exit_on_close, false}]).
 
 -spec accept(gen_tcp:socket(), timeout()) -> {ok, gen_tcp:socket()} | {error, term()}.
 accept(LSock, Timeout) ->

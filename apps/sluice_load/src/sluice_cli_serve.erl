@@ -17,6 +17,8 @@ specs() ->
       "ack protocol: one ack per frame (each), one per read (last), or one per read with a count (counted)"},
      {max_frame, "max-frame", {integer, 0, 16#ffffffff}, 1048576,
       "ack protocol: largest frame payload accepted; a larger Len closes the connection"},
+     {frame_timeout, "frame-timeout", timeout, 30000,
+      "ack protocol: close a connection whose partial frame does not complete in this many ms"},
      {active, "active", active, maps:get(active, D),
       "socket delivery: false (recv), once, N (flow control every N reads) or true (unbounded mailbox)"},
      {acceptors, "acceptors", {integer, 1, 65535}, maps:get(num_acceptors, D), "acceptor processes"},
@@ -52,7 +54,8 @@ run(Args) ->
 listener_opts(O) ->
     Handler = case maps:get(protocol, O) of
                   ack -> {sluice_proto_ack, #{ack => maps:get(ack, O),
-                                              max_frame => maps:get(max_frame, O)}};
+                                              max_frame => maps:get(max_frame, O),
+                                              frame_timeout => maps:get(frame_timeout, O)}};
                   ping -> {sluice_proto_ping, []};
                   echo -> {sluice_proto_echo, []}
               end,
@@ -98,9 +101,12 @@ serve_here(O) ->
                        {ok, N} -> N;
                        {error, _} -> 0
                    end,
+            %% What the handlers were given and what they sent, for a
+            %% caller that checks nothing read went unanswered.
+            #{bytes_in := In, bytes_out := Out} = sluice:info(sluice_cli),
             ok = sluice:stop_listener(sluice_cli),
-            io:format(standard_error, "sluice: drained (~b connections closed at the deadline)~n",
-                      [Left]),
+            io:format(standard_error, "sluice: drained (~b connections closed at the deadline; "
+                      "~b bytes read, ~b bytes written)~n", [Left, In, Out]),
             0;
         {error, Reason} ->
             sluice_cli:fail(1, lists:flatten(
