@@ -76,6 +76,11 @@ loop(S = #s{sock = Sock, idle = Idle}) ->
             data(Data, S);
         {tcp_passive, Sock} ->
             rearm(S#s.active, S);
+        {'$socket', Sock, select, _} ->
+            %% socket backend: data has come; read it (sluice_transport_socket).
+            rearm(S#s.active, S);
+        {'$socket', Sock, abort, {_, Reason}} ->
+            finish({error, Reason}, S);
         {inet_reply, Sock, ok} ->
             loop(S);
         {inet_async, Sock, _Ref, {ok, Data}} ->
@@ -198,6 +203,9 @@ discard(Reason, Deadline, S = #s{sock = Sock, transport = T}) ->
             _ = T:activate(Sock, false),
             discard(Reason, Deadline, S);
         {inet_reply, Sock, _} ->
+            discard(Reason, Deadline, S);
+        {'$socket', Sock, select, _} ->
+            _ = T:activate(Sock, once),
             discard(Reason, Deadline, S);
         {tcp_closed, Sock} ->
             finish(Reason, S);
