@@ -10,6 +10,7 @@
 -include_lib("stdlib/include/assert.hrl").
 
 -export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
+         init_per_group/2, end_per_group/2,
          init_per_testcase/2, end_per_testcase/2]).
 -export([burst_admits_exactly_max_connections/1,
          set_max_connections_at_run_time/1,
@@ -23,7 +24,7 @@
 
 suite() -> [{timetrap, {seconds, 60}}].
 
-all() -> [{group, limits}, {group, kills}, {group, descriptors}].
+all() -> [{group, inet}, {group, socket}].
 
 groups() ->
     [{limits, [], [burst_admits_exactly_max_connections, set_max_connections_at_run_time]},
@@ -31,7 +32,15 @@ groups() ->
                   killed_conns_sup_is_restarted_and_count_stays_right,
                   killed_acceptor_is_restarted_and_listener_keeps_accepting]},
      {descriptors, [], [emfile_is_counted_logged_and_recovered_from,
-                        default_limit_rejects_before_emfile]}].
+                        default_limit_rejects_before_emfile]}]
+        ++ sluice_test_lib:backend_groups([{group, limits}, {group, kills},
+                                           {group, descriptors}]).
+
+init_per_group(Group, Config) ->
+    sluice_test_lib:init_backend(Group, Config).
+
+end_per_group(Group, Config) ->
+    sluice_test_lib:end_backend(Group, Config).
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -218,6 +227,7 @@ emfile_is_counted_logged_and_recovered_from(Config) ->
     ok = peer:call(Peer, sluice_test_lib, capture_logs, []),
     {ok, _} = peer:call(Peer, sluice, start_listener,
                         [emf, #{ip => {127, 0, 0, 1}, port => 0, max_connections => infinity,
+                                transport => sluice_test_lib:transport(),
                                 handler => {sluice_proto_ping, []}}]),
     #{port := Port} = peer:call(Peer, sluice, info, [emf]),
     T0 = erlang:monotonic_time(millisecond),
@@ -263,6 +273,7 @@ default_limit_rejects_before_emfile(Config) ->
     Peer = ?config(peer, Config),
     {ok, _} = peer:call(Peer, sluice, start_listener,
                         [dflt, #{ip => {127, 0, 0, 1}, port => 0,
+                                 transport => sluice_test_lib:transport(),
                                  handler => {sluice_proto_ping, []}}]),
     #{port := Port, max_connections := Max} = peer:call(Peer, sluice, info, [dflt]),
     ct:log("default max_connections with ulimit -n 256: ~p", [Max]),
