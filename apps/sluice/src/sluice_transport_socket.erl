@@ -35,7 +35,7 @@
 %% (64 KiB there too, and for the same reason: a pipelining client then
 %% costs one handler call per 64 KiB, not per packet).
 -define(DEFAULT_BUFFER, 65536).
--define(TRUE_BURST, 1000).
+-define(TRUE_BURST, 100).
 -define(DEFAULT_SEND_TIMEOUT, 60000).
 
 -spec listen(inet:port_number(), sluice_transport:listen_opts()) ->
