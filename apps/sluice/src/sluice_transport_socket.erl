@@ -8,15 +8,16 @@
 %% message to oneself is not a process hop: no other process runs, nothing
 %% is scheduled; seed 001 showed that a hop per message is what costs.
 %%
-%% The budgets keep the flow-control meaning of the active modes: `false'
-%% and `once' read one chunk per call (sluice_conn calls again after each
-%% chunk), `N' reads up to N chunks and then posts `{tcp_passive, S}', so
-%% the mailbox never holds more than N chunks. When the kernel has nothing,
-%% the NIF answers `select' and later sends `{'$socket', S, select, Ref}';
-%% sluice_conn then calls activate/2 again. `true' reads in bursts of
-%% ?TRUE_BURST chunks with a `tcp_passive' after each: unlike the inet
-%% driver, which keeps reading into the mailbox, a reading process can only
-%% read while it is not handling, so here `true' is bounded too.
+%% Each activate/2 reads at most one chunk, so the mailbox never holds more
+%% than one chunk whatever the active mode: `false' and `once' are read
+%% again by sluice_conn after each chunk; for `N' and `true' a wake-up
+%% message queued behind the chunk reads the next one once the chunk has
+%% been handled and its reply sent (a reply then never waits behind a read
+%% that finds nothing). When the kernel has nothing, the NIF answers
+%% `select' and later sends `{'$socket', S, select, Ref}', on which
+%% sluice_conn calls activate/2 again. So `true' is flow-controlled here,
+%% unlike with the inet driver, which keeps reading into the mailbox: a
+%% process that reads for itself cannot read while it is handling.
 %%
 %% Sends never block the loop without limit: `socket:send(S, D, nowait)';
 %% if the kernel takes only part, the rest is sent as the socket becomes
@@ -35,7 +36,7 @@
 %% (64 KiB there too, and for the same reason: a pipelining client then
 %% costs one handler call per 64 KiB, not per packet).
 -define(DEFAULT_BUFFER, 65536).
--define(TRUE_BURST, 100).
+-define(NEXT, sluice_next).
 -define(DEFAULT_SEND_TIMEOUT, 60000).
 
 -spec listen(inet:port_number(), sluice_transport:listen_opts()) ->
@@ -104,24 +105,22 @@ port(Sock) ->
 controlling_process(Sock, Pid) ->
     socket:setopt(Sock, {otp, controlling_process}, Pid).
 
-%% @doc Read what is there, up to the budget of `Mode', into the caller's
-%% mailbox (see the module doc). Must be called by the connection process.
+%% @doc Read one chunk, if the kernel has one, into the caller's mailbox
+%% (see the module doc). Must be called by the connection process.
 -spec activate(socket:socket(), false | once | true | pos_integer()) -> ok | {error, term()}.
-activate(Sock, false) -> pump(Sock, 1, none);
-activate(Sock, once) -> pump(Sock, 1, none);
-activate(Sock, true) -> pump(Sock, ?TRUE_BURST, passive);
-activate(Sock, N) when is_integer(N), N > 0 -> pump(Sock, N, passive).
-
-pump(Sock, 0, passive) ->
-    self() ! {tcp_passive, Sock},
-    ok;
-pump(_Sock, 0, none) ->
-    ok;
-pump(Sock, Left, Then) ->
+activate(Sock, Mode) ->
     case socket:recv(Sock, 0, nowait) of
         {ok, Data} ->
             self() ! {tcp, Sock, Data},
-            pump(Sock, Left - 1, Then);
+            case Mode of
+                %% sluice_conn reads again itself after handling the chunk
+                false -> ok;
+                once -> ok;
+                %% N and true: the next read comes after this chunk has
+                %% been handled (and its reply sent), through a message
+                %% that looks like the NIF's own wake-up.
+                _ -> self() ! {'$socket', Sock, select, ?NEXT}, ok
+            end;
         {select, _} ->
             %% {'$socket', Sock, select, _} follows when data comes.
             ok;
