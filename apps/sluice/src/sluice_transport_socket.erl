@@ -8,16 +8,17 @@
 %% message to oneself is not a process hop: no other process runs, nothing
 %% is scheduled; seed 001 showed that a hop per message is what costs.
 %%
-%% Each activate/2 reads at most one chunk, so the mailbox never holds more
-%% than one chunk whatever the active mode: `false' and `once' are read
-%% again by sluice_conn after each chunk; for `N' and `true' a wake-up
-%% message queued behind the chunk reads the next one once the chunk has
-%% been handled and its reply sent (a reply then never waits behind a read
-%% that finds nothing). When the kernel has nothing, the NIF answers
-%% `select' and later sends `{'$socket', S, select, Ref}', on which
-%% sluice_conn calls activate/2 again. So `true' is flow-controlled here,
-%% unlike with the inet driver, which keeps reading into the mailbox: a
-%% process that reads for itself cannot read while it is handling.
+%% The budgets keep the flow-control meaning of the active modes: `false'
+%% and `once' read one chunk per call (sluice_conn calls again after each
+%% chunk); `N' reads up to N chunks while they come full (a short read
+%% means the kernel is probably empty), so the mailbox never holds more
+%% than N chunks, and then queues a wake-up message behind them: the next
+%% read comes once they have been handled and their replies sent. When the
+%% kernel has nothing, the NIF answers `select' and later sends
+%% `{'$socket', S, select, Ref}', on which sluice_conn calls activate/2
+%% again. `true' is `N' = ?TRUE_BURST: unlike the inet driver, which keeps
+%% reading into the mailbox, a process that reads for itself cannot read
+%% while it is handling, so `true' is flow-controlled here too.
 %%
 %% Sends never block the loop without limit: `socket:send(S, D, nowait)';
 %% if the kernel takes only part, the rest is sent as the socket becomes
@@ -37,6 +38,7 @@
 %% costs one handler call per 64 KiB, not per packet).
 -define(DEFAULT_BUFFER, 65536).
 -define(NEXT, sluice_next).
+-define(TRUE_BURST, 100).
 -define(DEFAULT_SEND_TIMEOUT, 60000).
 
 -spec listen(inet:port_number(), sluice_transport:listen_opts()) ->
@@ -105,22 +107,33 @@ port(Sock) ->
 controlling_process(Sock, Pid) ->
     socket:setopt(Sock, {otp, controlling_process}, Pid).
 
-%% @doc Read one chunk, if the kernel has one, into the caller's mailbox
-%% (see the module doc). Must be called by the connection process.
+%% @doc Read into the caller's mailbox what the active mode allows (see the
+%% module doc). Must be called by the connection process.
 -spec activate(socket:socket(), false | once | true | pos_integer()) -> ok | {error, term()}.
-activate(Sock, Mode) ->
+activate(Sock, false) -> read(Sock, 1, once);
+activate(Sock, once) -> read(Sock, 1, once);
+activate(Sock, true) -> read(Sock, ?TRUE_BURST, full_buffer(Sock));
+activate(Sock, N) when is_integer(N), N > 0 -> read(Sock, N, full_buffer(Sock)).
+
+%% Full: the size of a read that filled the buffer (more is probably
+%% waiting), or `once' (sluice_conn reads again after each chunk).
+read(Sock, Left, Full) ->
     case socket:recv(Sock, 0, nowait) of
-        {ok, Data} ->
+        {ok, Data} when Full =:= once ->
             self() ! {tcp, Sock, Data},
-            case Mode of
-                %% sluice_conn reads again itself after handling the chunk
-                false -> ok;
-                once -> ok;
-                %% N and true: the next read comes after this chunk has
-                %% been handled (and its reply sent), through a message
-                %% that looks like the NIF's own wake-up.
-                _ -> self() ! {'$socket', Sock, select, ?NEXT}, ok
-            end;
+            ok;
+        {ok, Data} when Left > 1, byte_size(Data) >= Full ->
+            self() ! {tcp, Sock, Data},
+            read(Sock, Left - 1, Full);
+        {ok, Data} ->
+            %% A short read (the kernel is probably empty) or the budget
+            %% is spent: read again only after this chunk has been handled
+            %% and its reply sent, through a message that looks like the
+            %% NIF's own wake-up. A reply then never waits behind a read
+            %% that finds nothing.
+            self() ! {tcp, Sock, Data},
+            self() ! {'$socket', Sock, select, ?NEXT},
+            ok;
         {select, _} ->
             %% {'$socket', Sock, select, _} follows when data comes.
             ok;
@@ -130,6 +143,21 @@ activate(Sock, Mode) ->
         {error, Reason} ->
             self() ! {tcp_error, Sock, Reason},
             ok
+    end.
+
+%% The read size of this connection's socket, looked up once per process
+%% (the caller owns one socket).
+full_buffer(Sock) ->
+    case get(?MODULE) of
+        undefined ->
+            Size = case socket:getopt(Sock, {otp, rcvbuf}) of
+                       {ok, N} when is_integer(N) -> N;
+                       _ -> ?DEFAULT_BUFFER
+                   end,
+            put(?MODULE, Size),
+            Size;
+        Size ->
+            Size
     end.
 
 %% @doc Send without waiting for the peer; blocks only while the kernel's
