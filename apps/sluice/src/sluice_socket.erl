@@ -205,6 +205,8 @@ setopts({sluice_socket, S} = Sock, Opts) ->
             end
     end.
 
+%% `set' marks that the caller named `active' (an `{active, N}' equal to
+%% the one in progress still adds to it).
 own_opt(binary, M) when is_map(M) -> M#{mode := binary};
 own_opt(list, M) when is_map(M) -> M#{mode := list};
 own_opt({mode, X}, M) when is_map(M) -> M#{mode := X};
@@ -218,19 +220,19 @@ own_opt(_, M) -> M.
 delivery({sluice_socket, S}, Meta0 = #{reader := undefined, active := false}) ->
     socket:setopt(S, {otp, meta}, maps:remove(set, Meta0));
 delivery({sluice_socket, S} = Sock, Meta0 = #{reader := undefined}) ->
-    Meta = maps:remove(set, Meta0),
-    #{active := Active, mode := Mode} = Meta,
+    Meta = #{active := Active, mode := Mode} = maps:remove(set, Meta0),
     Reader = sluice_socket_reader:start(Sock, self(), Mode, Active),
     socket:setopt(S, {otp, meta}, Meta#{reader := Reader});
-delivery({sluice_socket, S}, Meta0 = #{reader := Reader}) ->
-    Meta = maps:remove(set, Meta0),
-    #{active := Active, mode := Mode} = Meta,
-    %% Synchronous: once it returns, a passive recv/3 does not race the
-    %% reader for data. With a reader, `active' is the reader's to keep
-    %% (`once' and `N' run out there).
-    ok = sluice_socket_reader:set(Reader, Mode, maps:get(active, Meta0)),
-    _ = Active,
-    socket:setopt(S, {otp, meta}, Meta).
+delivery({sluice_socket, S}, Meta0 = #{reader := Reader, mode := Mode}) ->
+    %% With a reader, `active' is the reader's to keep (`once' and `N' run
+    %% out there); it changes only when the caller named it. Synchronous:
+    %% once it returns, a passive recv/3 does not race the reader for data.
+    Active = case Meta0 of
+                 #{set := _, active := A} -> A;
+                 _ -> keep
+             end,
+    ok = sluice_socket_reader:set(Reader, Mode, Active),
+    socket:setopt(S, {otp, meta}, maps:remove(set, Meta0)).
 
 %% @doc As inet:getopts/2, for active, mode, packet, binary and the socket
 %% options of sluice_socket_opts.

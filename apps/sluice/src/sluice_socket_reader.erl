@@ -31,8 +31,8 @@ start(Sock, Owner, Mode, Active) ->
     proc_lib:spawn(?MODULE, init, [Sock, Owner, Mode, Active, self()]).
 
 %% @doc New mode and active setting (synchronous); `{active, N}' adds to
-%% the count in progress.
--spec set(pid(), binary | list, active()) -> ok.
+%% the count in progress; `keep' leaves it as it is.
+-spec set(pid(), binary | list, active() | keep) -> ok.
 set(Reader, Mode, Active) -> call(Reader, {set, Mode, Active}).
 
 -spec active(pid()) -> active().
@@ -116,9 +116,10 @@ handle({'$socket', _, _, _}, R) ->
     R;
 handle({?MODULE, From, {set, Mode, Active}}, R) ->
     R2 = R#r{mode = Mode},
-    R3 = case R2#r.held of
-             none -> activate(Active, R2);
-             {held, Old} -> R2#r{held = {held, add(Old, Active)}}
+    R3 = case {Active, R2#r.held} of
+             {keep, _} -> R2;
+             {_, none} -> activate(Active, R2);
+             {_, {held, Old}} -> R2#r{held = {held, add(Old, Active)}}
          end,
     ok = reply(From, ok),
     R3;

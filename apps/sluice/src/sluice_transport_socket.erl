@@ -137,11 +137,13 @@ read(Sock, Left, Full) ->
         {select, _} ->
             %% {'$socket', Sock, select, _} follows when data comes.
             ok;
-        {error, closed} ->
-            self() ! {tcp_closed, Sock},
-            ok;
-        {error, Reason} ->
-            self() ! {tcp_error, Sock, Reason},
+        {error, Error} ->
+            self() ! case Error of
+                         closed -> {tcp_closed, Sock};
+                         {closed, _} -> {tcp_closed, Sock};
+                         {Reason, _Partial} -> {tcp_error, Sock, Reason};
+                         Reason -> {tcp_error, Sock, Reason}
+                     end,
             ok
     end.
 

@@ -187,7 +187,8 @@ recv_all(S, Acc, Want) ->
     end.
 
 %% `list' (gen_tcp's default) gives strings, `binary' binaries, in recv and
-%% in active messages alike, and setopts switches between them.
+%% in active messages alike, and setopts switches between them without
+%% touching the active state.
 list_and_binary_modes(Config) ->
     M = ?config(m, Config),
     {C, S} = pair(Config, [{active, false}]),
@@ -197,6 +198,11 @@ list_and_binary_modes(Config) ->
     ?assertEqual({ok, [{mode, binary}]}, call(Config, getopts, [S, [mode]])),
     ok = M:send(C, "def"),
     receive {tcp, S, <<"def">>} -> ok after 5000 -> error(no_data) end,
+    %% Changing only the mode leaves the spent `once' passive.
+    ok = call(Config, setopts, [S, [list]]),
+    ok = M:send(C, "ghi"),
+    no_message(S),
+    ?assertEqual({ok, "ghi"}, M:recv(S, 3, 5000)),
     ok = M:close(C),
     ok = M:close(S).
 
