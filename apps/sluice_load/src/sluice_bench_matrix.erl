@@ -46,7 +46,10 @@ servers() -> [sluice | ?ACTIVE_MODES] ++ ?IO_VARIANTS ++ [seed, c].
 %% pipelined connection and on the flood (the two scenarios where the
 %% delivery mode decides the cost), the seed's handler where its own
 %% lock-step client and a pipelined client meet it, sluice's defaults on
-%% the rest. About 4.5 minutes at the default 3 rounds of 1 + 1.25 s.
+%% the rest; the socket backend beside the inet one where the issue 5
+%% targets judge them (pipeline, lockstep) and on flood and connrate, and
+%% the poll-set rows on 200 connections. About 6 minutes at the default 3
+%% rounds of 1 + 1.25 s.
 -spec default() -> [cell()].
 default() ->
     dedupe([{lockstep, sluice}, {lockstep, seed}]
