@@ -336,7 +336,10 @@ idle_timeout_closes_only_idle_connections(Config) ->
                                 Busy = connect(Port),
                                 Talk = [begin timer:sleep(100), echo_ok(Busy) end
                                         || _ <- lists:seq(1, 12)],
-                                Parent ! {talked, self(), Talk}
+                                Parent ! {talked, self(), Talk},
+                                %% Busy closes with this process: not
+                                %% before the count below is read.
+                                receive counted -> ok end
                         end),
     T0 = erlang:monotonic_time(millisecond),
     Idle = connect(Port),
@@ -348,7 +351,8 @@ idle_timeout_closes_only_idle_connections(Config) ->
         {talked, Talker, Talk} -> ?assertEqual(lists:duplicate(12, true), Talk)
     after 5000 -> error(talker_stuck)
     end,
-    ?assertMatch(#{closed := 1}, sluice:info(Name)).
+    ?assertMatch(#{closed := 1}, sluice:info(Name)),
+    Talker ! counted.
 
 %%% ------------------------------------------------------------------
 %%% Draining stop

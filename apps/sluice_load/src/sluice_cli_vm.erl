@@ -61,7 +61,8 @@ polling() ->
     Polled = [N || N <- Sets, N > 0],
     {lists:sum(Polled), length(Polled)}.
 
-%% scheduler_bind_type's names for the +sbt letters
+%% scheduler_bind_type's names for the +sbt letters (db, the default bind,
+%% is reported as what it stands for, tnnps)
 bind_type(unbound) -> u;
 bind_type(no_node_processor_spread) -> nnps;
 bind_type(no_node_thread_spread) -> nnts;
@@ -69,6 +70,4 @@ bind_type(no_spread) -> ns;
 bind_type(thread_spread) -> ts;
 bind_type(processor_spread) -> ps;
 bind_type(spread) -> s;
-bind_type(thread_no_node_processor_spread) -> tnnps;
-bind_type(default_bind) -> db;
-bind_type(Other) -> Other.
+bind_type(thread_no_node_processor_spread) -> tnnps.
