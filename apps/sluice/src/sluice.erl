@@ -93,11 +93,15 @@ drain(Name, DrainMs) ->
     case sluice_registry:lookup(Name) of
         {ok, #{atomics := A, opts := #{num_conns_sups := NS}}} ->
             Deadline = erlang:monotonic_time(millisecond) + DrainMs,
-            ok = suspend(Name),
-            _ = [sluice_conns_sup:drain(Sup, Deadline)
-                 || I <- lists:seq(1, NS),
-                    Sup <- [sluice_registry:conns_sup(Name, I)], is_pid(Sup)],
-            {ok, wait_empty(A, Deadline)};
+            case suspend(Name) of
+                ok ->
+                    _ = [sluice_conns_sup:drain(Sup, Deadline)
+                         || I <- lists:seq(1, NS),
+                            Sup <- [sluice_registry:conns_sup(Name, I)], is_pid(Sup)],
+                    {ok, wait_empty(A, Deadline)};
+                Error ->
+                    Error
+            end;
         error ->
             {error, not_found}
     end.
@@ -118,10 +122,27 @@ wait_empty(A, Deadline) ->
 suspend(Name) ->
     with_sup(Name, fun(Sup) ->
                            case supervisor:terminate_child(Sup, sluice_acceptors_sup) of
-                               ok -> ok;
+                               ok -> wait_closed(Name);
                                {error, not_found} -> ok
                            end
                    end).
+
+%% The listen sockets close with the supervisor that owns them, but a port
+%% closes a moment after its owner is gone; until then the kernel still
+%% completes connects (then resets them). Wait, briefly, so that new
+%% connects are refused once suspend/1 returns.
+wait_closed(Name) ->
+    Ports = case sluice_registry:lookup(Name) of
+                {ok, #{listen_sockets := Socks}} -> [S || S <- Socks, is_port(S)];
+                _ -> []
+            end,
+    wait_ports(Ports, 200).
+
+wait_ports(Ports, Tries) ->
+    case [P || P <- Ports, erlang:port_info(P, id) =/= undefined] of
+        Open when Open =/= [], Tries > 0 -> receive after 5 -> wait_ports(Open, Tries - 1) end;
+        _ -> ok
+    end.
 
 %% @doc Accept again, on the same port.
 -spec resume(name()) -> ok | {error, term()}.
@@ -134,10 +155,20 @@ resume(Name) ->
                            end
                    end).
 
+%% A listener that is being stopped is still in the registry for a moment
+%% after its supervisor has gone (or while it is going): calling into it
+%% then exits (noproc, shutdown), which means the listener is not there.
 with_sup(Name, Fun) ->
     case sluice_registry:lookup(Name) of
-        {ok, #{sup := Sup}} -> Fun(Sup);
-        error -> {error, not_found}
+        {ok, #{sup := Sup}} ->
+            try Fun(Sup)
+            catch exit:{Why, {_, call, _}} when Why =:= noproc; Why =:= normal;
+                                                    Why =:= shutdown;
+                                                    element(1, Why) =:= shutdown ->
+                    {error, not_found}
+            end;
+        error ->
+            {error, not_found}
     end.
 
 %% @doc What the listener is and what happened to it.
@@ -164,12 +195,22 @@ info(Name, Status, #{opts := Opts, counters := C, atomics := A} = Info) ->
       rejected => counters:get(C, ?C_REJECTED),
       closed => counters:get(C, ?C_CLOSED),
       protocol_errors => counters:get(C, ?C_PROTOCOL_ERRORS),
+      close_reasons => close_reasons(C),
       bytes_in => counters:get(C, ?C_BYTES_IN),
       bytes_out => counters:get(C, ?C_BYTES_OUT),
       accept_errors => sluice_registry:accept_errors(Name),
       active => maps:get(active, Opts),
       transport => maps:get(transport, Opts),
       handler => maps:get(handler, Opts)}.
+
+%% Why connections ended, one count per connection (protocol errors are
+%% also `protocol_errors' above).
+close_reasons(C) ->
+    maps:map(fun(_, Slot) -> counters:get(C, Slot) end,
+             #{peer_closed => ?C_CLOSE_PEER, idle_timeout => ?C_CLOSE_IDLE,
+               frame_timeout => ?C_CLOSE_FRAME_TIMEOUT, socket_error => ?C_CLOSE_ERROR,
+               protocol_error => ?C_PROTOCOL_ERRORS, drained => ?C_CLOSE_DRAINED,
+               handler => ?C_CLOSE_HANDLER, crashed => ?C_CLOSE_CRASHED}).
 
 %% The registry drops a listener's row only once it sees the supervisor go
 %% down, so a listener that is stopping can still be looked up: gone.

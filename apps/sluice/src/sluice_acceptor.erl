@@ -5,6 +5,17 @@
 %% that a burst of accepts on many acceptors can never admit more than the
 %% limit. A connection over the limit is accepted and closed at once (and
 %% counted as rejected) instead of being left in the kernel's backlog.
+%%
+%% Out of descriptors (emfile, enfile) a connection cannot even be accepted
+%% to be refused: it would wait in the backlog until the client gives up.
+%% So the first acceptor of each listen socket holds a spare descriptor (an
+%% open /dev/null); on emfile it raises the listener's shedding flag and
+%% closes the spare: while the flag is up every acceptor closes what it
+%% accepts at once (counted as rejected), each close freeing the descriptor
+%% for the next, until the backlog is empty; then the spare is opened again
+%% and the flag lowered. (The freed descriptor goes to whichever acceptor
+%% the driver serves first, hence a flag rather than one acceptor's loop.)
+%% Clients over the limit see their connection closed at once, not silence.
 -module(sluice_acceptor).
 
 -include("sluice_counters.hrl").
@@ -18,38 +29,100 @@
 -define(ERROR_BACKOFF_MS, 10).
 -define(LOG_INTERVAL_MS, 1000).
 -define(START_TIMEOUT, 5000).
+%% At most this many connections shed per emfile, so that one acceptor is
+%% not kept from its other work by a flood.
+-define(SHED_MAX, 1000).
+-define(SHED_MS, 20).
 
 -spec start_link(map(), sluice_transport:socket(), pos_integer()) -> {ok, pid()}.
 start_link(Listener, LSock, Index) ->
     {ok, proc_lib:spawn_link(?MODULE, init, [Listener, LSock, Index])}.
 
 -spec init(map(), sluice_transport:socket(), pos_integer()) -> no_return().
-init(Listener = #{opts := #{num_conns_sups := NS}}, LSock, Index) ->
-    loop(Listener, LSock, (Index - 1) rem NS + 1).
+init(Listener = #{opts := #{num_conns_sups := NS, num_listen_sockets := NL}}, LSock, Index) ->
+    Spare = case Index =< NL of
+                true -> open_spare();
+                false -> none
+            end,
+    loop(Listener, LSock, (Index - 1) rem NS + 1, Spare).
 
-loop(L = #{transport := T}, LSock, SupIndex) ->
+loop(L = #{transport := T}, LSock, SupIndex, Spare) ->
     case T:accept(LSock, infinity) of
         {ok, Sock} ->
-            admit(L, Sock, SupIndex);
+            admit(L, Sock, SupIndex),
+            loop(L, LSock, SupIndex, reopen(Spare));
         {error, closed} ->
             %% The listen socket is gone: the supervisor is stopping or the
             %% socket was closed under us; either way this acceptor is done.
             exit(closed);
         {error, Reason} ->
-            accept_error(L, Reason)
-    end,
-    loop(L, LSock, SupIndex).
+            Spare2 = try shed(Reason, L, LSock, Spare)
+                     catch Class:Why:Stack ->
+                             %% Shedding is best effort; it must never
+                             %% take the acceptor (and so the port) down.
+                             ?LOG_ERROR("sluice acceptor: shedding failed: ~p:~p ~p",
+                                        [Class, Why, Stack]),
+                             atomics:put(maps:get(atomics, L), ?A_SHEDDING, 0),
+                             lost
+                     end,
+            accept_error(L, Reason),
+            loop(L, LSock, SupIndex, Spare2)
+    end.
+
+%% The spare descriptor: an open file, `lost' when it could not be opened
+%% again after shedding (retried later), `none' for acceptors without one.
+open_spare() ->
+    case file:open("/dev/null", [read, raw]) of
+        {ok, Fd} -> Fd;
+        {error, _} -> lost
+    end.
+
+reopen(lost) -> open_spare();
+reopen(Spare) -> Spare.
+
+shed(Reason, #{transport := T, counters := C, atomics := A}, LSock, Spare)
+  when (Reason =:= emfile orelse Reason =:= enfile), Spare =/= none, Spare =/= lost ->
+    atomics:put(A, ?A_SHEDDING, 1),
+    ok = file:close(Spare),
+    shed_waiting(T, LSock, C, ?SHED_MAX),
+    %% The other acceptors shed too meanwhile.
+    receive after ?SHED_MS -> ok end,
+    Spare2 = open_spare(),
+    atomics:put(A, ?A_SHEDDING, 0),
+    Spare2;
+shed(_Reason, _L, _LSock, Spare) ->
+    reopen(Spare).
+
+%% Accept and close whatever is waiting, using the one free descriptor.
+shed_waiting(_T, _LSock, _C, 0) ->
+    ok;
+shed_waiting(T, LSock, C, N) ->
+    case T:accept(LSock, 0) of
+        {ok, Sock} ->
+            reject(C, T, Sock),
+            shed_waiting(T, LSock, C, N - 1);
+        {error, _} ->
+            ok
+    end.
 
 admit(#{atomics := A, counters := C, transport := T, name := Name}, Sock, SupIndex) ->
-    case atomics:add_get(A, ?A_CONNS, 1) =< atomics:get(A, ?A_MAX_CONNS) of
-        true ->
-            counters:add(C, ?C_ACCEPTED, 1),
-            start(Name, A, T, Sock, SupIndex);
-        false ->
-            atomics:sub(A, ?A_CONNS, 1),
-            counters:add(C, ?C_REJECTED, 1),
-            T:close(Sock)
+    case atomics:get(A, ?A_SHEDDING) of
+        0 ->
+            case atomics:add_get(A, ?A_CONNS, 1) =< atomics:get(A, ?A_MAX_CONNS) of
+                true ->
+                    counters:add(C, ?C_ACCEPTED, 1),
+                    start(Name, A, T, Sock, SupIndex);
+                false ->
+                    atomics:sub(A, ?A_CONNS, 1),
+                    reject(C, T, Sock)
+            end;
+        _ ->
+            reject(C, T, Sock)
     end.
+
+reject(C, T, Sock) ->
+    counters:add(C, ?C_REJECTED, 1),
+    T:close(Sock).
 
 start(Name, A, T, Sock, SupIndex) ->
     Result = case sluice_registry:conns_sup(Name, SupIndex) of

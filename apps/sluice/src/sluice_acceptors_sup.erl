@@ -25,6 +25,8 @@ init(Listener = #{name := Name, transport := T, opts := Opts}) ->
     case open_sockets(T, Port0, NL, Opts) of
         {ok, Port, LSocks} ->
             ok = sluice_registry:set(Name, port, Port),
+            %% For suspend/1, which waits for them to be closed.
+            ok = sluice_registry:set(Name, listen_sockets, LSocks),
             Tuple = list_to_tuple(LSocks),
             Children = [#{id => {sluice_acceptor, I},
                           start => {sluice_acceptor, start_link,

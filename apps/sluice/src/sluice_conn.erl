@@ -5,9 +5,17 @@
 %% one asynchronous send, nothing else. Delivery follows the listener's
 %% `active' option:
 %% <ul>
-%%  <li>`N' (the default): the driver sends up to N messages, then
-%%      `tcp_passive'; the loop re-arms. The mailbox never holds more than N
-%%      chunks, so a flooding client is held back by TCP, not by memory.</li>
+%%  <li>`N' (the default, 10): the driver sends up to N messages, then
+%%      goes passive. The loop keeps a count of the messages it has granted
+%%      and not yet handled, and tops the grant up to N once half of it is
+%%      used, so a connection that keeps up never goes passive; one that
+%%      falls behind stops at N. The mailbox never holds more than N chunks,
+%%      so a flooding client is held back by TCP, not by memory. (Never
+%%      going passive matters: the VM moves a descriptor that is never
+%%      deselected into the schedulers' own poll set, which saves a poll
+%%      thread wake-up and an epoll_ctl per read. Re-arming only on
+%%      tcp_passive took lock-step round trips from 0.80 of C to 0.64 at
+%%      N = 10.)</li>
 %%  <li>`once': re-armed after every chunk (a port call per chunk).</li>
 %%  <li>`false': one asynchronous read at a time, answered by a message, so
 %%      the process still sees drain requests and handle_info messages.</li>
@@ -26,6 +34,8 @@
             handler :: module(),
             hstate :: term(),
             active :: false | once | true | pos_integer(),
+            %% active=N: messages granted to the driver and not yet handled
+            credit = 0 :: non_neg_integer(),
             idle :: timeout(),
             counters :: counters:counters_ref(),
             parent :: pid(),
@@ -35,6 +45,12 @@
 %% How long a new connection process waits for the acceptor to hand it the
 %% socket; only an acceptor that died in between makes it wait that long.
 -define(HANDOVER_TIMEOUT, 5000).
+
+%% After `reply_close' (e.g. acks owed before a protocol error) the replies
+%% go out, then FIN, and the connection reads and drops what the peer still
+%% sends for at most this long: closing with unread bytes would send RST,
+%% and an RST can make the peer's kernel throw away replies it has not read.
+-define(CLOSE_LINGER_MS, 1000).
 
 %% @doc Entry point, spawned (linked) by sluice_conns_sup. The acceptor
 %% transfers the socket and then sends `{sluice_go, Sock}'.
@@ -57,6 +73,7 @@ init(Parent, Sock, #{name := Name, transport := T, handler := {H, HOpts},
         {ok, HState} ->
             S = S0#s{hstate = HState},
             case T:activate(Sock, Active) of
+                ok when is_integer(Active) -> loop(S#s{credit = Active});
                 ok -> loop(S);
                 {error, R} -> finish({error, R}, S)
             end;
@@ -75,10 +92,10 @@ loop(S = #s{sock = Sock, idle = Idle}) ->
         {tcp, Sock, Data} ->
             data(Data, S);
         {tcp_passive, Sock} ->
-            rearm(S#s.active, S);
+            passive(S);
         {'$socket', Sock, select, _} ->
             %% socket backend: data has come; read it (sluice_transport_socket).
-            rearm(S#s.active, S);
+            rearm(ready, S);
         {'$socket', Sock, abort, {_, Reason}} ->
             finish({error, Reason}, S);
         {inet_reply, Sock, ok} ->
@@ -127,14 +144,37 @@ handle({reply, Out, HState}, S = #s{sock = Sock, transport = T, counters = C}, R
     end;
 handle({close, Reason, HState}, S, _Rearm) ->
     finish(Reason, S#s{hstate = HState});
+handle({reply_close, Out, Reason, HState}, S = #s{counters = C}, _Rearm) ->
+    counters:add(C, ?C_BYTES_OUT, iolist_size(Out)),
+    linger_close(Out, Reason, S#s{hstate = HState});
 handle(Other, S, _Rearm) ->
     finish({bad_return, Other}, S).
 
 %% After a chunk, `once' and `false' need a new port call to get the next
-%% one; `N' re-arms only on tcp_passive and `true' never.
+%% one; `N' tops its grant up once half of it is used; `true' never.
+next(S = #s{active = N, credit = C}, true) when is_integer(N) ->
+    case C - 1 of
+        Left when Left > N div 2 -> loop(S#s{credit = Left});
+        Left -> topup(N - Left, S#s{credit = N})
+    end;
 next(S = #s{active = once}, true) -> rearm(once, S);
 next(S = #s{active = false}, true) -> rearm(false, S);
 next(S, _) -> loop(S).
+
+%% `{active, K}' adds K to the driver's count (inet:setopts/2).
+topup(K, S = #s{sock = Sock, transport = T}) ->
+    case T:activate(Sock, K) of
+        ok -> loop(S);
+        {error, Reason} -> finish({error, Reason}, S)
+    end.
+
+%% Every chunk sent before tcp_passive has been handled by now, so the
+%% credit left is what a top-up granted after the driver went passive: the
+%% driver is active again with it. Only when none is left must it re-arm.
+passive(S = #s{active = N, credit = 0}) ->
+    topup(N, S#s{credit = N});
+passive(S) ->
+    loop(S).
 
 rearm(Mode, S = #s{sock = Sock, transport = T}) ->
     case T:activate(Sock, Mode) of
@@ -164,34 +204,59 @@ graceful_close(Reason, Deadline, S = #s{sock = Sock, transport = T}) ->
         end,
     case flush(S) of
         {ok, S2} ->
-            _ = T:shutdown(Sock, write),
-            %% Keep one read pending for discard/3, or the peer's close goes
-            %% unseen until the deadline. With active=false the read that
-            %% was pending may just have been consumed by flush/1; if it was
-            %% not, this second one is refused (ealready), harmlessly.
-            _ = T:activate(Sock, case S2#s.active of false -> false; _ -> once end),
-            discard(Reason, Deadline, S2);
+            fin_then_discard(Reason, Deadline, S2);
         {closed, S2} ->
             finish(Reason, S2)
     end.
 
-flush(S = #s{sock = Sock, handler = H}) ->
+%% Replies already queued, then FIN behind them, then drop whatever the
+%% peer still sends until it closes or the deadline passes.
+fin_then_discard(Reason, Deadline, S = #s{sock = Sock, transport = T}) ->
+    _ = T:shutdown(Sock, write),
+    %% Keep one read pending for discard/3, or the peer's close goes unseen
+    %% until the deadline. With active=false the read that was pending may
+    %% just have been consumed by flush/1; if it was not, this second one
+    %% is refused (ealready), harmlessly.
+    _ = T:activate(Sock, case S#s.active of false -> false; _ -> once end),
+    discard(Reason, Deadline, S).
+
+%% The handler asked to say something and close (a protocol error after
+%% frames that are owed their acks): nothing more is handed to it.
+linger_close(Out, Reason, S = #s{sock = Sock, transport = T}) ->
+    case T:send_async(Sock, Out) of
+        ok -> fin_then_discard(Reason, erlang:monotonic_time(millisecond) + ?CLOSE_LINGER_MS, S);
+        {error, _} -> finish(Reason, S)
+    end.
+
+flush(S = #s{sock = Sock}) ->
     receive
-        {tcp, Sock, Data} -> flush_result(H:handle_data(Data, S#s.hstate), S);
-        {inet_async, Sock, _Ref, {ok, Data}} -> flush_result(H:handle_data(Data, S#s.hstate), S)
+        {tcp, Sock, Data} -> flush_data(Data, S);
+        {inet_async, Sock, _Ref, {ok, Data}} -> flush_data(Data, S)
     after 0 ->
             {ok, S}
     end.
 
+flush_data(Data, S = #s{handler = H, counters = C}) ->
+    counters:add(C, ?C_BYTES_IN, byte_size(Data)),
+    flush_result(H:handle_data(Data, S#s.hstate), S).
+
 flush_result({ok, HState}, S) ->
     flush(S#s{hstate = HState});
-flush_result({reply, Out, HState}, S = #s{sock = Sock, transport = T}) ->
-    _ = T:send_async(Sock, Out),
+flush_result({reply, Out, HState}, S) ->
+    flush_send(Out, S),
     flush(S#s{hstate = HState});
 flush_result({close, _Reason, HState}, S) ->
     {ok, S#s{hstate = HState}};
+flush_result({reply_close, Out, _Reason, HState}, S) ->
+    flush_send(Out, S),
+    {ok, S#s{hstate = HState}};
 flush_result(_Other, S) ->
     {closed, S}.
+
+flush_send(Out, #s{sock = Sock, transport = T, counters = C}) ->
+    _ = T:send_async(Sock, Out),
+    counters:add(C, ?C_BYTES_OUT, iolist_size(Out)),
+    ok.
 
 discard(Reason, Deadline, S = #s{sock = Sock, transport = T}) ->
     Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
@@ -205,7 +270,7 @@ discard(Reason, Deadline, S = #s{sock = Sock, transport = T}) ->
         {inet_reply, Sock, _} ->
             discard(Reason, Deadline, S);
         {'$socket', Sock, select, _} ->
-            _ = T:activate(Sock, once),
+            _ = T:activate(Sock, ready),
             discard(Reason, Deadline, S);
         {tcp_closed, Sock} ->
             finish(Reason, S);
@@ -228,8 +293,18 @@ finish(Reason, #s{sock = Sock, transport = T, handler = H, hstate = HState,
         end,
     exit(normal).
 
-count_reason({protocol_error, _}, C) -> counters:add(C, ?C_PROTOCOL_ERRORS, 1);
-count_reason(_, _) -> ok.
+%% Once per connection, so that info/1 can say why connections ended.
+count_reason(Reason, C) ->
+    counters:add(C, reason_slot(Reason), 1).
+
+reason_slot({protocol_error, _}) -> ?C_PROTOCOL_ERRORS;
+reason_slot(closed) -> ?C_CLOSE_PEER;
+reason_slot(idle_timeout) -> ?C_CLOSE_IDLE;
+reason_slot(frame_timeout) -> ?C_CLOSE_FRAME_TIMEOUT;
+reason_slot({error, _}) -> ?C_CLOSE_ERROR;
+reason_slot(drained) -> ?C_CLOSE_DRAINED;
+reason_slot({shutdown, _}) -> ?C_CLOSE_DRAINED;
+reason_slot(_) -> ?C_CLOSE_HANDLER.
 
 %% sys callbacks, so that sys:get_state/1 and friends work on a connection.
 

@@ -77,10 +77,11 @@ loop(St = #st{parent = Parent, children = Children, listener = L, index = I}) ->
             loop(St#st{children = Children#{Pid => true}});
         {'EXIT', Parent, Reason} ->
             terminate(Reason, St);
-        {'EXIT', Pid, _Reason} ->
+        {'EXIT', Pid, Reason} ->
             case maps:take(Pid, Children) of
                 {true, Rest} ->
                     child_gone(L, I),
+                    count_crash(Reason, L),
                     loop(St#st{children = Rest});
                 error ->
                     loop(St)
@@ -101,6 +102,11 @@ child_gone(#{atomics := A, counters := C}, I) ->
     atomics:sub(A, ?A_CONNS, 1),
     atomics:sub(A, ?A_SUP_BASE + I, 1),
     counters:add(C, ?C_CLOSED, 1).
+
+%% A connection that ends on its own exits normal, having counted its reason;
+%% any other exit (a handler that raised, a kill) is counted here.
+count_crash(normal, _L) -> ok;
+count_crash(_, #{counters := C}) -> counters:add(C, ?C_CLOSE_CRASHED, 1).
 
 call(which_children, #st{children = Children}) ->
     [{sluice_conn, Pid, worker, [sluice_conn]} || Pid <- maps:keys(Children)];

@@ -10,12 +10,21 @@
 %%  <li>`{close, Reason, State}': close the connection; a Reason of
 %%      `{protocol_error, Why}' is counted in the listener's
 %%      `protocol_errors'.</li>
+%%  <li>`{reply_close, IoData, Reason, State}': send IoData, then close
+%%      without a reset (FIN after the data; what the peer still sends is
+%%      read and dropped for a moment) and without handing the handler
+%%      anything more: e.g. the acks owed for the frames before a bad one.
+%%      Counted like `close'.</li>
 %% </ul>
+%% Close reasons the library counts by name in info/1's `close_reasons':
+%% `{protocol_error, _}', `frame_timeout' (a partial message that took too
+%% long), `idle_timeout', `drained'; any other counts as `handler'.
 -module(sluice_handler).
 
 -type result(State) :: {ok, State}
                      | {reply, iodata(), State}
-                     | {close, term(), State}.
+                     | {close, term(), State}
+                     | {reply_close, iodata(), term(), State}.
 -export_type([result/1]).
 
 -callback init(sluice:conn(), Opts :: term()) ->

@@ -50,7 +50,13 @@ defaults() ->
       reuseport => false,
       backlog => 1024,
       max_connections => default_max_connections(),
-      active => 100,
+      %% {active, 10} with 256 KiB reads: the mailbox of a connection whose
+      %% client outruns its handler holds at most 10 reads (2.5 MiB). 20
+      %% clients sending 32 MB each without reading their acks grew the
+      %% server by 21 MB at 10 and by 129 MB at 100, while pipelined server
+      %% CPU per frame was the same for both (6.5-7.4 ns, noisy); see
+      %% bench/README.md, "Defaults".
+      active => 10,
       socket_opts => [],
       idle_timeout => 60000,
       shutdown_timeout => 5000}.

@@ -7,11 +7,27 @@
 %%  <li>`counted': like `last', plus a 32-bit count of the frames covered.</li>
 %% </ul>
 %% A Len above `max_frame' closes the connection as a protocol error before
-%% anything is allocated for the frame.
+%% anything is allocated for the frame; the frames before it in the same
+%% read are acked first (`reply_close').
+%%
+%% `frame_timeout' (ms, default 30000, or infinity) bounds how long one frame
+%% may take to arrive: a client trickling a frame a byte at a time (a
+%% slowloris) is closed with reason `frame_timeout'. It costs no timer: when
+%% a read ends inside a new frame the time is noted, and when a later read
+%% completes no frame at all (the same frame is still partial) it is
+%% checked; a client that stops sending altogether is the idle timeout's.
 %%
 %% The decoders never build a sub-binary per frame: the id is read as two
 %% 32-bit integers (always immediates, unlike one 64-bit integer) and the
 %% payload is skipped, so decoding a chunk allocates only the ack.
+%%
+%% Nor does a frame split across reads cost a copy: the protocol never needs
+%% a payload, so what is kept between reads is either the few bytes of a
+%% header (`{header, Bin}', under 12 bytes) or the id of the frame being read
+%% and how many payload bytes are still to come (`{payload, Hi, Lo, Left}').
+%% Joining the kept bytes to the next chunk instead would copy every chunk
+%% of a pipelining client once more (a chunk almost always ends mid-frame),
+%% and would pin a whole read buffer in memory for a large frame.
 -module(sluice_proto_ack).
 -behaviour(sluice_handler).
 
@@ -21,14 +37,16 @@
 -export_type([mode/0]).
 
 -type mode() :: each | last | counted.
+-type partial() :: none
+                 | {header, binary()}
+                 | {payload, 0..16#ffffffff, 0..16#ffffffff, pos_integer()}.
 
 -record(ack, {mode = last :: mode(),
               max = 1048576 :: non_neg_integer(),
-              tail = <<>> :: binary()}).
-
-%% A partial frame this small is copied out of the chunk it came in, so that
-%% an idle connection does not pin a whole read buffer.
--define(COPY_TAIL_BELOW, 4096).
+              partial = none :: partial(),
+              frame_timeout = 30000 :: pos_integer() | infinity,
+              %% monotonic ms when the frame in `partial' began
+              since = 0 :: integer()}).
 
 -spec init(sluice:conn(), map() | list()) -> {ok, #ack{}} | {close, term()}.
 init(_Conn, Opts) when is_list(Opts) ->
@@ -36,31 +54,83 @@ init(_Conn, Opts) when is_list(Opts) ->
 init(_Conn, Opts) ->
     Mode = maps:get(ack, Opts, last),
     Max = maps:get(max_frame, Opts, 1048576),
-    case lists:member(Mode, [each, last, counted]) andalso is_integer(Max) andalso Max >= 0 of
-        true -> {ok, #ack{mode = Mode, max = Max}};
+    FT = maps:get(frame_timeout, Opts, 30000),
+    case lists:member(Mode, [each, last, counted]) andalso is_integer(Max) andalso Max >= 0
+        andalso (FT =:= infinity orelse (is_integer(FT) andalso FT > 0)) of
+        true -> {ok, #ack{mode = Mode, max = Max, frame_timeout = FT}};
         false -> {close, {bad_handler_opts, Opts}}
     end.
 
 -spec handle_data(binary(), #ack{}) -> sluice_handler:result(#ack{}).
-handle_data(Data, St = #ack{mode = Mode, max = Max, tail = Tail}) ->
-    Buf = case Tail of
-              <<>> -> Data;
-              _ -> <<Tail/binary, Data/binary>>
-          end,
-    case decode(Mode, Buf, Max, <<>>) of
-        {ok, <<>>, Rest} ->
-            {ok, St#ack{tail = keep(Rest)}};
-        {ok, Acks, Rest} ->
-            {reply, Acks, St#ack{tail = keep(Rest)}};
-        {error, Reason, Acks} ->
-            %% Ack what was whole before the bad header, then close.
-            {close, {protocol_error, Reason}, St#ack{tail = Acks}}
+handle_data(Data, St = #ack{frame_timeout = infinity}) ->
+    frames(Data, St);
+handle_data(Data, St = #ack{partial = Before}) ->
+    timed(Before, frames(Data, St)).
+
+%% A read that completed a frame acks it, so a partial frame after a reply
+%% is a new one; after a read with no reply it is the same frame as before
+%% (unless there was none).
+timed(_Before, {reply, Acks, St = #ack{partial = P}}) when P =/= none ->
+    {reply, Acks, St#ack{since = erlang:monotonic_time(millisecond)}};
+timed(none, {ok, St = #ack{partial = P}}) when P =/= none ->
+    {ok, St#ack{since = erlang:monotonic_time(millisecond)}};
+timed(_Before, {ok, St = #ack{partial = P, since = Since, frame_timeout = T}}) when P =/= none ->
+    case erlang:monotonic_time(millisecond) - Since > T of
+        true -> {close, frame_timeout, St};
+        false -> {ok, St}
+    end;
+timed(_Before, Result) ->
+    Result.
+
+frames(Data, St = #ack{partial = none, mode = Mode, max = Max}) ->
+    result(decode(Mode, Data, Max, <<>>), St);
+frames(Data, St = #ack{partial = {header, Part}, max = Max}) ->
+    Need = 12 - byte_size(Part),
+    case Data of
+        <<More:Need/binary, Rest/binary>> ->
+            case <<Part/binary, More/binary>> of
+                <<_:64, Len:32>> when Len > Max ->
+                    {close, {protocol_error, frame_too_large}, St#ack{partial = none}};
+                <<Hi:32, Lo:32, Len:32>> ->
+                    payload(Hi, Lo, Len, Rest, St)
+            end;
+        _ ->
+            {ok, St#ack{partial = {header, <<Part/binary, Data/binary>>}}}
+    end;
+frames(Data, St = #ack{partial = {payload, Hi, Lo, Left}}) ->
+    payload(Hi, Lo, Left, Data, St).
+
+%% Skip the rest of a split frame's payload; once it is whole, decode the
+%% chunk's remaining frames as if it had begun the chunk.
+payload(Hi, Lo, Left, Data, St = #ack{mode = Mode, max = Max}) ->
+    case Data of
+        <<_:Left/binary, Rest/binary>> ->
+            result(continue(Mode, Rest, Max, Hi, Lo), St);
+        _ ->
+            {ok, St#ack{partial = {payload, Hi, Lo, Left - byte_size(Data)}}}
     end.
 
-keep(Rest) when byte_size(Rest) < ?COPY_TAIL_BELOW, byte_size(Rest) > 0 ->
-    binary:copy(Rest);
-keep(Rest) ->
-    Rest.
+continue(each, Buf, Max, Hi, Lo) -> each(Buf, Max, <<Hi:32, Lo:32>>);
+continue(last, Buf, Max, Hi, Lo) -> last(Buf, Max, <<>>, Hi, Lo, 1);
+continue(counted, Buf, Max, Hi, Lo) -> counted(Buf, Max, <<>>, Hi, Lo, 1).
+
+result({ok, <<>>, Rest}, St) ->
+    {ok, St#ack{partial = partial(Rest)}};
+result({ok, Acks, Rest}, St) ->
+    {reply, Acks, St#ack{partial = partial(Rest)}};
+result({error, Reason, <<>>}, St) ->
+    {close, {protocol_error, Reason}, St#ack{partial = none}};
+result({error, Reason, Acks}, St) ->
+    %% Ack what was whole before the bad header, then close.
+    {reply_close, Acks, {protocol_error, Reason}, St#ack{partial = none}}.
+
+%% What to keep of an incomplete frame at the end of a chunk (see above).
+partial(<<>>) ->
+    none;
+partial(<<Hi:32, Lo:32, Len:32, Payload/binary>>) ->
+    {payload, Hi, Lo, Len - byte_size(Payload)};
+partial(Header) ->
+    {header, binary:copy(Header)}.
 
 %% @doc Decode every complete frame of `Buf'; returns the acks (appended to
 %% `Acc'), and the bytes of the incomplete frame at the end.
@@ -75,19 +145,34 @@ each(<<H:32, L:32, Len:32, _:Len/binary, R/binary>>, Max, Acc) when Len =< Max -
 each(Buf, Max, Acc) ->
     tail(Buf, Max, Acc).
 
-last(<<H:32, L:32, Len:32, _:Len/binary, R/binary>>, Max, Acc, _, _, N) when Len =< Max ->
-    last(R, Max, Acc, H, L, N + 1);
-last(Buf, Max, Acc, _H, _L, 0) ->
-    tail(Buf, Max, Acc);
-last(Buf, Max, Acc, H, L, _N) ->
-    tail(Buf, Max, <<Acc/binary, H:32, L:32>>).
+%% `last' and `counted' need only the last frame's id, so the walk over
+%% the chunk reads nothing but each Len, and remembers where the last whole
+%% frame began; its id is read once at the end. (Reading the id of every
+%% frame cost ~20% more per frame here: OTP 25 JIT, 17-byte frames.)
+last(Buf, Max, Acc, Hi, Lo, N0) ->
+    case walk(Buf, Max, 0, 0, 0) of
+        {_, 0, R} when N0 =:= 0 -> tail(R, Max, Acc);
+        {_, 0, R} -> tail(R, Max, <<Acc/binary, Hi:32, Lo:32>>);
+        {At, _, R} ->
+            <<_:At/binary, Id:8/binary, _/binary>> = Buf,
+            tail(R, Max, <<Acc/binary, Id/binary>>)
+    end.
 
-counted(<<H:32, L:32, Len:32, _:Len/binary, R/binary>>, Max, Acc, _, _, N) when Len =< Max ->
-    counted(R, Max, Acc, H, L, N + 1);
-counted(Buf, Max, Acc, _H, _L, 0) ->
-    tail(Buf, Max, Acc);
-counted(Buf, Max, Acc, H, L, N) ->
-    tail(Buf, Max, <<Acc/binary, H:32, L:32, N:32>>).
+counted(Buf, Max, Acc, Hi, Lo, N0) ->
+    case walk(Buf, Max, 0, 0, 0) of
+        {_, 0, R} when N0 =:= 0 -> tail(R, Max, Acc);
+        {_, 0, R} -> tail(R, Max, <<Acc/binary, Hi:32, Lo:32, N0:32>>);
+        {At, N, R} ->
+            <<_:At/binary, Id:8/binary, _/binary>> = Buf,
+            tail(R, Max, <<Acc/binary, Id/binary, (N0 + N):32>>)
+    end.
+
+%% Returns where the last whole frame begins, how many whole frames there
+%% are, and what follows them.
+walk(<<_:64, Len:32, _:Len/binary, R/binary>>, Max, Off, _At, N) when Len =< Max ->
+    walk(R, Max, Off + 12 + Len, Off, N + 1);
+walk(R, _Max, _Off, At, N) ->
+    {At, N, R}.
 
 tail(<<_:64, Len:32, _/binary>>, Max, Acc) when Len > Max ->
     {error, frame_too_large, Acc};

@@ -27,10 +27,14 @@ lines(Buf, N) ->
         nomatch when byte_size(Buf) =< ?MAX_LINE ->
             {reply, pongs(N), binary:copy(Buf)};
         nomatch ->
-            {close, {protocol_error, line_too_long}, Buf};
+            close(N, line_too_long, Buf);
         _ ->
-            {close, {protocol_error, not_ping}, Buf}
+            close(N, not_ping, Buf)
     end.
+
+%% The Pongs owed for the lines before the bad one go out first.
+close(0, Why, Buf) -> {close, {protocol_error, Why}, Buf};
+close(N, Why, Buf) -> {reply_close, pongs(N), {protocol_error, Why}, Buf}.
 
 pongs(1) -> <<"Pong\n">>;
 pongs(N) -> binary:copy(<<"Pong\n">>, N).

@@ -19,8 +19,10 @@
 -callback port(socket()) -> {ok, inet:port_number()} | {error, term()}.
 -callback controlling_process(socket(), pid()) -> ok | {error, term()}.
 %% Arm delivery for the connection process: `false' starts one asynchronous
-%% read, the others set the socket's active mode.
--callback activate(socket(), false | once | true | pos_integer()) -> ok | {error, term()}.
+%% read, the others set the socket's active mode (an integer adds to the
+%% count in progress, as inet:setopts/2 does). `ready' comes only from the
+%% socket backend's own wake-up message ({'$socket', S, select, _}).
+-callback activate(socket(), false | once | true | pos_integer() | ready) -> ok | {error, term()}.
 %% Queue data for sending without waiting for the driver's answer; the answer
 %% arrives later as a message the connection process recognises.
 -callback send_async(socket(), iodata()) -> ok | {error, term()}.

@@ -16,9 +16,21 @@
 %% The driver's user-space read buffer: each {tcp, S, Data} carries at most
 %% this much. Its default (about 1.5 KB) makes a pipelining client cost one
 %% message and one handler call per packet; 64 KiB took pipelined 17-byte
-%% frames from 7.8M/s to 85M/s here (bin/sluice serve --active 100 --ack
-%% last, sluice-load --scenario pipeline, server and client on two cores).
--define(DEFAULT_BUFFER, 65536).
+%% frames from 7.8M/s to 85M/s here, and 256 KiB (the C reference's read
+%% size) to ~150M/s with half the server CPU per frame (6.4 ns against
+%% 10.3 ns; bin/sluice bench --scenario pipeline --server sluice --rounds 5,
+%% 2026-11-22): fewer reads, fewer acks, fewer wake-ups of the client. 1 MiB
+%% was no faster (8.1 ns). The driver trims the binary to what was read, so
+%% an idle or slow connection does not hold 256 KiB (1,000 connections that
+%% sent one small frame each: +2.1 MB of binaries either way).
+-define(DEFAULT_BUFFER, 262144).
+
+%% A client that never reads its replies fills the socket's send queue; the
+%% driver then marks the port busy and the connection process is suspended
+%% in its next send, where neither the idle timeout nor a drain can reach
+%% it. send_timeout bounds that: the driver gives up and closes the socket
+%% (send_timeout_close) and the connection ends with {error, timeout}.
+-define(DEFAULT_SEND_TIMEOUT, 30000).
 
 -spec listen(inet:port_number(), sluice_transport:listen_opts()) ->
           {ok, gen_tcp:socket()} | {error, term()}.
@@ -31,10 +43,17 @@ listen(Port, #{ip := IP, backlog := Backlog, reuseport := ReusePort,
             end,
     %% User options come first so that the library's own (binary, raw
     %% packets, passive until the connection process arms it) win.
-    Buffer = [{buffer, ?DEFAULT_BUFFER} || not lists:keymember(buffer, 1, SocketOpts)],
-    gen_tcp:listen(Port, SocketOpts ++ Buffer ++ Reuse ++
+    %% exit_on_close false: a client that shuts down its sending side
+    %% after its last request is still owed the replies; with the default
+    %% the driver would close the socket on its FIN and drop them.
+    Defaults = [{K, V} || {K, V} <- [{buffer, ?DEFAULT_BUFFER},
+                                     {send_timeout, ?DEFAULT_SEND_TIMEOUT},
+                                     {send_timeout_close, true}],
+                          not lists:keymember(K, 1, SocketOpts)],
+    gen_tcp:listen(Port, SocketOpts ++ Defaults ++ Reuse ++
                        [Family, {ip, IP}, binary, {packet, raw}, {active, false},
-                        {reuseaddr, true}, {backlog, Backlog}, {nodelay, true}]).
+                        {reuseaddr, true}, {backlog, Backlog}, {nodelay, true},
+                        {exit_on_close, false}]).
 
 -spec accept(gen_tcp:socket(), timeout()) -> {ok, gen_tcp:socket()} | {error, term()}.
 accept(LSock, Timeout) ->

@@ -8,17 +8,17 @@
 %% message to oneself is not a process hop: no other process runs, nothing
 %% is scheduled; seed 001 showed that a hop per message is what costs.
 %%
-%% The budgets keep the flow-control meaning of the active modes: `false'
-%% and `once' read one chunk per call (sluice_conn calls again after each
-%% chunk); `N' reads up to N chunks while they come full, so the mailbox
-%% never holds more than N chunks, and if the last was full queues a
-%% wake-up message behind them: the next read comes once they have been
-%% handled and their replies sent. A short read leaves a select behind
-%% (see read/4): the NIF sends `{'$socket', S, select, Ref}' when more
-%% data comes, and sluice_conn calls activate/2 again. `true' is `N' =
-%% ?TRUE_BURST: unlike the inet driver, which keeps reading into the
-%% mailbox, a process that reads for itself cannot read while it is
-%% handling, so `true' is flow-controlled here too.
+%% activate/2 keeps the inet driver's accounting, so sluice_conn's flow
+%% control works unchanged: `{active, N}' grants N chunks (added to what is
+%% left, as inet:setopts/2 does), each chunk posted uses one, and at zero
+%% it posts `{tcp_passive, S}'; `once' and `false' grant one. Reading stops
+%% when the grant is used or the kernel is empty; in the second case the
+%% NIF holds a select and sends `{'$socket', S, select, Ref}' when data
+%% comes, on which sluice_conn calls activate(S, ready). So the mailbox
+%% never holds more chunks than granted. `true' reads in bursts of
+%% ?TRUE_BURST with a wake-up message queued behind each: unlike the inet
+%% driver, which keeps reading into the mailbox, a process that reads for
+%% itself cannot read while it is handling, so `true' is bounded here too.
 %%
 %% Sends never block the loop without limit: `socket:send(S, D, nowait)';
 %% if the kernel takes only part, the rest is sent as the socket becomes
@@ -36,10 +36,19 @@
 %% Bytes a recv may return: the equivalent of the inet driver's `buffer'
 %% (64 KiB there too, and for the same reason: a pipelining client then
 %% costs one handler call per 64 KiB, not per packet).
--define(DEFAULT_BUFFER, 65536).
+-define(DEFAULT_BUFFER, 262144).
 -define(NEXT, sluice_next).
 -define(TRUE_BURST, 100).
 -define(SMALL_READ, 4096).
+-define(MAX_GRANT, 32767).
+
+%% The read state of the calling connection process: the read size, what
+%% to ask for next, chunks still granted, whether the NIF holds a select.
+-record(rd, {full :: pos_integer(),
+             ask :: pos_integer(),
+             grant = 0 :: non_neg_integer(),
+             mode = once :: once | n | true,
+             pending = false :: boolean()}).
 -define(DEFAULT_SEND_TIMEOUT, 60000).
 
 -spec listen(inet:port_number(), sluice_transport:listen_opts()) ->
@@ -108,94 +117,101 @@ port(Sock) ->
 controlling_process(Sock, Pid) ->
     socket:setopt(Sock, {otp, controlling_process}, Pid).
 
-%% @doc Read into the caller's mailbox what the active mode allows (see the
-%% module doc). Must be called by the connection process.
--spec activate(socket:socket(), false | once | true | pos_integer()) -> ok | {error, term()}.
-activate(Sock, false) -> read(Sock, 1, once, ask(Sock));
-activate(Sock, once) -> read(Sock, 1, once, ask(Sock));
-activate(Sock, true) -> read(Sock, ?TRUE_BURST, more, ask(Sock));
-activate(Sock, N) when is_integer(N), N > 0 -> read(Sock, N, more, ask(Sock)).
+%% @doc Grant reads as the inet driver's active modes do, and read what is
+%% granted and there into the caller's mailbox (see the module doc); `ready'
+%% is the NIF's (or our own) wake-up. Must be called by the connection
+%% process, which owns one socket: the state is in its process dictionary.
+-spec activate(socket:socket(), false | once | true | pos_integer() | ready) ->
+          ok | {error, term()}.
+activate(Sock, Mode) ->
+    St = state(Sock),
+    St2 = case Mode of
+              ready -> St#rd{pending = false, grant = refill(St)};
+              false -> St#rd{mode = once, grant = 1};
+              once -> St#rd{mode = once, grant = 1};
+              true -> St#rd{mode = true, grant = ?TRUE_BURST};
+              K when St#rd.mode =:= n -> St#rd{grant = min(St#rd.grant + K, ?MAX_GRANT)};
+              K -> St#rd{mode = n, grant = min(K, ?MAX_GRANT)}
+          end,
+    case St2 of
+        #rd{pending = true} -> put(?MODULE, St2), ok;
+        #rd{grant = 0} -> put(?MODULE, St2), ok;
+        _ -> pump(Sock, St2)
+    end.
+
+%% `true' reads in bursts; the other modes wait for a new grant.
+refill(#rd{mode = true, grant = 0}) -> ?TRUE_BURST;
+refill(#rd{grant = G}) -> G.
 
 %% Each read asks for a whole buffer: a stream socket then answers a short
 %% read with the data *and* a select already made (`{select, {_, Data}}'),
 %% so finding the kernel empty costs no second recv (about 2.5 us a read
-%% here: a syscall, a 64 KiB buffer, the select). A full buffer means more
-%% is probably waiting. `Then': `once' (sluice_conn reads again after each
-%% chunk) or `more' (read on while budget is left, then wake up again).
-read(Sock, Left, Then, Ask) ->
+%% here: a syscall, a buffer, the select). A full buffer means more is
+%% probably waiting.
+pump(Sock, St = #rd{ask = Ask}) ->
     case socket:recv(Sock, Ask, nowait) of
-        {ok, Data} when Then =:= once ->
-            self() ! {tcp, Sock, Data},
-            _ = filled(Ask),
-            ok;
-        {ok, Data} when Left > 1 ->
-            self() ! {tcp, Sock, Data},
-            read(Sock, Left - 1, Then, filled(Ask));
         {ok, Data} ->
-            %% The budget is spent and more may be waiting: read again only
-            %% after these chunks have been handled and their replies sent,
-            %% through a message that looks like the NIF's own wake-up.
             self() ! {tcp, Sock, Data},
-            self() ! {'$socket', Sock, select, ?NEXT},
-            _ = filled(Ask),
-            ok;
+            St2 = used(Sock, St#rd{ask = St#rd.full}),
+            case St2#rd.grant of
+                0 -> put(?MODULE, St2), ok;
+                _ -> pump(Sock, St2)
+            end;
         {select, {_SelectInfo, Data}} ->
             %% The rest of what the kernel had; the NIF's wake-up follows
             %% when more comes.
             self() ! {tcp, Sock, Data},
-            short(Data);
+            Small = case byte_size(Data) < ?SMALL_READ of
+                        true -> min(St#rd.full, ?SMALL_READ);
+                        false -> St#rd.full
+                    end,
+            put(?MODULE, used(Sock, St#rd{pending = true, ask = Small})),
+            ok;
         {select, _SelectInfo} ->
+            put(?MODULE, St#rd{pending = true}),
             ok;
         {error, {Reason, Data}} when is_binary(Data), byte_size(Data) > 0 ->
             self() ! {tcp, Sock, Data},
             self() ! closed_or_error(Sock, Reason),
+            put(?MODULE, St#rd{grant = 0}),
             ok;
         {error, {Reason, _}} ->
             self() ! closed_or_error(Sock, Reason),
+            put(?MODULE, St#rd{grant = 0}),
             ok;
         {error, Reason} ->
             self() ! closed_or_error(Sock, Reason),
+            put(?MODULE, St#rd{grant = 0}),
             ok
     end.
 
-%% How much to ask for: the whole buffer while reads fill what they ask,
-%% ?SMALL_READ after a short one. The NIF allocates what is asked before it
-%% reads, and a 64 KiB buffer for a 17-byte frame costs about 0.7 us here;
-%% a small read that fills is followed at once by a whole-buffer one.
-ask(Sock) ->
-    case get(?MODULE) of
-        {_Full, Ask} -> Ask;
-        undefined -> element(1, buffer(Sock))
-    end.
-
-filled(Ask) ->
-    case get(?MODULE) of
-        {Full, Ask} when Ask < Full -> put(?MODULE, {Full, Full}), Full;
-        {_Full, Ask} -> Ask;
-        _ -> Ask
-    end.
-
-short(Data) ->
-    _ = case get(?MODULE) of
-            {Full, Ask} when Ask =:= Full, byte_size(Data) < ?SMALL_READ ->
-                put(?MODULE, {Full, min(Full, ?SMALL_READ)});
-            _ ->
-                ok
-        end,
-    ok.
+%% One chunk delivered. At the end of a grant `N' says `tcp_passive' as the
+%% driver does, and `true' queues a wake-up behind its burst, so it reads
+%% on after the burst has been handled (unless a select is pending).
+used(Sock, St = #rd{grant = 1, mode = n}) ->
+    self() ! {tcp_passive, Sock},
+    St#rd{grant = 0};
+used(Sock, St = #rd{grant = 1, mode = true, pending = false}) ->
+    self() ! {'$socket', Sock, select, ?NEXT},
+    St#rd{grant = 0};
+used(_Sock, St = #rd{grant = G}) ->
+    St#rd{grant = G - 1}.
 
 closed_or_error(Sock, closed) -> {tcp_closed, Sock};
 closed_or_error(Sock, Reason) -> {tcp_error, Sock, Reason}.
 
-%% This connection's read size, looked up once per process (the caller
-%% owns one socket): {Full, Ask}.
-buffer(Sock) ->
-    Full = case socket:getopt(Sock, {otp, rcvbuf}) of
-               {ok, N} when is_integer(N) -> N;
-               _ -> ?DEFAULT_BUFFER
-           end,
-    put(?MODULE, {Full, Full}),
-    {Full, Full}.
+%% This connection's read state; the read size is looked up once.
+state(Sock) ->
+    case get(?MODULE) of
+        #rd{} = St ->
+            St;
+        undefined ->
+            Full = case socket:getopt(Sock, {otp, rcvbuf}) of
+                       {ok, N} when is_integer(N) -> N;
+                       _ -> ?DEFAULT_BUFFER
+                   end,
+            #rd{full = Full, ask = Full}
+    end.
 
 %% @doc Send without waiting for the peer; blocks only while the kernel's
 %% send buffer is full, for at most the send timeout (see the module doc).
@@ -245,11 +261,15 @@ send(Sock, Data) ->
         {error, Reason} -> {error, Reason}
     end.
 
-%% @doc `{active, _}' is accepted and ignored: nothing is ever delivered
-%% that the connection process did not read itself, so stopping delivery
-%% (what sluice_conn asks before a graceful close) is already true.
+%% @doc `{active, false}' withdraws what is granted (sluice_conn asks it
+%% before a graceful close; nothing is in flight: reads happen only in the
+%% caller); the other options go to the socket.
 -spec setopts(socket:socket(), list()) -> ok | {error, term()}.
 setopts(Sock, Opts) ->
+    _ = case lists:keyfind(active, 1, Opts) of
+            {active, false} -> put(?MODULE, (state(Sock))#rd{grant = 0, mode = once});
+            _ -> ok
+        end,
     sluice_socket_opts:set(Sock, [O || O <- Opts, element(1, O) =/= active]).
 
 -spec peername(socket:socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.

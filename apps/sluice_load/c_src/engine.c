@@ -322,8 +322,16 @@ void worker_publish(struct worker *w)
                           memory_order_relaxed);
     atomic_store_explicit(&w->pub_resolved, w->resolved, memory_order_relaxed);
     uint64_t e = 0;
-    for (int i = 0; i < F_NREASONS; i++)
+    for (int i = 0; i < F_NREASONS; i++) {
         e += w->st.failures[i];
+        atomic_store_explicit(&w->pub_fail[i], w->st.failures[i],
+                              memory_order_relaxed);
+    }
+    atomic_store_explicit(&w->pub_failed, e, memory_order_relaxed);
+    atomic_store_explicit(&w->pub_attempts, w->st.attempts,
+                          memory_order_relaxed);
+    atomic_store_explicit(&w->pub_established, w->st.established,
+                          memory_order_relaxed);
     if (w->run->sc->errors)
         e += w->run->sc->errors(w);
     atomic_store_explicit(&w->pub_errors, e, memory_order_relaxed);

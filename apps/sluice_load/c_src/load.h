@@ -16,7 +16,10 @@
 
 #define PROG "sluice-load"
 
-enum scenario_id { SC_LOCKSTEP, SC_PIPELINE, SC_FLOOD, SC_PING, SC_CONNECT };
+/* SC_SCALE is ping with a ramp and a hold: the same callbacks (sc_ping.c);
+ * the scenarios from SC_PING on open connections at --rate. */
+enum scenario_id { SC_LOCKSTEP, SC_PIPELINE, SC_FLOOD, SC_PING, SC_CONNECT,
+                   SC_SCALE };
 enum ack_kind { AK_EACH, AK_LAST, AK_COUNTED };
 enum probe_kind { PROBE_NONE, PROBE_PING };
 
@@ -57,6 +60,9 @@ struct cfg {
     long connect_concurrency;
     const char *json;
     int quiet, progress;
+    int progress_json; /* one JSON object per second on stdout */
+    int go_stdin;      /* window starts on a "go" line; EOF stops */
+    int check;         /* validate the options, run nothing */
     /* derived */
     struct sockaddr_in dst;
     struct in_addr *src;
@@ -119,7 +125,8 @@ struct worker {
     void *sw;             /* scenario per-worker state */
     /* published for the main thread (relaxed) */
     _Atomic uint64_t pub_msgs, pub_up, pub_pending, pub_resolved, pub_errors,
-        pub_last_resolve, pub_unopened;
+        pub_last_resolve, pub_unopened, pub_attempts, pub_established,
+        pub_failed, pub_fail[F_NREASONS];
 };
 
 struct scenario {
@@ -179,6 +186,16 @@ static inline int stopping(struct run *r)
 {
     return atomic_load_explicit(&r->stop, memory_order_relaxed);
 }
+
+/* control.c: what a coordinator of several engine processes needs */
+void control_progress_json(struct run *r, FILE *f, uint64_t now,
+                           const char *phase);
+/* Reads stdin (non-blocking): 1 on a "go" line, -1 on EOF, 0 otherwise. */
+int control_read_go(int fd);
+
+/* sc_ping.c: rounds every worker has finished since *next, one JSON
+ * object a line (`{"round":K,...}`); returns whether it wrote any. */
+int ping_live_rounds(struct run *r, FILE *f, uint32_t *next);
 
 /* engine.c */
 int engine_start(struct run *r);

@@ -26,7 +26,7 @@
 #define PIPE_BATCH 2048
 
 const char *const scenario_names[] = {"lockstep", "pipeline", "flood",
-                                        "ping", "connect", NULL};
+                                        "ping", "connect", "scale", NULL};
 static const char *const acks[] = {"each", "last", "counted", NULL};
 static const char *const probes[] = {"none", "ping", NULL};
 
@@ -95,9 +95,11 @@ static void configure(struct cfg *cfg, struct opt *opts, int argc,
 {
     opts_parse(PROG,
                "Load engine for sluice servers: lockstep, pipelined and "
-               "open-loop ack\nframes, echo flood, ping at scale, connection "
-               "rate.  Exit codes: 0 ok,\n1 protocol error, 2 bad usage, "
-               "3 could not connect at all.",
+               "open-loop ack\nframes, echo flood, ping, connection rate, "
+               "scale (ramp, ping, hold).  Exit codes: 0 ok,\n1 protocol error, 2 bad usage, "
+               "3 could not connect at all.\nOne process: for several "
+               "(--engines), nodes (--nodes), server memory\n"
+               "(--server-metrics) see bin/sluice load --engines 1 --help.",
                opts, argc, argv);
     int sc = cfg->scenario;
     int ack_frames = sc == SC_LOCKSTEP || sc == SC_PIPELINE;
@@ -136,10 +138,11 @@ static void configure(struct cfg *cfg, struct opt *opts, int argc,
         usage_error(PROG, "--rate does not apply to flood (it never waits)");
     if (cfg->probe != PROBE_NONE && sc != SC_CONNECT)
         usage_error(PROG, "--probe applies to the connect scenario only");
-    if (sc != SC_PING && (opts_given(opts, "interval")))
-        usage_error(PROG, "--interval applies to the ping scenario only");
-    if (sc != SC_PING && (opts_given(opts, "timeout")))
-        usage_error(PROG, "--timeout applies to the ping scenario only");
+    int pinging = sc == SC_PING || sc == SC_SCALE;
+    if (!pinging && (opts_given(opts, "interval")))
+        usage_error(PROG, "--interval applies to ping and scale only");
+    if (!pinging && (opts_given(opts, "timeout")))
+        usage_error(PROG, "--timeout applies to ping and scale only");
     if (cfg->source_ips && parse_sources(cfg) < 0)
         usage_error(PROG, "--source-ips '%s': expected A.B.C.X-Y, "
                     "A.B.C.X-A.B.C.Y or a comma list", cfg->source_ips);
@@ -149,6 +152,8 @@ static void configure(struct cfg *cfg, struct opt *opts, int argc,
         cfg->threads = cfg->conns;
     resolve_host(cfg);
 }
+
+static int pinging_sc(int sc) { return sc == SC_PING || sc == SC_SCALE; }
 
 static uint64_t sum_pub(struct run *r, size_t off)
 {
@@ -222,12 +227,22 @@ int main(int argc, char **argv)
         {"progress", OPT_FLAG, &cfg.progress, NULL, NULL,
          "progress line every second on stderr even when it is not a "
          "terminal", NULL, 0, 0, 0},
+        {"progress-json", OPT_FLAG, &cfg.progress_json, NULL, NULL,
+         "one JSON progress object a second on stdout (cumulative counts; "
+         "for a coordinator)", NULL, 0, 0, 0},
+        {"go-stdin", OPT_FLAG, &cfg.go_stdin, NULL, NULL,
+         "start the measured window only when the line \"go\" arrives on "
+         "stdin after the ramp; EOF on stdin ends the run", NULL, 0, 0, 0},
+        {"check", OPT_FLAG, &cfg.check, NULL, NULL,
+         "check the options and exit 0 without running", NULL, 0, 0, 0},
         {NULL, 0, NULL, NULL, NULL, NULL, NULL, 0, 0, 0},
     };
     configure(&cfg, opts, argc, argv);
+    if (cfg.check)
+        return 0;
 
     static const struct scenario *const table[] = {
-        &sc_ack, &sc_ack, &sc_flood, &sc_ping, &sc_connect};
+        &sc_ack, &sc_ack, &sc_flood, &sc_ping, &sc_connect, &sc_ping};
     struct run r;
     memset(&r, 0, sizeof r);
     r.cfg = &cfg;
@@ -252,22 +267,32 @@ int main(int argc, char **argv)
 
     int progress = !cfg.quiet && (cfg.progress || isatty(2));
     uint64_t next_prog = r.t0 + NS_PER_S, last_msgs = 0, last_t = r.t0;
+    uint64_t next_json = r.t0 + NS_PER_S;
     uint64_t now, mstart = 0, mend = 0;
-    int interrupted = 0;
+    int interrupted = 0, go = !cfg.go_stdin, ramped = 0;
+    const char *json_phase = "ramp";
+    uint32_t live_round = 0;
+    if (cfg.go_stdin)
+        set_nonblock(0);
     for (;;) {
         now = now_ns();
         if (atomic_load(&r.proto_error) || interrupted)
             break;
         uint64_t up = SUM(&r, pub_up), pending = SUM(&r, pub_pending);
         uint64_t unopened = SUM(&r, pub_unopened);
-        if (!mstart && SUM(&r, pub_resolved) == (uint64_t)cfg.conns) {
+        if (!ramped && SUM(&r, pub_resolved) == (uint64_t)cfg.conns)
+            ramped = 1;
+        if (!mstart && ramped && go) {
             uint64_t ramp_end = 0;
             for (int i = 0; i < r.nw; i++) {
                 uint64_t t = atomic_load(&r.w[i].pub_last_resolve);
                 if (t > ramp_end)
                     ramp_end = t;
             }
-            mstart = ramp_end + (uint64_t)(cfg.warmup * 1e9);
+            /* with --go-stdin the window starts at "go", not at this
+             * engine's own ramp end */
+            mstart = (cfg.go_stdin ? now : ramp_end) +
+                     (uint64_t)(cfg.warmup * 1e9);
             if (mstart < now)
                 mstart = now;
             mend = mstart + (uint64_t)(cfg.duration * 1e9);
@@ -276,8 +301,20 @@ int main(int argc, char **argv)
         }
         if (mstart && now >= mend)
             break;
-        if (mstart && up + pending + unopened == 0)
+        if (ramped && up + pending + unopened == 0)
             break; /* every connection failed or was closed */
+        if (cfg.progress_json) {
+            const char *ph = !ramped ? "ramp" : !mstart ? "ready" :
+                             now < mstart ? "warmup" : "window";
+            /* a phase change is news for the coordinator: say it now */
+            if (pinging_sc(cfg.scenario))
+                ping_live_rounds(&r, stdout, &live_round);
+            if (now >= next_json || ph != json_phase) {
+                control_progress_json(&r, stdout, now, ph);
+                json_phase = ph;
+                next_json = now + NS_PER_S;
+            }
+        }
         if (progress && now >= next_prog) {
             uint64_t m = SUM(&r, pub_msgs);
             double dt = (double)(now - last_t) / 1e9;
@@ -299,11 +336,12 @@ int main(int argc, char **argv)
             until = next_prog;
         if (mstart && mend < until)
             until = mend;
-        struct pollfd pf[2] = {{.fd = r.main_wake, .events = POLLIN},
-                               {.fd = sfd, .events = POLLIN}};
+        struct pollfd pf[3] = {{.fd = r.main_wake, .events = POLLIN},
+                               {.fd = sfd, .events = POLLIN},
+                               {.fd = 0, .events = POLLIN}};
         int ms = until > now ? (int)((until - now + NS_PER_MS - 1) / NS_PER_MS)
                              : 0;
-        if (poll(pf, 2, ms) > 0) {
+        if (poll(pf, cfg.go_stdin ? 3 : 2, ms) > 0) {
             uint64_t v;
             if (pf[0].revents && read(r.main_wake, &v, sizeof v) < 0)
                 (void)0;
@@ -311,6 +349,13 @@ int main(int argc, char **argv)
                 struct signalfd_siginfo si;
                 if (read(sfd, &si, sizeof si) > 0)
                     interrupted = 1;
+            }
+            if (cfg.go_stdin && pf[2].revents) {
+                int g = control_read_go(0);
+                if (g > 0)
+                    go = 1;
+                else if (g < 0)
+                    interrupted = 1; /* the coordinator is gone */
             }
         }
     }

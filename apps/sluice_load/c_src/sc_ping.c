@@ -1,4 +1,4 @@
-/* ping: connscale's pattern.  Every connection sends "Ping\n" every
+/* ping (and scale, which is ping with a ramp at --rate and a hold): connscale's pattern.  Every connection sends "Ping\n" every
  * --interval ms from the moment it is up and expects "Pong\n" within
  * --timeout ms.  At most one ping is outstanding per connection: a tick that
  * finds the previous ping unanswered is counted as skipped (that is what a
@@ -37,6 +37,9 @@ struct ping_worker {
     struct hist *rh;         /* its latency */
     struct round_out *out;
     uint64_t raw_timeouts;
+    /* rounds [0, flushed) are final in out[]: the main thread may read
+     * them (release/acquire) to report each round live */
+    _Atomic uint32_t flushed;
 };
 
 static const unsigned char PING[5] = {'P', 'i', 'n', 'g', '\n'};
@@ -98,6 +101,7 @@ static struct round_out *round_at(struct worker *w, uint64_t now)
             p->out[k].conns_up = w->up;
         }
         p->cur = r;
+        atomic_store_explicit(&p->flushed, (uint32_t)r, memory_order_release);
     }
     return &p->acc;
 }
@@ -265,6 +269,31 @@ static uint32_t nrounds(struct run *r)
     return ((struct ping_worker *)r->w[0].sw)->nrounds;
 }
 
+/* One merged round as a JSON object (in the result's rounds[], and live). */
+static void round_json(struct json *j, const char *key, uint32_t k,
+                       const struct cfg *cfg, const struct round_out *s,
+                       const struct hist *h)
+{
+    json_obj(j, key);
+    json_u64(j, "round", k);
+    json_dbl(j, "start_s", (double)k * (double)cfg->interval_ms / 1000.0);
+    json_u64(j, "conns_up", s->conns_up);
+    json_u64(j, "pings", s->pings);
+    json_u64(j, "pongs", s->pongs);
+    json_u64(j, "timeouts", s->timeouts);
+    json_u64(j, "skipped", s->skipped);
+    json_u64(j, "late_pongs", s->late);
+    json_obj(j, "latency_us");
+    json_dbl(j, "p50", (double)hist_percentile(h, 50) / 1e3);
+    json_dbl(j, "p90", (double)hist_percentile(h, 90) / 1e3);
+    json_dbl(j, "p99", (double)hist_percentile(h, 99) / 1e3);
+    json_dbl(j, "p999", (double)hist_percentile(h, 99.9) / 1e3);
+    json_dbl(j, "max", (double)s->max / 1e3);
+    json_end_obj(j);
+        report_hist_json(j, "latency_hist", h);
+    json_end_obj(j);
+}
+
 static void ping_json(struct run *r, struct json *j)
 {
     struct stats t = report_totals(r);
@@ -285,24 +314,8 @@ static void ping_json(struct run *r, struct json *j)
     struct hist *h = malloc(sizeof *h);
     struct round_out sum;
     json_arr(j, "rounds");
-    for (uint32_t k = 0; k < nrounds(r) && merge_round(r, k, &sum, h); k++) {
-        json_obj(j, NULL);
-        json_u64(j, "round", k);
-        json_dbl(j, "start_s", (double)k * (double)cfg->interval_ms / 1000.0);
-        json_u64(j, "conns_up", sum.conns_up);
-        json_u64(j, "pings", sum.pings);
-        json_u64(j, "pongs", sum.pongs);
-        json_u64(j, "timeouts", sum.timeouts);
-        json_u64(j, "skipped", sum.skipped);
-        json_u64(j, "late_pongs", sum.late);
-        json_obj(j, "latency_us");
-        json_dbl(j, "p50", (double)hist_percentile(h, 50) / 1e3);
-        json_dbl(j, "p99", (double)hist_percentile(h, 99) / 1e3);
-        json_dbl(j, "max", (double)sum.max / 1e3);
-        json_end_obj(j);
-        report_hist_json(j, "latency_hist", h);
-        json_end_obj(j);
-    }
+    for (uint32_t k = 0; k < nrounds(r) && merge_round(r, k, &sum, h); k++)
+        round_json(j, NULL, k, cfg, &sum, h);
     json_end_arr(j);
     free(h);
 }
@@ -333,6 +346,32 @@ static void ping_text(struct run *r, FILE *f)
     if (k < nrounds(r) && k == 60)
         fprintf(f, "(%u more rounds in --json)\n", nrounds(r) - k);
     free(h);
+}
+
+int ping_live_rounds(struct run *r, FILE *f, uint32_t *next)
+{
+    uint32_t done = nrounds(r);
+    for (int i = 0; i < r->nw; i++) {
+        uint32_t fl = atomic_load_explicit(
+            &((struct ping_worker *)r->w[i].sw)->flushed, memory_order_acquire);
+        if (fl < done)
+            done = fl;
+    }
+    if (*next >= done)
+        return 0;
+    struct hist *h = malloc(sizeof *h);
+    struct round_out sum;
+    struct json j;
+    for (; *next < done; (*next)++) {
+        if (!merge_round(r, *next, &sum, h))
+            continue;
+        json_start(&j, f);
+        round_json(&j, NULL, *next, r->cfg, &sum, h);
+        json_finish(&j);
+    }
+    free(h);
+    fflush(f);
+    return 1;
 }
 
 const struct scenario sc_ping = {

@@ -1,6 +1,6 @@
 %% @doc Entry point of `bin/sluice' for the subcommands that run in the
-%% Erlang VM (`load' and `ref-server' are C binaries the script runs
-%% directly). Exit codes: 0 success, 1 failure, 2 bad usage.
+%% Erlang VM (`ref-server' is a C binary the script runs directly, and so
+%% is `load' unless it spans several engines or nodes: sluice_cli_load). Exit codes: 0 success, 1 failure, 2 bad usage.
 -module(sluice_cli).
 
 -export([main/0, fail/2]).
@@ -22,6 +22,8 @@ dispatch([H | _]) when H =:= "--help"; H =:= "-h"; H =:= "help" -> usage(), 0;
 dispatch(["serve" | Rest]) -> sluice_cli_serve:run(Rest);
 dispatch(["bench" | Rest]) -> sluice_bench:run(Rest);
 dispatch(["idle-memory" | Rest]) -> sluice_bench_memory:run(Rest);
+dispatch(["soak" | Rest]) -> sluice_soak:run(Rest);
+dispatch(["load" | Rest]) -> sluice_cli_load:run(Rest);
 dispatch([Cmd | _]) ->
     fail(2, "unknown command " ++ Cmd ++ " (try bin/sluice --help)").
 
@@ -33,6 +35,7 @@ usage() ->
       "  load        drive a server with the C load engine\n"
       "  ref-server  run the C reference server\n"
       "  bench       run the benchmark matrix (or one cell of it) beside the C reference\n"
+      "  soak        minutes of mixed load and abuse; checks the VM returns to its baseline\n"
       "  idle-memory memory per idle connection on the inet and socket backends\n\n"
       "bin/sluice COMMAND --help describes every option with its default.\n").
 

@@ -17,6 +17,8 @@ specs() ->
       "ack protocol: one ack per frame (each), one per read (last), or one per read with a count (counted)"},
      {max_frame, "max-frame", {integer, 0, 16#ffffffff}, 1048576,
       "ack protocol: largest frame payload accepted; a larger Len closes the connection"},
+     {frame_timeout, "frame-timeout", timeout, 30000,
+      "ack protocol: close a connection whose partial frame does not complete in this many ms"},
      {active, "active", active, maps:get(active, D),
       "socket delivery: false (recv), once, N (flow control every N reads) or true (unbounded mailbox)"},
      {acceptors, "acceptors", {integer, 1, 65535}, maps:get(num_acceptors, D), "acceptor processes"},
@@ -28,7 +30,7 @@ specs() ->
       "close a connection that receives nothing for this long"},
      {backlog, "backlog", {integer, 1, 65535}, maps:get(backlog, D), "listen backlog"},
      {buffer, "buffer", {integer, 0, infinity}, 0,
-      "read buffer in bytes, inet driver or socket recv (0: the library's default, 64 KiB)"},
+      "read buffer in bytes, inet driver or socket recv (0: the library's default, 256 KiB)"},
      {drain_timeout, "drain-timeout", {integer, 0, 60000}, 5000,
       "on SIGTERM/SIGINT, how long connections get to end before they are closed"},
      {backend, "backend", {enum, [inet, socket]}, maps:get(transport, D),
@@ -55,7 +57,8 @@ run(Args) ->
 listener_opts(O) ->
     Handler = case maps:get(protocol, O) of
                   ack -> {sluice_proto_ack, #{ack => maps:get(ack, O),
-                                              max_frame => maps:get(max_frame, O)}};
+                                              max_frame => maps:get(max_frame, O),
+                                              frame_timeout => maps:get(frame_timeout, O)}};
                   ping -> {sluice_proto_ping, []};
                   echo -> {sluice_proto_echo, []}
               end,
@@ -89,9 +92,12 @@ serve(O) ->
                        {ok, N} -> N;
                        {error, _} -> 0
                    end,
+            %% What the handlers were given and what they sent, for a
+            %% caller that checks nothing read went unanswered.
+            #{bytes_in := In, bytes_out := Out} = sluice:info(sluice_cli),
             ok = sluice:stop_listener(sluice_cli),
-            io:format(standard_error, "sluice: drained (~b connections closed at the deadline)~n",
-                      [Left]),
+            io:format(standard_error, "sluice: drained (~b connections closed at the deadline; "
+                      "~b bytes read, ~b bytes written)~n", [Left, In, Out]),
             0;
         {error, Reason} ->
             sluice_cli:fail(1, lists:flatten(

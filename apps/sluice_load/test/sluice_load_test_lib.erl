@@ -4,6 +4,7 @@
 -module(sluice_load_test_lib).
 
 -export([repo_root/0, priv_dir/0, start_reaper/1, stop_reaper/1, reap/2]).
+-export([run_lines/3, wait_line/3, wait_exit/2]).
 
 %% @doc The repository root: the first ancestor of this module (source or
 %% beam) that holds bin/sluice.
@@ -70,3 +71,50 @@ ancestors(Dir) ->
 
 first([X | _]) -> {ok, X};
 first([]) -> error.
+
+%% --- running bin/sluice (used by sluice_drain_load_SUITE) -----------------
+
+%% @doc Start an executable with its output as lines; registered with the
+%% case's reaper. Returns {Port, OsPid}.
+-spec run_lines(list(), file:filename(), [string()]) -> {port(), non_neg_integer()}.
+run_lines(Config, Exe, Args) ->
+    Port = open_port({spawn_executable, Exe},
+                     [{args, Args}, exit_status, binary, {line, 4096}, stderr_to_stdout,
+                      use_stdio, hide]),
+    {os_pid, OsPid} = erlang:port_info(Port, os_pid),
+    reap(Config, OsPid),
+    {Port, OsPid}.
+
+%% @doc Output lines up to and including the first matching Re: its
+%% captures and the lines read.
+-spec wait_line(port(), string(), timeout()) -> {[string()], [binary()]}.
+wait_line(Port, Re, Timeout) ->
+    wait_line(Port, Re, erlang:monotonic_time(millisecond) + Timeout, []).
+
+wait_line(Port, Re, Deadline, Acc) ->
+    Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
+    receive
+        {Port, {data, {_, Line}}} ->
+            case re:run(Line, Re, [{capture, all_but_first, list}]) of
+                {match, Captured} -> {Captured, lists:reverse([Line | Acc])};
+                nomatch -> wait_line(Port, Re, Deadline, [Line | Acc])
+            end;
+        {Port, {exit_status, Status}} ->
+            error({exited_before_line, Re, Status, lists:reverse(Acc)})
+    after Left ->
+            error({no_line, Re, lists:reverse(Acc)})
+    end.
+
+%% @doc The remaining output lines and the exit status (or timeout).
+-spec wait_exit(port(), timeout()) -> {non_neg_integer() | timeout, [binary()]}.
+wait_exit(Port, Timeout) ->
+    wait_exit(Port, erlang:monotonic_time(millisecond) + Timeout, []).
+
+wait_exit(Port, Deadline, Acc) ->
+    Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
+    receive
+        {Port, {data, {_, Line}}} -> wait_exit(Port, Deadline, [Line | Acc]);
+        {Port, {exit_status, Status}} -> {Status, lists:reverse(Acc)}
+    after Left ->
+            {timeout, lists:reverse(Acc)}
+    end.

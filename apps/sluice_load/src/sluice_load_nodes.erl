@@ -1,0 +1,133 @@
+%% @doc The Erlang nodes that host load engines, started with OTP's `peer':
+%% `--nodes N' starts N nodes on this host, `--nodes host1,host2' one node
+%% per host over ssh (`--ssh', default `ssh'; the remote `erl' is `--erl').
+%% Both go through the same code: a peer whose control channel is the
+%% standard input and output of the command that started it (so it halts
+%% when this VM goes away, ssh or not), joined to this node by Erlang
+%% distribution, which carries the engines' progress and results back.
+%%
+%% This VM becomes a distributed node on demand (net_kernel:start/2, after
+%% making sure epmd runs); the peers get its cookie. Engines on a node need
+%% only the module `sluice_load_engine', which is loaded onto each peer
+%% from here, and the C binary at the path the coordinator names.
+-module(sluice_load_nodes).
+
+-export([parse/1, start/2, stop/1]).
+
+-export_type([spec/0, node_ref/0]).
+
+-type spec() :: {local, pos_integer()} | {hosts, [string()]}.
+-type node_ref() :: #{node := node(), peer := pid() | none}.
+
+%% @doc `"3"' is three local nodes; anything else a comma list of hosts.
+-spec parse(string()) -> {ok, spec()} | error.
+parse(S) ->
+    case string:to_integer(S) of
+        {N, []} when N >= 1, N =< 256 -> {ok, {local, N}};
+        {_, []} -> error;
+        _ ->
+            case string:lexemes(S, ", ") of
+                [] -> error;
+                Hosts -> {ok, {hosts, Hosts}}
+            end
+    end.
+
+%% @doc Start the nodes; `Opts' holds `ssh' and `erl' (remote commands).
+-spec start(spec(), #{ssh := string(), erl := string()}) ->
+          {ok, [node_ref()]} | {error, string()}.
+start(Spec, Opts) ->
+    Hosts = case Spec of
+                {local, N} -> lists:duplicate(N, local);
+                {hosts, Hs} -> Hs
+            end,
+    Long = lists:any(fun(H) -> H =/= local andalso lists:member($., H) end, Hosts),
+    case ensure_distributed(Long) of
+        ok -> start_all(Hosts, Opts, 1, []);
+        {error, _} = E -> E
+    end.
+
+start_all([], _Opts, _I, Acc) ->
+    {ok, lists:reverse(Acc)};
+start_all([Host | Rest], Opts, I, Acc) ->
+    case start_one(Host, Opts, I) of
+        {ok, Ref} -> start_all(Rest, Opts, I + 1, [Ref | Acc]);
+        {error, _} = E -> stop(Acc), E
+    end.
+
+start_one(Host, #{ssh := Ssh, erl := Erl}, I) ->
+    Name = lists:flatten(io_lib:format("~s_e~b", [base_name(), I])),
+    Args = ["-setcookie", atom_to_list(erlang:get_cookie()), "-hidden",
+            "-kernel", "net_setuptime", "20"],
+    Common = #{name => Name, connection => standard_io, args => Args,
+               wait_boot => 30000},
+    Opts = case Host of
+               local -> Common#{host => this_host()};
+               _ -> Common#{host => Host, exec => {find(Ssh), [Host, Erl]}}
+           end,
+    Where = case Host of local -> "this host"; _ -> Host end,
+    try peer:start(Opts) of
+        {ok, Peer, Node} -> connect(Peer, Node, Where);
+        {error, Reason} -> {error, fmt("cannot start a node on ~s: ~p", [Where, Reason])}
+    catch exit:Reason ->
+            {error, fmt("cannot start a node on ~s: ~p", [Where, Reason])}
+    end.
+
+connect(Peer, Node, Where) ->
+    case net_kernel:connect_node(Node) of
+        true ->
+            {Mod, Bin, File} = code:get_object_code(sluice_load_engine),
+            case erpc:call(Node, code, load_binary, [Mod, File, Bin], 15000) of
+                {module, Mod} -> {ok, #{node => Node, peer => Peer}};
+                Err ->
+                    catch peer:stop(Peer),
+                    {error, fmt("cannot load the engine runner on ~s: ~p", [Where, Err])}
+            end;
+        _ ->
+            catch peer:stop(Peer),
+            {error, fmt("node ~s on ~s started but distribution cannot reach it "
+                        "(epmd and the distribution ports must be open)", [Node, Where])}
+    end.
+
+%% @doc Stop the nodes this module started.
+-spec stop([node_ref()]) -> ok.
+stop(Refs) ->
+    _ = [catch peer:stop(P) || #{peer := P} <- Refs, is_pid(P)],
+    ok.
+
+ensure_distributed(Long) ->
+    case node() of
+        nonode@nohost ->
+            %% epmd is started by `erl -sname', not by net_kernel:start/2.
+            _ = os:cmd("epmd -daemon"),
+            Name = list_to_atom(base_name() ++ "_coord"),
+            case net_kernel:start(Name, #{name_domain => case Long of
+                                                             true -> longnames;
+                                                             false -> shortnames
+                                                         end}) of
+                {ok, _} -> ok;
+                {error, R} -> {error, fmt("cannot start Erlang distribution: ~p", [R])}
+            end;
+        _ -> ok
+    end.
+
+%% Names unique on this host for this run: several runs may share epmd.
+base_name() ->
+    case get(sluice_load_base) of
+        undefined ->
+            B = "sluice_load_" ++ os:getpid(),
+            put(sluice_load_base, B),
+            B;
+        B -> B
+    end.
+
+this_host() ->
+    [_, Host] = string:split(atom_to_list(node()), "@"),
+    Host.
+
+find(Cmd) ->
+    case os:find_executable(Cmd) of
+        false -> Cmd;
+        Path -> Path
+    end.
+
+fmt(F, A) -> lists:flatten(io_lib:format(F, A)).

@@ -1,0 +1,402 @@
+%% Tests of `bin/sluice load' across several engine processes and nodes
+%% (sluice_cli_load, sluice_load_coord, sluice_load_merge): runs the real
+%% command against the C reference server (ping protocol) on loopback.
+-module(sluice_load_coord_SUITE).
+
+-include_lib("common_test/include/ct.hrl").
+-include_lib("stdlib/include/assert.hrl").
+
+-export([all/0, suite/0, init_per_suite/1, end_per_suite/1,
+         init_per_testcase/2, end_per_testcase/2]).
+-export([engines_merge_counts_and_histograms/1,
+         nodes_run_engines_on_local_peers/1,
+         remote_hosts_path_with_a_stand_in_for_ssh/1,
+         scale_holds_connections_and_reports_server_memory/1,
+         bad_options_exit_2_with_one_line/1,
+         sigterm_ends_the_run_with_a_report/1,
+         engine_starts_its_window_on_go/1,
+         a_lost_engine_is_reported_and_the_rest_merged/1]).
+
+suite() -> [{timetrap, {seconds, 60}}].
+
+all() ->
+    [engines_merge_counts_and_histograms, nodes_run_engines_on_local_peers,
+     remote_hosts_path_with_a_stand_in_for_ssh,
+     scale_holds_connections_and_reports_server_memory,
+     bad_options_exit_2_with_one_line, sigterm_ends_the_run_with_a_report,
+     engine_starts_its_window_on_go, a_lost_engine_is_reported_and_the_rest_merged].
+
+init_per_suite(Config) ->
+    case {sluice_load_test_lib:repo_root(), sluice_load_test_lib:priv_dir()} of
+        {{ok, Root}, {ok, Priv}} -> [{root, Root}, {bin_dir, Priv} | Config];
+        _ -> {fail, "bin/sluice or the C binaries not found: run make"}
+    end.
+
+end_per_suite(_Config) -> ok.
+
+init_per_testcase(_Case, Config) -> sluice_load_test_lib:start_reaper(Config).
+
+end_per_testcase(_Case, Config) -> sluice_load_test_lib:stop_reaper(Config).
+
+%%% ------------------------------------------------------------------
+
+%% Two engine processes: the report's counts are the sums of the engines'
+%% own results, and its histogram is their bucket-by-bucket sum, from
+%% which its percentiles are computed (checked here with an independent
+%% rank walk, not by averaging the engines' percentiles).
+engines_merge_counts_and_histograms(Config) ->
+    Port = start_ref(Config),
+    J = load_ok(Config, ["--scenario", "ping", "--engines", "2", "--port", Port,
+                         "--conns", "41", "--interval", "100", "--duration", "1"]),
+    Es = get(engine_results, J),
+    ?assertEqual(2, length(Es)),
+    ?assertEqual(2, get(engines, J)),
+    ?assertEqual([20, 21], lists:sort([get(conns, E) || E <- Es])),
+    [?assertEqual(lists:sum([get(K, E) || E <- Es]), get(K, J))
+     || K <- [conns, messages, pings, pongs, timeouts, bytes, conns_up_at_end]],
+    ?assertEqual(41, get(established, get(connect, J))),
+    ?assert(get(pongs, J) >= 41 * 5, get(pongs, J)),
+    Merged = buckets(get(latency_hist, J)),
+    ?assertEqual(sum_buckets([buckets(get(latency_hist, E)) || E <- Es]), Merged),
+    Lat = get(latency_us, J),
+    ?assertEqual(lists:sum([N || {_, N} <- Merged]), get(samples, Lat)),
+    Max = get(max, Lat),
+    [?assertEqual(min(Max * 1000, rank_value(Merged, Q)) / 1000, get(K, Lat))
+     || {Q, K} <- [{50, p50}, {90, p90}, {99, p99}]],
+    %% per round too: each merged round adds up its engines' rounds
+    [R0 | _] = get(rounds, J),
+    ?assertEqual(lists:sum([get(pongs, hd(get(rounds, E))) || E <- Es]), get(pongs, R0)),
+    ?assertEqual(sum_buckets([buckets(get(latency_hist, hd(get(rounds, E)))) || E <- Es]),
+                 buckets(get(latency_hist, R0))).
+
+%% --nodes 2: the engines run on two peer nodes started for the run (not
+%% in the coordinator), and the peers are gone afterwards.
+nodes_run_engines_on_local_peers(Config) ->
+    Port = start_ref(Config),
+    J = load_ok(Config, ["--scenario", "scale", "--nodes", "2", "--port", Port,
+                         "--conns", "60", "--rate", "200", "--interval", "200",
+                         "--duration", "0.5"]),
+    ?assertEqual(2, get(nodes, J)),
+    Nodes = [get(node, P) || P <- get(placement, J)],
+    ?assertEqual(2, length(lists:usort(Nodes))),
+    [?assertMatch({match, _}, re:run(N, "^sluice_load_[0-9]+_e[12]@")) || N <- Nodes],
+    ?assertEqual(60, get(established, get(connect, J))),
+    ?assertEqual(0, get(timeouts_whole_run, J)),
+    %% the peers halted with the coordinator
+    [_, Host] = string:split(atom_to_list(node()), "@"),
+    ct:sleep(500),
+    Names = os:cmd("epmd -names"),
+    [?assertEqual(nomatch, string:find(Names, binary_to_list(hd(string:split(N, "@")))))
+     || N <- Nodes],
+    ct:log("host ~s; epmd: ~s", [Host, Names]).
+
+%% --nodes host1,host2 goes through `--ssh CMD HOST erl ...': with a stand-in
+%% for ssh that runs the command here, the remote path starts real nodes
+%% named after the hosts.
+remote_hosts_path_with_a_stand_in_for_ssh(Config) ->
+    Port = start_ref(Config),
+    Ssh = filename:join(?config(priv_dir, Config), "fake-ssh"),
+    ok = file:write_file(Ssh, "#!/bin/sh\n# drops the host, runs the rest here\nshift\nexec \"$@\"\n"),
+    ok = file:change_mode(Ssh, 8#755),
+    {ok, Here} = inet:gethostname(),
+    J = load_ok(Config, ["--scenario", "ping", "--nodes", "localhost," ++ Here, "--ssh", Ssh,
+                         "--port", Port, "--conns", "10", "--interval", "200",
+                         "--duration", "0.4"]),
+    Nodes = lists:sort([get(node, P) || P <- get(placement, J)]),
+    ?assertMatch([<<"sluice_load_", _/binary>>, <<"sluice_load_", _/binary>>], Nodes),
+    ?assertEqual(lists:sort([<<"localhost">>, list_to_binary(Here)]),
+                 lists:sort([lists:last(binary:split(N, <<"@">>)) || N <- Nodes])),
+    ?assertEqual(10, get(established, get(connect, J))).
+
+%% The scale scenario: 2,000 connections from 2 engines on 2 source
+%% addresses, ramped at a rate, held for 2 rounds with no timeout, each
+%% round reported live as it ends; the
+%% server's memory per connection is (held - baseline) / connections from
+%% its metrics endpoint (a stub here that serves known figures).
+scale_holds_connections_and_reports_server_memory(Config) ->
+    Port = start_ref(Config),
+    Url = start_metrics_stub(),
+    {Code, Out} = sluice(Config, ["load", "--scenario", "scale", "--engines", "2",
+                                  "--source-ips", "127.0.0.2-3", "--port", Port,
+                                  "--conns", "2000", "--rate", "4000", "--interval", "1000",
+                                  "--timeout", "3000", "--duration", "2",
+                                  "--server-metrics", Url, "--progress",
+                                  "--json", json_path(Config)]),
+    ct:log("~s", [Out]),
+    ?assertEqual(0, Code),
+    J = read_json(Config),
+    ?assertEqual(<<"scale">>, get(scenario, J)),
+    ?assertEqual(2000, get(established, get(connect, J))),
+    ?assertEqual(#{}, get(failures, J)),
+    ?assert(get(rate_per_s, get(connect, J)) > 500),
+    Rounds = get(rounds, J),
+    ?assertEqual(2, length(Rounds)),
+    [begin
+         ?assertEqual(2000, get(conns_up, R)),
+         ?assertEqual(0, get(timeouts, R)),
+         ?assert(get(pongs, R) >= 1900, R),
+         ?assert(get(p99, get(latency_us, R)) > 0)
+     end || R <- Rounds],
+    ?assertEqual(0, get(timeouts_whole_run, J)),
+    %% each engine kept to its own source address
+    Srcs = [lists:last(string:split(binary_to_list(lists:nth(2, lists:dropwhile(
+                                      fun(A) -> A =/= <<"--source-ips">> end, get(args, P)))), ","))
+            || P <- get(placement, J)],
+    ?assertEqual(["127.0.0.2", "127.0.0.3"], lists:sort(Srcs)),
+    Mem = get(server_memory, J),
+    ?assertEqual(2000, get(connections, Mem)),
+    ?assertEqual(3000.0, float(get(beam_bytes_per_conn, Mem))),
+    ?assertEqual(8192.0, float(get(resident_bytes_per_conn, Mem))),
+    %% every scrape of the hold, as a band
+    Range = get(range, Mem),
+    ?assert(get(scrapes, Range) >= 1),
+    ?assertEqual([3000.0, 3000.0], [float(X) || X <- get(beam, Range)]),
+    ?assertMatch({match, _}, re:run(Out, "BEAM 3000 bytes .* resident 8192 bytes")),
+    %% live: a line per finished round, merged over both engines, and the
+    %% server's memory on the progress line during the hold
+    ?assertMatch({match, _}, re:run(Out, "^round 0: up 2000  pings [0-9]+  pongs [0-9]+  timeouts 0 .* p99 [0-9.]+ ",
+                                    [multiline])),
+    ?assertMatch({match, _}, re:run(Out, "\\(hold .*server: 2000 conns, 2.93 KiB BEAM, 8.00 KiB RSS per conn")).
+
+%% Bad options exit 2 with one line on stderr, before anything starts;
+%% the engine's own options are checked by the engine.
+bad_options_exit_2_with_one_line(Config) ->
+    Bad = [["--engines", "0"], ["--nodes", "0"], ["--source-ips", "10.0.0"],
+           ["--server-metrics", "ftp://x/metrics"], ["--rate", "fast"],
+           ["--interval", "0"], ["--bogus", "1"], ["--scenario", "nope"]],
+    [begin
+         {Code, Err} = sluice_stderr(Config, ["load", "--engines", "2", "--scenario", "scale"] ++ Args),
+         ct:log("~p -> ~b: ~s", [Args, Code, Err]),
+         ?assertEqual(2, Code),
+         ?assertMatch([_], string:lexemes(Err, "\n"))
+     end || Args <- Bad].
+
+%% SIGTERM during the hold ends the run early, and the merged report of
+%% what was measured still comes out (exit 0).
+sigterm_ends_the_run_with_a_report(Config) ->
+    Port = start_ref(Config),
+    Json = json_path(Config),
+    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
+                  [{args, ["load", "--scenario", "scale", "--engines", "2", "--port", Port,
+                           "--conns", "20", "--interval", "100", "--duration", "30",
+                           "--progress", "--json", Json]},
+                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    wait_line(P, <<"hold">>, 10000),
+    _ = os:cmd("kill -TERM " ++ integer_to_list(OsPid)),
+    ?assertEqual(0, wait_exit(P, 10000)),
+    J = read_json(Config),
+    ?assert(get(duration_s, J) < 10),
+    ?assertEqual(20, get(conns_up_at_end, J)).
+
+%% An engine killed during the hold: the run goes on with the others, the
+%% report merges what they measured, says which engine gave nothing, and
+%% the exit code is 1.
+a_lost_engine_is_reported_and_the_rest_merged(Config) ->
+    Port = start_ref(Config),
+    Json = json_path(Config),
+    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
+                  [{args, ["load", "--scenario", "scale", "--engines", "2", "--port", Port,
+                           "--conns", "20", "--interval", "200", "--duration", "2",
+                           "--progress", "--json", Json]},
+                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    wait_line(P, <<"hold">>, 10000),
+    %% one of the two engines: the sluice-load process aimed at this port
+    [Victim | _] = [Pid || L <- string:lexemes(os:cmd("ps -eo pid=,args="), "\n"),
+                           [Pid, Args] <- [string:split(string:trim(L), " ")],
+                           string:find(Args, "sluice-load --scenario scale") =/= nomatch,
+                           string:find(Args, "--port " ++ Port ++ " ") =/= nomatch],
+    _ = os:cmd("kill -KILL " ++ Victim),
+    {Code, Out} = collect_lines(P, []),
+    ct:log("~s", [Out]),
+    ?assertEqual(1, Code),
+    ?assertMatch({match, _}, re:run(Out, "engine [01] ended with 137 and no result")),
+    J = read_json(Config),
+    ?assertEqual(1, length(get(engine_results, J))),
+    ?assertEqual(10, get(conns_up_at_end, J)).
+
+collect_lines(P, Acc) ->
+    receive
+        {P, {data, {_, L}}} -> collect_lines(P, [L, "\n" | Acc]);
+        {P, {exit_status, S}} -> {S, iolist_to_binary(lists:reverse(Acc))}
+    after 20000 -> ct:fail(no_exit)
+    end.
+
+%% What the coordinator builds on, in the engine alone: with --go-stdin
+%% a ramped engine reports phase "ready" and keeps waiting (pinging,
+%% unmeasured) until "go" arrives on stdin; the window then lasts
+%% --duration, the finished rounds come as {"round":K} lines, and the
+%% result comes on stdout.
+engine_starts_its_window_on_go(Config) ->
+    Port = start_ref(Config),
+    P = open_port({spawn_executable, filename:join(?config(bin_dir, Config), "sluice-load")},
+                  [{args, ["--scenario", "scale", "--port", Port, "--conns", "10",
+                           "--interval", "200", "--duration", "0.6", "--quiet",
+                           "--progress-json", "--go-stdin", "--json", "/dev/stdout"]},
+                   exit_status, binary, {line, 65536}, use_stdio, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    wait_line(P, <<"\"phase\":\"ready\"">>, 5000),
+    %% 1.5 s later, still waiting: no window, no round
+    Early = drain_lines(P, erlang:monotonic_time(millisecond) + 1500),
+    ?assertEqual([], [L || L <- Early, binary:match(L, [<<"window">>, <<"{\"round\"">>]) =/= nomatch]),
+    Go = erlang:monotonic_time(millisecond),
+    true = port_command(P, <<"go\n">>),
+    Lines = lines_until_exit(P, []),
+    Took = erlang:monotonic_time(millisecond) - Go,
+    ?assert(Took >= 550 andalso Took < 3000, Took),
+    ?assert(lists:any(fun(L) -> binary:match(L, <<"\"phase\":\"window\"">>) =/= nomatch end, Lines)),
+    ?assertMatch([_, _ | _], [L || <<"{\"round\":", _/binary>> = L <- Lines]),
+    [Result] = [L || <<"{\"scenario\"", _/binary>> = L <- Lines],
+    {ok, J} = sluice_bench_json:decode(Result),
+    ?assertEqual(0, get(exit_code, J)),
+    ?assert(abs(get(duration_s, J) - 0.6) < 0.1),
+    ?assertEqual(3, length(get(rounds, J))).
+
+drain_lines(P, Until) ->
+    receive {P, {data, {eol, L}}} -> [L | drain_lines(P, Until)]
+    after max(0, Until - erlang:monotonic_time(millisecond)) -> []
+    end.
+
+lines_until_exit(P, Acc) ->
+    receive
+        {P, {data, {eol, L}}} -> lines_until_exit(P, [L | Acc]);
+        {P, {exit_status, 0}} -> lists:reverse(Acc);
+        {P, {exit_status, S}} -> ct:fail({engine_exit, S})
+    after 10000 -> ct:fail(engine_timeout)
+    end.
+
+%%% ------------------------------------------------------------------
+%%% Helpers
+%%% ------------------------------------------------------------------
+
+load_ok(Config, Args) ->
+    {Code, Out} = sluice(Config, ["load" | Args] ++ ["--json", json_path(Config)]),
+    ct:log("~s", [Out]),
+    ?assertEqual(0, Code),
+    read_json(Config).
+
+json_path(Config) -> filename:join(?config(priv_dir, Config), "load.json").
+
+read_json(Config) ->
+    {ok, Bin} = file:read_file(json_path(Config)),
+    {ok, J} = sluice_bench_json:decode(Bin),
+    J.
+
+get(K, M) -> maps:get(atom_to_binary(K), M).
+
+buckets(H) -> [{Lo, N} || [Lo, N] <- get(buckets, H)].
+
+sum_buckets(Lists) ->
+    lists:sort(maps:to_list(lists:foldl(fun({Lo, N}, A) -> maps:update_with(Lo, fun(X) -> X + N end, N, A) end,
+                                        #{}, lists:append(Lists)))).
+
+%% The hist.c rule: midpoint of the bucket holding the ceil(q% n)-th value.
+rank_value(Buckets, Q) ->
+    N = lists:sum([C || {_, C} <- Buckets]),
+    walk(Buckets, max(1, ceil(Q / 100 * N)), 0).
+
+walk([{Lo, C} | Rest], Rank, Seen) ->
+    case Seen + C >= Rank of
+        true -> Lo + (width(Lo) - 1) div 2;
+        false -> walk(Rest, Rank, Seen + C)
+    end.
+
+width(Lo) when Lo < 128 -> 1;
+width(Lo) -> 1 bsl (length(integer_to_list(Lo, 2)) - 1 - 7).
+
+sluice(Config, Args) ->
+    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
+                  [{args, Args}, exit_status, stderr_to_stdout, binary, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    collect(P, []).
+
+%% stderr alone (stdout dropped)
+sluice_stderr(Config, Args) ->
+    Cmd = filename:join(?config(root, Config), "bin/sluice"),
+    P = open_port({spawn_executable, "/bin/sh"},
+                  [{args, ["-c", "\"$0\" \"$@\" 2>&1 >/dev/null", Cmd | Args]},
+                   exit_status, binary, hide]),
+    {Code, Out} = collect(P, []),
+    {Code, binary_to_list(Out)}.
+
+collect(P, Acc) ->
+    receive
+        {P, {data, D}} -> collect(P, [D | Acc]);
+        {P, {exit_status, S}} -> {S, iolist_to_binary(lists:reverse(Acc))}
+    after 40000 -> ct:fail(sluice_timeout)
+    end.
+
+wait_line(P, Needle, T) ->
+    receive
+        {P, {data, {_, L}}} ->
+            case binary:match(L, Needle) of
+                nomatch -> wait_line(P, Needle, T);
+                _ -> ok
+            end;
+        {P, {exit_status, S}} -> ct:fail({exited, S})
+    after T -> ct:fail({no_line, Needle})
+    end.
+
+wait_exit(P, T) ->
+    receive
+        {P, {data, _}} -> wait_exit(P, T);
+        {P, {exit_status, S}} -> S
+    after T -> ct:fail(no_exit)
+    end.
+
+start_ref(Config) ->
+    P = open_port({spawn_executable, filename:join(?config(bin_dir, Config), "sluice-ref")},
+                  [{args, ["--port", "0", "--protocol", "ping", "--threads", "1"]},
+                   exit_status, binary, {line, 256}, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    receive
+        {P, {data, {eol, <<"listening on ", Addr/binary>>}}} ->
+            [_, PortBin] = binary:split(Addr, <<":">>),
+            binary_to_list(PortBin);
+        {P, {exit_status, S}} -> ct:fail({ref_exited, S})
+    after 5000 -> ct:fail(ref_not_listening)
+    end.
+
+%% A Prometheus endpoint that answers its first scrape with a baseline and
+%% every later one with 2,000 connections that cost 3000 bytes of BEAM
+%% memory and 8192 bytes of resident memory each, over two nodes.
+start_metrics_stub() ->
+    {ok, L} = gen_tcp:listen(0, [binary, {active, false}, {reuseaddr, true}, {ip, {127, 0, 0, 1}}]),
+    {ok, Port} = inet:port(L),
+    Owner = self(),
+    Pid = spawn(fun() -> metrics_loop(L, 0, Owner) end),
+    ok = gen_tcp:controlling_process(L, Pid),
+    "http://127.0.0.1:" ++ integer_to_list(Port) ++ "/metrics".
+
+metrics_loop(L, N, Owner) ->
+    case gen_tcp:accept(L, 30000) of
+        {ok, S} ->
+            _ = gen_tcp:recv(S, 0, 2000),
+            {Conns, Beam, Rss} = case N of
+                                     0 -> {0, 50000000, 80000000};
+                                     _ -> {2000, 50000000 + 2000 * 3000, 80000000 + 2000 * 8192}
+                                 end,
+            Half = fun(V) -> integer_to_list(V div 2) end,
+            Series = fun(Name, V) ->
+                             ["# TYPE ", Name, " gauge\n",
+                              Name, "{node=\"a@h\"} ", Half(V), "\n",
+                              Name, "{node=\"b@h\"} ", Half(V), "\n",
+                              Name, "{node=\"all\"} ", integer_to_list(V), "\n"]
+                     end,
+            Body = iolist_to_binary([Series("sluice_connections", Conns),
+                                     Series("sluice_beam_memory_bytes", Beam),
+                                     Series("sluice_resident_memory_bytes", Rss),
+                                     "sluice_accepted_total{node=\"all\"} 7\n"]),
+            ok = gen_tcp:send(S, ["HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n"
+                                  "content-length: ", integer_to_list(byte_size(Body)),
+                                  "\r\nconnection: close\r\n\r\n", Body]),
+            gen_tcp:close(S),
+            metrics_loop(L, N + 1, Owner);
+        {error, _} -> ok
+    end.

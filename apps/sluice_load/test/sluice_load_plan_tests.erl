@@ -1,0 +1,101 @@
+%% EUnit tests of the pure parts of the load coordinator: the split over
+%% engines and source addresses, histogram merging and percentiles, and the
+%% Prometheus text the server memory comes from.
+-module(sluice_load_plan_tests).
+
+-include_lib("eunit/include/eunit.hrl").
+
+split_adds_up_and_keeps_ramps_equal_test() ->
+    Shares = sluice_load_plan:split(#{conns => 100001, rate => 5000.0,
+                                      connect_concurrency => 256}, 6),
+    ?assertEqual(100001, lists:sum([C || #{conns := C} <- Shares])),
+    Cs = [C || #{conns := C} <- Shares],
+    ?assert(lists:max(Cs) - lists:min(Cs) =< 1),
+    %% every engine opens its share in the same time
+    Times = [C / R || #{conns := C, rate := R} <- Shares],
+    ?assert(lists:max(Times) - lists:min(Times) < 1.0e-9),
+    ?assertEqual(lists:seq(0, 5), [I || #{index := I} <- Shares]).
+
+split_never_makes_empty_engines_test() ->
+    ?assertEqual([1, 1], [C || #{conns := C} <- sluice_load_plan:split(
+                                                    #{conns => 2, rate => 0, connect_concurrency => 1}, 5)]).
+
+engines_needed_respects_the_fd_limit_test() ->
+    ?assertEqual(1, sluice_load_plan:engines_needed(19000)),
+    ?assertEqual(6, sluice_load_plan:engines_needed(100000)).
+
+auto_source_ips_only_past_one_address_on_loopback_test() ->
+    Small = sluice_load_plan:split(#{conns => 12000, rate => 0, connect_concurrency => 256}, 2),
+    ?assertEqual(none, sluice_load_plan:auto_source_ips({127, 0, 0, 1}, Small, true)),
+    Big = sluice_load_plan:split(#{conns => 100000, rate => 0, connect_concurrency => 256}, 6),
+    Sets = sluice_load_plan:auto_source_ips({127, 0, 0, 1}, Big, true),
+    %% 16,667 a piece: two addresses each, none shared
+    ?assertEqual([[{127, 0, 0, I}, {127, 0, 0, I + 1}] || I <- lists:seq(2, 12, 2)], Sets),
+    ?assertEqual(none, sluice_load_plan:auto_source_ips({10, 0, 0, 1}, Big, true)).
+
+assign_ips_disjoint_when_enough_test() ->
+    {ok, Ips} = sluice_load_plan:parse_ips("127.0.0.2-5"),
+    ?assertEqual([[{127, 0, 0, 2}, {127, 0, 0, 4}], [{127, 0, 0, 3}, {127, 0, 0, 5}]],
+                 sluice_load_plan:assign_ips(Ips, 2)),
+    ?assertEqual([Ips, Ips, Ips, Ips, Ips], sluice_load_plan:assign_ips(Ips, 5)).
+
+parse_ips_syntax_test() ->
+    ?assertEqual({ok, [{127, 0, 0, 2}, {127, 0, 0, 3}, {10, 1, 1, 1}]},
+                 sluice_load_plan:parse_ips("127.0.0.2-127.0.0.3,10.1.1.1")),
+    ?assertEqual(error, sluice_load_plan:parse_ips("127.0.0.5-3")),
+    ?assertEqual(error, sluice_load_plan:parse_ips("127.0.0.2-127.0.1.3")),
+    ?assertEqual(error, sluice_load_plan:parse_ips("10.0.0")),
+    ?assertEqual("127.0.0.2,127.0.0.3",
+                 sluice_load_plan:format_ips([{127, 0, 0, 2}, {127, 0, 0, 3}])).
+
+%% Percentiles of merged histograms follow hist.c: the bucket midpoint of
+%% the ceil(q% n)-th value, capped at the maximum.
+percentile_test() ->
+    %% below 128 a bucket per value; 1000 falls in [1000, 1004) (width 4)
+    B = [[10, 50], [20, 49], [1000, 1]],
+    ?assertEqual(10, sluice_load_merge:percentile(B, 50, 2000)),
+    ?assertEqual(20, sluice_load_merge:percentile(B, 99, 2000)),
+    ?assertEqual(1001, sluice_load_merge:percentile(B, 99.5, 2000)),
+    ?assertEqual(1000, sluice_load_merge:percentile(B, 99.5, 1000)),
+    ?assertEqual(0, sluice_load_merge:percentile([], 50, 0)).
+
+merge_sums_counts_and_buckets_test() ->
+    H = fun(Bs) -> #{<<"buckets">> => Bs} end,
+    E = fun(Msgs, Bs, Max) ->
+                #{<<"scenario">> => <<"ping">>, <<"messages">> => Msgs, <<"conns">> => 2,
+                  <<"interval_ms">> => 1000, <<"duration_s">> => 1.0,
+                  <<"latency_us">> => #{<<"max">> => Max, <<"mean">> => 1.0, <<"samples">> => Msgs},
+                  <<"latency_hist">> => H(Bs), <<"failures">> => #{<<"EMFILE">> => 1},
+                  <<"rounds">> => [#{<<"round">> => 0, <<"pongs">> => Msgs,
+                                     <<"latency_us">> => #{<<"max">> => Max},
+                                     <<"latency_hist">> => H(Bs)}]}
+        end,
+    M = sluice_load_merge:merge([E(3, [[100, 3]], 0.1), E(1, [[5000, 1]], 5.0)]),
+    ?assertEqual(4, maps:get(<<"messages">>, M)),
+    ?assertEqual(4, maps:get(<<"conns">>, M)),
+    ?assertEqual(1000, maps:get(<<"interval_ms">>, M)),
+    ?assertEqual(#{<<"EMFILE">> => 2}, maps:get(<<"failures">>, M)),
+    ?assertEqual([[100, 3], [5000, 1]], maps:get(<<"buckets">>, maps:get(<<"latency_hist">>, M))),
+    L = maps:get(<<"latency_us">>, M),
+    ?assertEqual(0.1, maps:get(<<"p50">>, L)),
+    ?assertEqual(5.0, maps:get(<<"p99">>, L)),
+    [R] = maps:get(<<"rounds">>, M),
+    ?assertEqual(4, maps:get(<<"pongs">>, R)).
+
+prometheus_text_test() ->
+    T = <<"# HELP sluice_connections open\n# TYPE sluice_connections gauge\n"
+          "sluice_connections{node=\"a@h\",backend=\"inet\"} 3\n"
+          "sluice_connections{node=\"all\"} 5\n"
+          "sluice_beam_memory_bytes 1.5e6\n"
+          "garbage line\n">>,
+    ?assertEqual([{<<"sluice_connections">>, #{<<"node">> => <<"a@h">>, <<"backend">> => <<"inet">>}, 3.0},
+                  {<<"sluice_connections">>, #{<<"node">> => <<"all">>}, 5.0},
+                  {<<"sluice_beam_memory_bytes">>, #{}, 1.5e6}],
+                 sluice_load_metrics:parse(T)).
+
+per_conn_test() ->
+    B = #{connections => 10.0, beam_memory => 1000.0, resident_memory => 2000.0, t_ms => 0},
+    H = #{connections => 110.0, beam_memory => 201000.0, resident_memory => 402000.0, t_ms => 1},
+    ?assertMatch(#{connections := 100.0, beam_bytes_per_conn := 2000.0,
+                   resident_bytes_per_conn := 4000.0}, sluice_load_metrics:per_conn(B, H)),
+    ?assertMatch(#{beam_bytes_per_conn := null}, sluice_load_metrics:per_conn(B, B)).
