@@ -93,6 +93,11 @@ loop(S = #s{sock = Sock}) ->
             data(Data, S);
         {tcp_passive, Sock} ->
             passive(S);
+        {'$socket', Sock, select, _} ->
+            %% socket backend: data has come; read it (sluice_transport_socket).
+            rearm(ready, S);
+        {'$socket', Sock, abort, {_, Reason}} ->
+            finish({error, Reason}, S);
         {inet_reply, Sock, ok} ->
             loop(S);
         {inet_async, Sock, _Ref, {ok, Data}} ->
@@ -276,6 +281,9 @@ discard(Reason, Deadline, S = #s{sock = Sock, transport = T}) ->
             _ = T:activate(Sock, false),
             discard(Reason, Deadline, S);
         {inet_reply, Sock, _} ->
+            discard(Reason, Deadline, S);
+        {'$socket', Sock, select, _} ->
+            _ = T:activate(Sock, ready),
             discard(Reason, Deadline, S);
         {tcp_closed, Sock} ->
             finish(Reason, S);

@@ -121,7 +121,7 @@ check(handler, H = {M, _}) when is_atom(M) ->
 check(handler, H) ->
     bad(handler, H);
 check(transport, T) ->
-    T =:= inet orelse bad(transport, T);
+    T =:= inet orelse T =:= socket orelse bad(transport, T);
 check(K, N) when K =:= num_acceptors; K =:= num_listen_sockets;
                  K =:= num_conns_sups; K =:= backlog ->
     (is_integer(N) andalso N > 0 andalso N =< 65535) orelse bad(K, N);
@@ -197,7 +197,7 @@ expected(ip) -> "an IPv4 or IPv6 address tuple";
 expected(port) -> "an integer 0..65535 (0: any free port)";
 expected(handler) -> "{Module, Opts} where Module implements the sluice_handler "
                      "behaviour (init/2 and handle_data/2 exported)";
-expected(transport) -> "inet (the socket backend is not built yet)";
+expected(transport) -> "inet (gen_tcp, the inet driver) or socket (OTP's socket NIF)";
 expected(reuseport) -> "a boolean";
 expected(max_connections) -> "a non-negative integer or infinity";
 expected(active) -> "false, once, true or an integer 1..32767";

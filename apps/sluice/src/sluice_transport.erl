@@ -1,6 +1,10 @@
 %% @doc The transport behaviour: what a listener and a connection process need
-%% from a socket layer. `sluice_transport_inet' (gen_tcp, the inet driver) is
-%% the first; every call the library makes on a socket goes through one.
+%% from a socket layer: `sluice_transport_inet' (gen_tcp, the inet driver)
+%% and `sluice_transport_socket' (OTP's `socket' NIF); every call the
+%% library makes on a socket goes through one. Both deliver data to the
+%% connection process as the inet driver's messages (`{tcp, S, Data}',
+%% `tcp_passive', `tcp_closed', `tcp_error'); the socket backend also sends
+%% `{'$socket', S, select, _}', on which the connection calls activate/2.
 -module(sluice_transport).
 
 -export([module/1]).
@@ -15,8 +19,10 @@
 -callback port(socket()) -> {ok, inet:port_number()} | {error, term()}.
 -callback controlling_process(socket(), pid()) -> ok | {error, term()}.
 %% Arm delivery for the connection process: `false' starts one asynchronous
-%% read, the others set the socket's active mode.
--callback activate(socket(), false | once | true | pos_integer()) -> ok | {error, term()}.
+%% read, the others set the socket's active mode (an integer adds to the
+%% count in progress, as inet:setopts/2 does). `ready' comes only from the
+%% socket backend's own wake-up message ({'$socket', S, select, _}).
+-callback activate(socket(), false | once | true | pos_integer() | ready) -> ok | {error, term()}.
 %% Queue data for sending without waiting for the driver's answer; the answer
 %% arrives later as a message the connection process recognises.
 -callback send_async(socket(), iodata()) -> ok | {error, term()}.
@@ -28,6 +34,7 @@
 -callback close(socket()) -> ok.
 
 %% @doc The callback module for a transport name.
--spec module(inet) -> module().
-module(inet) -> sluice_transport_inet.
+-spec module(inet | socket) -> module().
+module(inet) -> sluice_transport_inet;
+module(socket) -> sluice_transport_socket.
 

@@ -17,6 +17,7 @@
                        oneof/1]).
 
 -export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
+         init_per_group/2, end_per_group/2,
          init_per_testcase/2, end_per_testcase/2]).
 -export([each_acks_every_frame_in_order/1,
          each_treats_ids_as_opaque_bytes/1,
@@ -34,7 +35,8 @@
 
 suite() -> [{timetrap, {seconds, 60}}].
 
-all() -> [{group, codec}, {group, network}].
+%% The codec once; the network cases on each backend.
+all() -> [{group, codec}, {group, inet}, {group, socket}].
 
 groups() ->
     [{codec, [],
@@ -45,7 +47,14 @@ groups() ->
        ping_other_line_is_protocol_error]},
      {network, [],
       [oversized_frame_closes_only_its_connection,
-       ping_other_line_on_the_wire_is_counted]}].
+       ping_other_line_on_the_wire_is_counted]}]
+        ++ sluice_test_lib:backend_groups([{group, network}]).
+
+init_per_group(Group, Config) ->
+    sluice_test_lib:init_backend(Group, Config).
+
+end_per_group(Group, Config) ->
+    sluice_test_lib:end_backend(Group, Config).
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),

@@ -26,16 +26,24 @@
 suite() -> [{timetrap, {seconds, 60}}].
 
 all() ->
-    [{group, G} || G <- [active_false, active_once, active_1, active_100, active_true]].
+    [{group, inet}, {group, socket}].
 
+%% Where the backends differ it shows here: with the inet driver `true'
+%% lets the driver fill the mailbox; with the socket backend the connection
+%% process reads for itself, so `true' is flow-controlled as well (as N =
+%% 100, sluice_transport_socket).
 groups() ->
     InOrder = [echo_returns_every_byte_in_order, ack_each_returns_every_id_in_order],
     Bounded = [flood_echo_keeps_mailbox_bounded, flood_ack_keeps_mailbox_bounded],
-    [{active_false, [], InOrder ++ Bounded},
+    Modes = [{group, G} || G <- [active_false, active_once, active_1, active_100]],
+    [{inet, [], Modes ++ [{group, active_true_unbounded}]},
+     {socket, [], Modes ++ [{group, active_true}]},
+     {active_false, [], InOrder ++ Bounded},
      {active_once, [], InOrder ++ Bounded},
      {active_1, [], InOrder ++ Bounded},
      {active_100, [], InOrder ++ Bounded},
-     {active_true, [], InOrder ++ [flood_without_flow_control_grows_mailbox]}].
+     {active_true, [], InOrder ++ Bounded},
+     {active_true_unbounded, [], InOrder ++ [flood_without_flow_control_grows_mailbox]}].
 
 init_per_suite(Config) ->
     {ok, Apps} = application:ensure_all_started(sluice),
@@ -44,17 +52,20 @@ init_per_suite(Config) ->
 end_per_suite(_Config) ->
     ok.
 
+init_per_group(Group, Config) when Group =:= inet; Group =:= socket ->
+    sluice_test_lib:init_backend(Group, Config);
 init_per_group(Group, Config) ->
     [{active, mode(Group)} | Config].
 
-end_per_group(_Group, _Config) ->
-    ok.
+end_per_group(Group, Config) ->
+    sluice_test_lib:end_backend(Group, Config).
 
 mode(active_false) -> false;
 mode(active_once) -> once;
 mode(active_1) -> 1;
 mode(active_100) -> 100;
-mode(active_true) -> true.
+mode(active_true) -> true;
+mode(active_true_unbounded) -> true.
 
 init_per_testcase(Case, Config) ->
     Seed = sluice_test_lib:seed_rand(),
@@ -128,8 +139,10 @@ flood_ack_keeps_mailbox_bounded(Config) ->
 
 flood_bounded(Config, Chunk) ->
     Active = ?config(active, Config),
-    Bound = case Active of
-                N when is_integer(N) -> N + ?SLACK;
+    Bound = case {?config(transport, Config), Active} of
+                {_, N} when is_integer(N) -> N + ?SLACK;
+                %% the socket backend reads `true' as N = 100
+                {socket, true} -> 100 + ?SLACK;
                 _ -> 1 + ?SLACK
             end,
     {Max, StillSending} = flood(Config, Chunk, 64 * 1024 * 1024, ?FLOOD_MS, infinity),

@@ -10,9 +10,11 @@
 -include_lib("stdlib/include/assert.hrl").
 
 -export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
+         init_per_group/2, end_per_group/2,
          init_per_testcase/2, end_per_testcase/2]).
 -export([burst_admits_exactly_max_connections/1,
          set_max_connections_at_run_time/1,
+         stalled_reader_is_held_back/1,
          killed_connections_give_their_slots_back/1,
          killed_conns_sup_is_restarted_and_count_stays_right/1,
          killed_acceptor_is_restarted_and_listener_keeps_accepting/1,
@@ -23,15 +25,24 @@
 
 suite() -> [{timetrap, {seconds, 60}}].
 
-all() -> [{group, limits}, {group, kills}, {group, descriptors}].
+all() -> [{group, inet}, {group, socket}].
 
 groups() ->
-    [{limits, [], [burst_admits_exactly_max_connections, set_max_connections_at_run_time]},
+    [{limits, [], [burst_admits_exactly_max_connections, set_max_connections_at_run_time,
+                   stalled_reader_is_held_back]},
      {kills, [], [killed_connections_give_their_slots_back,
                   killed_conns_sup_is_restarted_and_count_stays_right,
                   killed_acceptor_is_restarted_and_listener_keeps_accepting]},
      {descriptors, [], [emfile_is_counted_logged_and_recovered_from,
-                        default_limit_rejects_before_emfile]}].
+                        default_limit_rejects_before_emfile]}]
+        ++ sluice_test_lib:backend_groups([{group, limits}, {group, kills},
+                                           {group, descriptors}]).
+
+init_per_group(Group, Config) ->
+    sluice_test_lib:init_backend(Group, Config).
+
+end_per_group(Group, Config) ->
+    sluice_test_lib:end_backend(Group, Config).
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -68,6 +79,59 @@ close_all(Socks) -> [gen_tcp:close(S) || S <- Socks], ok.
 %%% ------------------------------------------------------------------
 %%% Limits
 %%% ------------------------------------------------------------------
+
+%% A client that writes to an echo listener and never reads: the echoes
+%% fill the kernel's buffers, the connection process's sends wait, and it
+%% reads no more, so its memory and mailbox stay small while the client is
+%% held back by TCP. On the socket backend the wait ends at send_timeout
+%% (500 ms here) and the connection is closed. (The inet backend's
+%% asynchronous port commands are suspended on a busy port instead; the
+%% driver's timeout error is queued behind the chunks already delivered,
+%% so it closes much later: not asserted.)
+stalled_reader_is_held_back(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{handler => {sluice_proto_echo, []},
+                                           socket_opts => [{send_timeout, 500},
+                                                           {sndbuf, 8192}]}),
+    %% linger 0: however the case ends, closing resets instead of waiting
+    %% for the unsent flood to drain
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name),
+                                      [{recbuf, 4096}, {linger, {true, 0}}]),
+    sluice_test_lib:wait_until(fun() -> length(sluice_test_lib:conn_pids(Name)) =:= 1 end, 5000),
+    [Conn] = sluice_test_lib:conn_pids(Name),
+    Chunk = binary:copy(<<"x">>, 65536),
+    Writer = spawn_link(fun() -> write_until_error(S, Chunk, 1000) end),
+    T0 = erlang:monotonic_time(millisecond),
+    timer:sleep(300),
+    Info = process_info(Conn, [memory, message_queue_len]),
+    ct:log("~p: connection after 300 ms of a stalled reader: ~p",
+           [?config(transport, Config), Info]),
+    case Info of
+        undefined -> ok;   % already closed
+        [{memory, Mem}, {message_queue_len, Q}] ->
+            ?assert(Mem < 1024 * 1024, {memory, Mem}),
+            ?assert(Q =< 110, {mailbox, Q})
+    end,
+    ?assert(is_process_alive(Writer), writer_not_held_back),
+    case ?config(transport, Config) of
+        socket ->
+            wait_info(Name, connections, 0, 5000),
+            Took = erlang:monotonic_time(millisecond) - T0,
+            ct:log("closed after ~b ms", [Took]),
+            ?assert(Took >= 450, {closed_before_send_timeout, Took});
+        inet ->
+            ok
+    end,
+    unlink(Writer),
+    exit(Writer, kill),
+    ok = gen_tcp:close(S).
+
+write_until_error(_S, _Chunk, 0) -> ok;
+write_until_error(S, Chunk, N) ->
+    case gen_tcp:send(S, Chunk) of
+        ok -> write_until_error(S, Chunk, N - 1);
+        _ -> ok
+    end.
 
 %% 500 clients connect at once to a listener with max_connections 100 and 10
 %% acceptors: exactly 100 get a Pong and 400 are closed by the server, and
@@ -220,6 +284,7 @@ emfile_is_counted_logged_and_recovered_from(Config) ->
     ok = peer:call(Peer, sluice_test_lib, capture_logs, []),
     {ok, _} = peer:call(Peer, sluice, start_listener,
                         [emf, #{ip => {127, 0, 0, 1}, port => 0, max_connections => infinity,
+                                transport => sluice_test_lib:transport(),
                                 handler => {sluice_proto_ping, []}}]),
     #{port := Port} = peer:call(Peer, sluice, info, [emf]),
     T0 = erlang:monotonic_time(millisecond),
@@ -271,6 +336,7 @@ default_limit_rejects_before_emfile(Config) ->
     Peer = ?config(peer, Config),
     {ok, _} = peer:call(Peer, sluice, start_listener,
                         [dflt, #{ip => {127, 0, 0, 1}, port => 0,
+                                 transport => sluice_test_lib:transport(),
                                  handler => {sluice_proto_ping, []}}]),
     #{port := Port, max_connections := Max} = peer:call(Peer, sluice, info, [dflt]),
     ct:log("default max_connections with ulimit -n 256: ~p", [Max]),

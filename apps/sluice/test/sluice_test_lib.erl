@@ -5,6 +5,7 @@
 
 -include_lib("stdlib/include/assert.hrl").
 
+-export([backend_groups/1, init_backend/2, end_backend/2, transport/0]).
 -export([start_listener/2, stop_listener/1, port/1,
          connect/1, connect/2, recv_exactly/3, expect_closed/2,
          frame/2, frames/1, random_split/3, seed_rand/0,
@@ -17,11 +18,38 @@
 
 -define(LOOPBACK, {127, 0, 0, 1}).
 
+%% --- backends ----------------------------------------------------------
+
+%% The network cases run once per transport: groups `inet' and `socket',
+%% each holding `Members'. init_backend/2 (from init_per_group) makes the
+%% group's transport the one start_listener/2 and transport/0 give, for
+%% every case in it, nested groups included.
+backend_groups(Members) ->
+    [{B, [], Members} || B <- [inet, socket]].
+
+init_backend(Group, Config) when Group =:= inet; Group =:= socket ->
+    persistent_term:put({?MODULE, transport}, Group),
+    [{transport, Group} | Config];
+init_backend(_Group, Config) ->
+    Config.
+
+end_backend(Group, _Config) when Group =:= inet; Group =:= socket ->
+    _ = persistent_term:erase({?MODULE, transport}),
+    ok;
+end_backend(_Group, _Config) ->
+    ok.
+
+%% The transport of the backend group running (inet outside one).
+transport() ->
+    persistent_term:get({?MODULE, transport}, inet).
+
 %% --- listeners -------------------------------------------------------
 
-%% A listener on loopback, port 0, unless Opts say otherwise.
+%% A listener on loopback, port 0, on the group's transport, unless Opts
+%% say otherwise.
 start_listener(Name, Opts) ->
-    {ok, Pid} = sluice:start_listener(Name, maps:merge(#{ip => ?LOOPBACK, port => 0}, Opts)),
+    Defaults = #{ip => ?LOOPBACK, port => 0, transport => transport()},
+    {ok, Pid} = sluice:start_listener(Name, maps:merge(Defaults, Opts)),
     Pid.
 
 %% Idempotent: end_per_testcase calls it whatever the case did.

@@ -27,6 +27,8 @@ specs() ->
       "only this scenario: " ++ names(sluice_bench_matrix:scenarios())},
      {server, "server", string, "all",
       "only this server: " ++ names(sluice_bench_matrix:servers())},
+     {backend, "backend", {enum, [inet, socket]}, inet,
+      "socket layer of every sluice server (the -socket servers always use socket)"},
      {rounds, "rounds", {integer, 1, 100}, 3, "rounds (each cell is measured once per round)"},
      {warmup, "warmup", string, ?DEFAULT_WARMUP, "seconds of load before each measurement"},
      {duration, "duration", string, ?DEFAULT_DURATION, "seconds measured per run"},
@@ -81,6 +83,7 @@ config(#{quick := Quick, rounds := Rounds} = O, Args) ->
         Cells = cells(Quick, pick(scenario, maps:get(scenario, O)),
                       pick(server, maps:get(server, O))),
         {ok, #{cells => Cells, rounds => Rounds, warmup => Warmup, duration => Duration,
+               backend => maps:get(backend, O),
                quick => Quick, out => out_dir(maps:get(out, O)),
                command => iolist_to_binary(lists:join(" ", ["bin/sluice", "bench" | Args]))}}
     catch throw:{usage, Msg} -> {error, Msg}
@@ -154,7 +157,8 @@ root() ->
 bench(#{cells := Cells, rounds := Rounds} = Config) ->
     case environment() of
         {error, _} = E -> E;
-        {ok, Env} ->
+        {ok, Env0 = #{paths := Paths}} ->
+            Env = Env0#{paths := Paths#{backend => maps:get(backend, Config, inet)}},
             Plan = [{Rd, Sc, Sv, Role}
                     || Rd <- lists:seq(1, Rounds), {Sc, Sv} <- Cells,
                        Role <- case Sv of c -> [subject]; _ -> [subject, reference] end],
@@ -264,6 +268,7 @@ finish(#{cells := Cells} = Config, #{paths := #{root := Root}}, {Status, Runs}, 
                           warmup_s => maps:get(warmup, Config),
                           duration_s => maps:get(duration, Config),
                           quick => maps:get(quick, Config),
+                          backend => maps:get(backend, Config, inet),
                           default_active => sluice_bench_matrix:default_active(),
                           order => <<"per round: each cell's sluice run, then its C reference run">>,
                           cpu => <<"server utime+stime of the whole process tree over the "

@@ -21,10 +21,13 @@
 -type scenario() :: lockstep | pipeline | 'pipeline-counted' | conns200 | flood | connrate.
 -type server() :: sluice | 'sluice-active-false' | 'sluice-active-once'
                 | 'sluice-active-10' | 'sluice-active-100' | 'sluice-active-1000'
-                | 'sluice-active-true' | seed | c.
+                | 'sluice-active-true' | 'sluice-socket' | 'sluice-poll2'
+                | 'sluice-socket-poll2' | seed | c.
 -type cell() :: {scenario(), server()}.
+%% `backend': bin/sluice bench --backend, for every sluice server.
 -type paths() :: #{root := file:filename(), priv := file:filename(),
-                   erl := file:filename(), seed_ebin := file:filename()}.
+                   erl := file:filename(), seed_ebin := file:filename(),
+                   backend => inet | socket}.
 
 -define(ACTIVE_MODES, ['sluice-active-false', 'sluice-active-once', 'sluice-active-10',
                        'sluice-active-100', 'sluice-active-1000', 'sluice-active-true']).
@@ -32,21 +35,31 @@
 -spec scenarios() -> [scenario()].
 scenarios() -> [lockstep, pipeline, 'pipeline-counted', conns200, flood, connrate].
 
+%% The socket backend, and 2 poll threads with 2 poll sets (+IOt 2 +IOp 2)
+%% on each backend (issue 5, seed 003).
+-define(IO_VARIANTS, ['sluice-socket', 'sluice-poll2', 'sluice-socket-poll2']).
+
 -spec servers() -> [server()].
-servers() -> [sluice | ?ACTIVE_MODES] ++ [seed, c].
+servers() -> [sluice | ?ACTIVE_MODES] ++ ?IO_VARIANTS ++ [seed, c].
 
 %% @doc The default matrix (`make bench'): every active mode on the
 %% pipelined connection and on the flood (the two scenarios where the
 %% delivery mode decides the cost), the seed's handler where its own
 %% lock-step client and a pipelined client meet it, sluice's defaults on
-%% the rest. About 4.5 minutes at the default 3 rounds of 1 + 1.25 s.
+%% the rest; the socket backend beside the inet one where the issue 5
+%% targets judge them (pipeline, lockstep) and on flood and connrate, and
+%% the poll-set rows on 200 connections. About 6 minutes at the default 3
+%% rounds of 1 + 1.25 s.
 -spec default() -> [cell()].
 default() ->
     dedupe([{lockstep, sluice}, {lockstep, seed}]
            ++ [{pipeline, S} || S <- [sluice | ?ACTIVE_MODES]] ++ [{pipeline, seed}]
            ++ [{'pipeline-counted', sluice}, {conns200, sluice}]
            ++ [{flood, S} || S <- [sluice | ?ACTIVE_MODES]]
-           ++ [{connrate, sluice}]).
+           ++ [{connrate, sluice}]
+           ++ [{lockstep, 'sluice-socket'}, {pipeline, 'sluice-socket'},
+               {flood, 'sluice-socket'}, {connrate, 'sluice-socket'}]
+           ++ [{conns200, S} || S <- ?IO_VARIANTS]).
 
 %% @doc The quick matrix (`make bench QUICK=1'): sluice's defaults on every
 %% scenario, and on the flood two other active modes to hold them against.
@@ -54,7 +67,7 @@ default() ->
 quick() ->
     dedupe([{lockstep, sluice}, {pipeline, sluice}, {conns200, sluice},
             {flood, sluice}, {flood, 'sluice-active-once'}, {flood, 'sluice-active-true'},
-            {connrate, sluice}]).
+            {connrate, sluice}, {lockstep, 'sluice-socket'}, {pipeline, 'sluice-socket'}]).
 
 %% A `sluice-active-N' variant with the same N as `bin/sluice serve''s
 %% default would measure the `sluice' cell twice: leave it out.
@@ -161,13 +174,27 @@ server_command(seed, _Sc, _Ack, #{erl := Erl, seed_ebin := Ebin}) ->
     %% The same VM and the same extra flags as bin/sluice serve gets.
     {Erl, ["+Bi", "-noshell", "-noinput" | erl_flags()]
           ++ ["-pa", Ebin, "-run", "sluice_bench_seed_server", "main", "0"]};
-server_command(Sv, Sc, Ack, #{root := Root}) ->
+server_command(Sv, Sc, Ack, #{root := Root} = Paths) ->
     Active = case active(Sv) of
                  none -> [];
                  A -> ["--active", atom_or_int(A)]
              end,
     {filename:join([Root, "bin", "sluice"]),
-     ["serve", "--port", "0" | proto_args(Sc, Ack)] ++ Active}.
+     ["serve", "--port", "0" | proto_args(Sc, Ack)] ++ Active
+     ++ io_args(Sv, maps:get(backend, Paths, inet))}.
+
+%% The backend (the server's own, else bench --backend) and the poll flags.
+io_args(Sv, Backend) ->
+    Name = atom_to_list(Sv),
+    B = case string:find(Name, "-socket") of
+            nomatch -> Backend;
+            _ -> socket
+        end,
+    ["--backend", atom_to_list(B)]
+        ++ case lists:suffix("-poll2", Name) of
+               true -> ["--io-poll-threads", "2", "--io-poll-sets", "2"];
+               false -> []
+           end.
 
 proto_args(Sc, Ack) ->
     P = maps:get(protocol, scenario(Sc)),

@@ -72,7 +72,28 @@ targets(Cells) ->
              {<<"connection rate: sluice/C">>, connrate, 0.5}],
     [ratio_target(Name, Sc, Min, C) || {Name, Sc, Min} <- Ratio,
                                        C <- [find(Sc, sluice, Cells)], C =/= none]
-        ++ flood_target(Cells).
+        ++ flood_target(Cells)
+        ++ backend_targets(Cells).
+
+%% Issue 5: the socket backend at least matches the inet backend (within
+%% the 5% the other "match" targets allow), by the median over rounds of
+%% socket rate / inet rate, both measured in the same round.
+backend_targets(Cells) ->
+    [backend_target(Sc, Inet, Sock)
+     || Sc <- [pipeline, lockstep],
+        Inet <- [find(Sc, sluice, Cells)], Inet =/= none,
+        Sock <- [find(Sc, 'sluice-socket', Cells)], Sock =/= none].
+
+backend_target(Sc, #{per_round := InetRounds}, #{per_round := SockRounds}) ->
+    Inet = maps:from_list([{Rd, R} || #{round := Rd, rate := R} <- InetRounds]),
+    Pairs = [{R, maps:get(Rd, Inet, null)} || #{round := Rd, rate := R} <- SockRounds],
+    V = maps:get(median, sluice_bench_stats:summary(
+                           sluice_bench_stats:ratios([S || {S, _} <- Pairs],
+                                                     [I || {_, I} <- Pairs]))),
+    #{name => iolist_to_binary([atom_to_list(Sc), ": socket backend / inet backend"]),
+      scenario => Sc, server => 'sluice-socket', measure => ratio,
+      threshold => 0.95, value => V, rule => <<">=">>,
+      pass => if is_number(V) -> V >= 0.95; true -> null end}.
 
 ratio_target(Name, Sc, Min, Cell) ->
     V = maps:get(median, maps:get(ratio, Cell)),

@@ -21,6 +21,7 @@ dispatch([]) -> usage(), 2;
 dispatch([H | _]) when H =:= "--help"; H =:= "-h"; H =:= "help" -> usage(), 0;
 dispatch(["serve" | Rest]) -> sluice_cli_serve:run(Rest);
 dispatch(["bench" | Rest]) -> sluice_bench:run(Rest);
+dispatch(["idle-memory" | Rest]) -> sluice_bench_memory:run(Rest);
 dispatch(["soak" | Rest]) -> sluice_soak:run(Rest);
 dispatch(["load" | Rest]) -> sluice_cli_load:run(Rest);
 dispatch([Cmd | _]) ->
@@ -34,7 +35,8 @@ usage() ->
       "  load        drive a server with the C load engine\n"
       "  ref-server  run the C reference server\n"
       "  bench       run the benchmark matrix (or one cell of it) beside the C reference\n"
-      "  soak        minutes of mixed load and abuse; checks the VM returns to its baseline\n\n"
+      "  soak        minutes of mixed load and abuse; checks the VM returns to its baseline\n"
+      "  idle-memory memory per idle connection on the inet and socket backends\n\n"
       "bin/sluice COMMAND --help describes every option with its default.\n").
 
 %% @doc Print a one-line error on stderr and exit with `Code'.

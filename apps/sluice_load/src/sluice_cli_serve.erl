@@ -30,12 +30,14 @@ specs() ->
       "close a connection that receives nothing for this long"},
      {backlog, "backlog", {integer, 1, 65535}, maps:get(backlog, D), "listen backlog"},
      {buffer, "buffer", {integer, 0, infinity}, 0,
-      "inet driver read buffer in bytes (0: the library's default, 256 KiB)"},
+      "read buffer in bytes, inet driver or socket recv (0: the library's default, 256 KiB)"},
      {drain_timeout, "drain-timeout", {integer, 0, 60000}, 5000,
       "on SIGTERM/SIGINT, how long connections get to end before they are closed"},
      {hibernate_after, "hibernate-after", timeout, maps:get(hibernate_after, D),
-      "hibernate a connection quiet for this long"}]
-        ++ sluice_cli_cluster_opts:specs().
+      "hibernate a connection quiet for this long"},
+     {backend, "backend", {enum, [inet, socket]}, maps:get(transport, D),
+      "socket layer: inet (gen_tcp, the inet driver) or socket (OTP's socket NIF)"}]
+        ++ sluice_cli_cluster_opts:specs() ++ sluice_cli_vm:specs().
 
 -spec run([string()]) -> non_neg_integer().
 run(Args) ->
@@ -46,7 +48,10 @@ run(Args) ->
         {error, Msg} ->
             sluice_cli:fail(2, Msg);
         {ok, Opts} ->
-            serve(Opts)
+            case sluice_cli_vm:check(Opts) of
+                ok -> serve(Opts);
+                {error, Msg} -> sluice_cli:fail(2, Msg)
+            end
     end.
 
 %% @doc The library options that the CLI options stand for.
@@ -69,7 +74,7 @@ listener_opts(O) ->
       max_connections => maps:get(max_connections, O),
       idle_timeout => maps:get(idle_timeout, O), backlog => maps:get(backlog, O),
       hibernate_after => maps:get(hibernate_after, O),
-      socket_opts => SocketOpts}.
+      socket_opts => SocketOpts, transport => maps:get(backend, O)}.
 
 serve(O) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -96,6 +101,8 @@ serve_here(O) ->
             #{ip := IP, port := Port} = sluice:info(sluice_cli),
             ok = started(O, IP, Port),
             io:format("listening on ~s:~b~n", [inet:ntoa(IP), Port]),
+            io:format(standard_error, "sluice: backend ~s; ~s~n",
+                      [maps:get(backend, O), sluice_cli_vm:describe(O)]),
             wait_signal(),
             Left = case sluice:drain(sluice_cli, maps:get(drain_timeout, O)) of
                        {ok, N} -> N;

@@ -20,13 +20,16 @@
          unknown_option_exits_2_with_one_line/1,
          malformed_value_exits_2_with_one_line/1,
          port_in_use_exits_1_with_one_line/1,
-         help_mentions_every_option/1]).
+         help_mentions_every_option/1,
+         socket_backend_and_poll_sets_reach_the_vm/1,
+         more_poll_sets_than_threads_exits_2_with_one_line/1]).
 
 -define(LOOPBACK, "127.0.0.1").
 %% Every option of `serve', as documented in the README and DESIGN.
 -define(SERVE_OPTIONS, ["ip", "port", "protocol", "ack", "max-frame", "active", "acceptors",
                         "listen-sockets", "max-connections", "idle-timeout", "backlog",
-                        "buffer", "drain-timeout", "help"]).
+                        "buffer", "drain-timeout", "backend", "io-poll-threads",
+                        "io-poll-sets", "scheduler-bind", "help"]).
 
 suite() -> [{timetrap, {seconds, 60}}].
 
@@ -34,7 +37,8 @@ all() ->
     [serve_prints_one_listening_line_and_acks, sigterm_drains_and_exits_0,
      sigint_drains_and_exits_0, unknown_option_exits_2_with_one_line,
      malformed_value_exits_2_with_one_line, port_in_use_exits_1_with_one_line,
-     help_mentions_every_option].
+     help_mentions_every_option, socket_backend_and_poll_sets_reach_the_vm,
+     more_poll_sets_than_threads_exits_2_with_one_line].
 
 init_per_suite(Config) ->
     case sluice_load_test_lib:repo_root() of
@@ -238,3 +242,34 @@ help_mentions_every_option(Config) ->
     {TopStatus, TopLines} = run(Config, ["--help"]),
     ?assertEqual(0, TopStatus),
     ?assert(lists:any(fun(L) -> binary:match(L, <<"serve">>) =/= nomatch end, TopLines)).
+
+%% `--backend socket --io-poll-threads 2 --io-poll-sets 2 --scheduler-bind
+%% u': the script turns the last three into emulator flags, the VM reports
+%% them as in effect (sluice_cli_vm reads erlang:system_info/1, so a flag
+%% lost on the way shows as "did not reach the VM"), and the socket backend
+%% acks every frame in order.
+socket_backend_and_poll_sets_reach_the_vm(Config) ->
+    {Port, OsPid, _Ip, TcpPort, Before} =
+        serve(Config, ["--backend", "socket", "--io-poll-threads", "2", "--io-poll-sets", "2",
+                       "--scheduler-bind", "u"]),
+    {_, Info} = wait_line(Port, "^sluice: backend", 5000),
+    ct:log("output:~n~s", [[[L, $\n] || L <- Before ++ Info]]),
+    ?assertEqual(<<"sluice: backend socket; 2 poll thread(s), 2 poll set(s), scheduler bind u">>,
+                 lists:last(Info)),
+    S = connect(TcpPort),
+    ok = gen_tcp:send(S, [frame(Id) || Id <- lists:seq(1, 100)]),
+    ?assertEqual({ok, << <<Id:64>> || Id <- lists:seq(1, 100) >>}, gen_tcp:recv(S, 800, 5000)),
+    ok = gen_tcp:close(S),
+    signal("TERM", OsPid),
+    ?assertMatch({0, _}, wait_exit(Port, 10000)).
+
+%% The VM refuses more poll sets than poll threads with a page of usage
+%% text; bin/sluice refuses first, with one line naming both options.
+more_poll_sets_than_threads_exits_2_with_one_line(Config) ->
+    {Status, Lines} = run(Config, ["serve", "--io-poll-threads", "1", "--io-poll-sets", "2"]),
+    ct:log("~p ~p", [Status, Lines]),
+    ?assertEqual(2, Status),
+    ?assertMatch([_], Lines),
+    [Line] = Lines,
+    ?assertNotEqual(nomatch, binary:match(Line, <<"--io-poll-sets 2">>)),
+    ?assertNotEqual(nomatch, binary:match(Line, <<"--io-poll-threads">>)).

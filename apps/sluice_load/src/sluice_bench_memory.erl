@@ -1,0 +1,112 @@
+%% @doc `bin/sluice idle-memory': what an idle connection costs on each
+%% backend. In this VM it starts a ping listener on the backend, has the C
+%% load engine (another OS process, so its sockets are not counted here)
+%% open N connections that each get one Pong and then stay silent, and
+%% reads the VM's memory before and after: erlang:memory/0, the
+%% connection processes, the inet driver's ports, and the VM's resident
+%% set (which also holds what the socket NIF allocates outside the Erlang
+%% allocators' view). Per connection = (after - before) / N.
+-module(sluice_bench_memory).
+
+-export([run/1, specs/0, measure/3]).
+
+-define(ABOUT, "Memory per idle connection on the inet and the socket backend: a ping\n"
+        "listener in this VM, N connections from the C load engine, each idle after\n"
+        "one Ping/Pong; the VM's memory before and after, divided by N.").
+
+-spec specs() -> [sluice_cli_args:spec()].
+specs() ->
+    [{conns, "conns", {integer, 1, 15000}, 1000, "idle connections per backend"},
+     {backend, "backend", {enum, [both, inet, socket]}, both, "backend(s) to measure"}].
+
+-spec run([string()]) -> non_neg_integer().
+run(Args) ->
+    case sluice_cli_args:parse(specs(), Args) of
+        help ->
+            io:put_chars(sluice_cli_args:usage("idle-memory", ?ABOUT, specs())),
+            0;
+        {error, Msg} ->
+            sluice_cli:fail(2, Msg);
+        {ok, #{conns := N, backend := B}} ->
+            {ok, _} = application:ensure_all_started(sluice),
+            Engine = filename:join(code:priv_dir(sluice_load), "sluice-load"),
+            Backends = case B of both -> [inet, socket]; _ -> [B] end,
+            Results = [measure(Backend, N, Engine) || Backend <- Backends],
+            Cols = [total, processes, conn_procs, socket_registry, system, ports, rss],
+            io:format("~-8s ~6s~s~n", ["backend", "conns",
+                                       [io_lib:format(" ~15s", [C]) || C <- Cols]]),
+            [io:format("~-8s ~6b~s~n", [Bk, C, [io_lib:format(" ~15b", [maps:get(K, R)])
+                                                 || K <- Cols]])
+             || #{backend := Bk, conns := C} = R <- Results],
+            io:format("bytes per idle connection, after a garbage collection of every process:~n"
+                      "total, processes, system: erlang:memory/0; conn_procs: the connection "
+                      "processes;~nsocket_registry: OTP's registry of socket NIF sockets; "
+                      "ports: inet driver ports;~nrss: the VM's resident set "
+                      "(/proc/self/status VmRSS), which also sees the NIF's own allocations~n"),
+            0
+    end.
+
+%% @doc Measure one backend: a map of bytes per connection.
+-spec measure(inet | socket, pos_integer(), file:filename()) -> map().
+measure(Backend, N, Engine) ->
+    Name = {?MODULE, Backend},
+    {ok, _} = sluice:start_listener(Name, #{ip => {127, 0, 0, 1}, port => 0,
+                                            transport => Backend, idle_timeout => infinity,
+                                            max_connections => infinity,
+                                            handler => {sluice_proto_ping, []}}),
+    #{port := Port} = sluice:info(Name),
+    settle(),
+    Before = snapshot(Name),
+    %% The engine holds the connections long enough to read the memory.
+    Cmd = io_lib:format("~s --scenario connect --conns ~b --probe ping --rate 0 --threads 1 "
+                        "--port ~b --duration 4 --quiet --source-ips 127.0.0.2-127.0.0.9",
+                        [Engine, N, Port]),
+    Self = self(),
+    spawn_link(fun() -> Self ! {engine, os:cmd(lists:flatten(Cmd))} end),
+    ok = wait_connections(Name, N, 30000),
+    settle(),
+    After = snapshot(Name),
+    receive {engine, _} -> ok after 30000 -> ok end,
+    ok = sluice:stop_listener(Name),
+    maps:merge(#{backend => Backend, conns => N},
+               maps:map(fun(K, V) -> round((V - maps:get(K, Before)) / N) end, After)).
+
+wait_connections(Name, N, Timeout) when Timeout > 0 ->
+    case sluice:info(Name) of
+        #{connections := C} when C >= N -> ok;
+        _ -> timer:sleep(50), wait_connections(Name, N, Timeout - 50)
+    end;
+wait_connections(Name, N, _) ->
+    error({connections_not_reached, N, sluice:info(Name)}).
+
+settle() ->
+    timer:sleep(500),
+    _ = [erlang:garbage_collect(P) || P <- processes(), P =/= self()],
+    timer:sleep(200).
+
+conns_sups(Name) ->
+    [Sup || I <- lists:seq(1, erlang:system_info(schedulers)),
+            Sup <- [sluice_registry:conns_sup(Name, I)], is_pid(Sup)].
+
+snapshot(Name) ->
+    M = erlang:memory(),
+    Ports = lists:sum([Bytes || P <- erlang:ports(),
+                                {memory, Bytes} <- [erlang:port_info(P, memory)]]),
+    Conns = [P || Sup <- conns_sups(Name), {_, P, _, _} <- supervisor:which_children(Sup)],
+    #{total => proplists:get_value(total, M),
+      processes => proplists:get_value(processes, M),
+      conn_procs => lists:sum([B || P <- Conns, {memory, B} <- [process_info(P, memory)]]),
+      socket_registry => case whereis(socket_registry) of
+                             undefined -> 0;
+                             Reg -> element(2, process_info(Reg, memory))
+                         end,
+      system => proplists:get_value(system, M),
+      ports => Ports,
+      rss => rss()}.
+
+rss() ->
+    {ok, Bin} = file:read_file("/proc/self/status"),
+    [Kb] = [binary_to_integer(hd(string:lexemes(V, " \t")))
+            || L <- binary:split(Bin, <<"\n">>, [global]),
+               [<<"VmRSS">>, V] <- [binary:split(L, <<":">>)]],
+    Kb * 1024.
