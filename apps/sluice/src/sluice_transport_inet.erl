@@ -95,6 +95,21 @@ activate(Sock, Mode) ->
     %% then holds a whole buffer until its next read (active 2, two Pings:
     %% 262 KB). `once' and `false' re-arm after every chunk and keep the
     %% single call; their quiet connections hold a whole buffer.
+    %%
+    %% The trick costs a small read after every arming, so it is skipped
+    %% when the caller (the connection process) has chunks queued: the
+    %% socket is busy, the next read finds data, and a top-up of a busy
+    %% socket then costs one port call (pipelined at active 10: 9.2 ns of
+    %% server CPU per frame with the trick on every top-up, 6.6 ns at 100).
+    %% One queued message may be the driver's inet_reply for the last ack.
+    case erlang:process_info(self(), message_queue_len) of
+        {message_queue_len, Queued} when Queued > 1 ->
+            inet:setopts(Sock, [{active, Mode}]);
+        _ ->
+            arm_small(Sock, Mode)
+    end.
+
+arm_small(Sock, Mode) ->
     case inet:getopts(Sock, [buffer]) of
         {ok, [{buffer, Size}]} when Size > ?ARM_BUFFER ->
             case inet:setopts(Sock, [{buffer, ?ARM_BUFFER}, {active, Mode}]) of
