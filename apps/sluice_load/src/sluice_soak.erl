@@ -12,6 +12,7 @@
 
 -export([run/1, specs/0]).
 
+-define(PROGRESS_MS, 30000).
 -define(ABOUT, "Mixed load and abuse against an in-VM ack listener for N minutes; then\n"
         "check that memory, processes, ports and descriptors return to their baseline.\n"
         "Exit 0 if they do and no well-behaved client lost an ack, 1 otherwise.").
@@ -66,6 +67,8 @@ soak(Secs, O) ->
     Workers = [spawn_link(fun() -> Self ! {worker, self(), worker(Port, Deadline, #{})} end)
                || _ <- lists:seq(1, ?WORKERS)],
     _ = spawn_link(fun() -> Self ! {bystanders, bystanders(Port, Deadline)} end),
+    Started = erlang:monotonic_time(millisecond),
+    _ = spawn_link(fun() -> progress(Started, Deadline) end),
     Engine = engine_loop(Port, Deadline, maps:get(engine_conns, O)),
     Counts = [receive {worker, W, C} -> C end || W <- Workers],
     BystanderResult = receive {bystanders, B} -> B end,
@@ -101,6 +104,22 @@ soak(Secs, O) ->
 
 add_counts(C, Acc) ->
     maps:fold(fun(K, V, A) -> maps:update_with(K, fun(X) -> X + V end, V, A) end, Acc, C).
+
+%% A line every 30 s on a long run: time left, connections now, what the
+%% listener has seen so far and the VM's memory.
+progress(Started, Deadline) ->
+    Left = Deadline - erlang:monotonic_time(millisecond),
+    case Left > ?PROGRESS_MS of
+        false -> ok;
+        true ->
+            timer:sleep(?PROGRESS_MS),
+            #{connections := C, accepted := A, bytes_in := In} = sluice:info(?NAME),
+            say("soak: ~b s of ~b: ~b connections, ~b accepted, ~b MB read; VM ~b MB, ~b processes",
+                [(erlang:monotonic_time(millisecond) - Started) div 1000,
+                 (Deadline - Started) div 1000, C, A, In bsr 20,
+                 erlang:memory(total) bsr 20, erlang:system_info(process_count)]),
+            progress(Started, Deadline)
+    end.
 
 say(Fmt, Args) ->
     io:format(Fmt ++ "~n", Args).
