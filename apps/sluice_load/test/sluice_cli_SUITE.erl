@@ -74,49 +74,13 @@ start(Config, Args) ->
     sluice_load_test_lib:reap(Config, OsPid),
     {Port, OsPid}.
 
-%% Lines up to and including the first that matches Re.
-wait_line(Port, Re, Timeout) ->
-    Deadline = erlang:monotonic_time(millisecond) + Timeout,
-    wait_line(Port, Re, Deadline, []).
-
-wait_line(Port, Re, Deadline, Acc) ->
-    Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
-    receive
-        {Port, {data, {eol, Line}}} ->
-            case re:run(Line, Re, [{capture, all_but_first, list}]) of
-                {match, Captured} -> {Captured, lists:reverse([Line | Acc])};
-                nomatch -> wait_line(Port, Re, Deadline, [Line | Acc])
-            end;
-        {Port, {data, {noeol, Part}}} ->
-            wait_line(Port, Re, Deadline, [Part | Acc]);
-        {Port, {exit_status, Status}} ->
-            error({exited_before_line, Re, Status, lists:reverse(Acc)})
-    after Left ->
-            error({no_line, Re, lists:reverse(Acc)})
-    end.
-
-%% The rest of the output and the exit status (or timeout).
-wait_exit(Port, Timeout) ->
-    Deadline = erlang:monotonic_time(millisecond) + Timeout,
-    wait_exit(Port, Deadline, []).
-
-wait_exit(Port, Deadline, Acc) ->
-    Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
-    receive
-        {Port, {data, {eol, Line}}} -> wait_exit(Port, Deadline, [Line | Acc]);
-        {Port, {data, {noeol, Part}}} -> wait_exit(Port, Deadline, [Part | Acc]);
-        {Port, {exit_status, Status}} -> {Status, lists:reverse(Acc)}
-    after Left ->
-            {timeout, lists:reverse(Acc)}
-    end.
-
 run(Config, Args) ->
     {Port, _} = start(Config, Args),
-    wait_exit(Port, 15000).
+    sluice_load_test_lib:wait_exit(Port, 15000).
 
 serve(Config, Extra) ->
     {Port, OsPid} = start(Config, ["serve", "--ip", ?LOOPBACK, "--port", "0" | Extra]),
-    {[Ip, TcpPort], Before} = wait_line(Port, "^listening on ([0-9.]+):([0-9]+)$", 15000),
+    {[Ip, TcpPort], Before} = sluice_load_test_lib:wait_line(Port, "^listening on ([0-9.]+):([0-9]+)$", 15000),
     {Port, OsPid, Ip, list_to_integer(TcpPort), Before}.
 
 signal(Sig, OsPid) ->
@@ -151,7 +115,7 @@ serve_prints_one_listening_line_and_acks(Config) ->
     ?assertEqual({ok, Expected}, gen_tcp:recv(S, 800, 5000)),
     ok = gen_tcp:close(S),
     signal("TERM", OsPid),
-    {Status, After} = wait_exit(Port, 10000),
+    {Status, After} = sluice_load_test_lib:wait_exit(Port, 10000),
     ct:log("output:~n~s", [[[L, $\n] || L <- Before ++ After]]),
     ?assertEqual(0, Status),
     ?assertEqual(1, length(listening_lines(Before ++ After))).
@@ -175,7 +139,7 @@ signal_drains(Config, Sig) ->
     signal(Sig, OsPid),
     ?assertEqual({error, closed}, gen_tcp:recv(S, 0, 5000)),
     ok = gen_tcp:close(S),
-    {Status, After} = wait_exit(Port, 10000),
+    {Status, After} = sluice_load_test_lib:wait_exit(Port, 10000),
     Ms = erlang:monotonic_time(millisecond) - T0,
     ct:log("SIG~s: status ~p after ~b ms; output:~n~s", [Sig, Status, Ms, [[L, $\n] || L <- After]]),
     ?assertEqual(0, Status),
@@ -252,7 +216,7 @@ socket_backend_and_poll_sets_reach_the_vm(Config) ->
     {Port, OsPid, _Ip, TcpPort, Before} =
         serve(Config, ["--backend", "socket", "--io-poll-threads", "2", "--io-poll-sets", "2",
                        "--scheduler-bind", "u"]),
-    {_, Info} = wait_line(Port, "^sluice: backend", 5000),
+    {_, Info} = sluice_load_test_lib:wait_line(Port, "^sluice: backend", 5000),
     ct:log("output:~n~s", [[[L, $\n] || L <- Before ++ Info]]),
     ?assertEqual(<<"sluice: backend socket; 2 poll thread(s), 2 poll set(s), scheduler bind u">>,
                  lists:last(Info)),
@@ -261,7 +225,7 @@ socket_backend_and_poll_sets_reach_the_vm(Config) ->
     ?assertEqual({ok, << <<Id:64>> || Id <- lists:seq(1, 100) >>}, gen_tcp:recv(S, 800, 5000)),
     ok = gen_tcp:close(S),
     signal("TERM", OsPid),
-    ?assertMatch({0, _}, wait_exit(Port, 10000)).
+    ?assertMatch({0, _}, sluice_load_test_lib:wait_exit(Port, 10000)).
 
 %% The VM refuses more poll sets than poll threads with a page of usage
 %% text; bin/sluice refuses first, with one line naming both options.

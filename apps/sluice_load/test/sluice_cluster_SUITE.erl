@@ -85,7 +85,7 @@ serve_on_two_nodes_spreads_reports_and_drains(Config) ->
     signal("TERM", OsPid),
     [?assertEqual({error, closed}, gen_tcp:recv(S, 0, 5000)) || S <- Socks],
     [gen_tcp:close(S) || S <- Socks],
-    {Status, After} = wait_exit(Port, 15000),
+    {Status, After} = sluice_load_test_lib:wait_exit(Port, 15000),
     ct:log("after SIGTERM: ~p~n~s", [Status, [[L, $\n] || L <- After]]),
     ?assertEqual(0, Status),
     ?assert(lists:any(fun(L) -> binary:match(L, <<"drained 2 nodes">>) =/= nomatch end, After)),
@@ -100,14 +100,14 @@ a_dead_node_leaves_the_other_serving(Config) ->
     [Victim, Survivor] = Nodes,
     [VictimPid] = node_os_pids([Victim]),
     _ = os:cmd("kill -9 " ++ VictimPid),
-    {_, _} = wait_line(Port, "node " ++ Victim ++ " is down", 10000),
+    {_, _} = sluice_load_test_lib:wait_line(Port, "node " ++ Victim ++ " is down", 10000),
     Socks = [ping_connect(TcpPort) || _ <- lists:seq(1, 10)],
     Metrics = scrape(MetricsUrl),
     ?assertEqual([Survivor], lists:usort([N || {_, #{"node" := N}, _} <- Metrics, N =/= "all"])),
     ?assertEqual(10, value(Metrics, "sluice_connections", "all")),
     [gen_tcp:close(S) || S <- Socks],
     signal("TERM", OsPid),
-    {Status, After} = wait_exit(Port, 15000),
+    {Status, After} = sluice_load_test_lib:wait_exit(Port, 15000),
     ct:log("after SIGTERM: ~p~n~s", [Status, [[L, $\n] || L <- After]]),
     ?assertEqual(0, Status).
 
@@ -129,7 +129,7 @@ hosts_start_nodes_through_ssh(Config) ->
     ?assertEqual([<<"-T 127.0.0.1">>, <<"-T 127.0.0.1">>], string:lexemes(Logged, "\n")),
     [gen_tcp:close(S) || S <- Socks],
     signal("TERM", OsPid),
-    {Status, After} = wait_exit(Port, 15000),
+    {Status, After} = sluice_load_test_lib:wait_exit(Port, 15000),
     ct:log("after SIGTERM: ~p~n~s", [Status, [[L, $\n] || L <- After]]),
     ?assertEqual(0, Status).
 
@@ -242,8 +242,8 @@ serve(Config, Extra) ->
 serve(Config, Extra, Env) ->
     {Port, OsPid} = start(Config, Env, ["serve", "--ip", ?LOOPBACK, "--port", "0", "--protocol",
                                    "ping", "--metrics-port", "0" | Extra]),
-    {[MPort], L1} = wait_line(Port, "metrics at http://127.0.0.1:([0-9]+)/metrics", 30000),
-    {[TcpPort], L2} = wait_line(Port, "^listening on [0-9.]+:([0-9]+)$", 10000),
+    {[MPort], L1} = sluice_load_test_lib:wait_line(Port, "metrics at http://127.0.0.1:([0-9]+)/metrics", 30000),
+    {[TcpPort], L2} = sluice_load_test_lib:wait_line(Port, "^listening on [0-9.]+:([0-9]+)$", 10000),
     Url = "http://127.0.0.1:" ++ MPort ++ "/metrics",
     {Port, OsPid, list_to_integer(TcpPort), Url, L1 ++ L2}.
 
@@ -260,39 +260,7 @@ start(Config, Env, Args) ->
 
 run(Config, Args) ->
     {Port, _} = start(Config, Args),
-    wait_exit(Port, 15000).
-
-wait_line(Port, Re, Timeout) ->
-    wait_line(Port, Re, erlang:monotonic_time(millisecond) + Timeout, []).
-
-wait_line(Port, Re, Deadline, Acc) ->
-    Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
-    receive
-        {Port, {data, {eol, Line}}} ->
-            case re:run(Line, Re, [{capture, all_but_first, list}]) of
-                {match, Captured} -> {Captured, lists:reverse([Line | Acc])};
-                nomatch -> wait_line(Port, Re, Deadline, [Line | Acc])
-            end;
-        {Port, {data, {noeol, Part}}} ->
-            wait_line(Port, Re, Deadline, [Part | Acc]);
-        {Port, {exit_status, Status}} ->
-            error({exited_before_line, Re, Status, lists:reverse(Acc)})
-    after Left ->
-            error({no_line, Re, lists:reverse(Acc)})
-    end.
-
-wait_exit(Port, Timeout) ->
-    wait_exit(Port, erlang:monotonic_time(millisecond) + Timeout, []).
-
-wait_exit(Port, Deadline, Acc) ->
-    Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
-    receive
-        {Port, {data, {eol, Line}}} -> wait_exit(Port, Deadline, [Line | Acc]);
-        {Port, {data, {noeol, Part}}} -> wait_exit(Port, Deadline, [Part | Acc]);
-        {Port, {exit_status, Status}} -> {Status, lists:reverse(Acc)}
-    after Left ->
-            {timeout, lists:reverse(Acc)}
-    end.
+    sluice_load_test_lib:wait_exit(Port, 15000).
 
 signal(Sig, OsPid) ->
     _ = os:cmd("kill -" ++ Sig ++ " " ++ integer_to_list(OsPid)),
