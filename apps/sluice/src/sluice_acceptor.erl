@@ -28,6 +28,8 @@
 %% descriptors does not spin; short, to accept again soon after they free.
 -define(ERROR_BACKOFF_MS, 10).
 -define(LOG_INTERVAL_MS, 1000).
+%% Attempts, 2 ms apart, to reopen the spare descriptor after shedding.
+-define(SPARE_RETRIES, 50).
 -define(START_TIMEOUT, 5000).
 %% At most this many connections shed per emfile, so that one acceptor is
 %% not kept from its other work by a flood.
@@ -77,6 +79,14 @@ open_spare() ->
         {error, _} -> lost
     end.
 
+open_spare_retry(0) ->
+    open_spare();
+open_spare_retry(N) ->
+    case open_spare() of
+        lost -> receive after 2 -> open_spare_retry(N - 1) end;
+        Fd -> Fd
+    end.
+
 reopen(lost) -> open_spare();
 reopen(Spare) -> Spare.
 
@@ -87,7 +97,11 @@ shed(Reason, #{transport := T, counters := C, atomics := A}, LSock, Spare)
     shed_waiting(T, LSock, C, ?SHED_MAX),
     %% The other acceptors shed too meanwhile.
     receive after ?SHED_MS -> ok end,
-    Spare2 = open_spare(),
+    %% Still shedding, so another acceptor that has just taken a freed
+    %% descriptor closes it at once: retry briefly rather than lose the
+    %% spare: without it nothing is shed again while descriptors stay
+    %% exhausted.
+    Spare2 = open_spare_retry(?SPARE_RETRIES),
     atomics:put(A, ?A_SHEDDING, 0),
     Spare2;
 shed(_Reason, _L, _LSock, Spare) ->
