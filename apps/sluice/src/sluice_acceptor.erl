@@ -20,7 +20,7 @@
 
 -include("sluice_counters.hrl").
 
--export([start_link/3, init/3]).
+-export([start_link/3, init/4]).
 
 -include_lib("kernel/include/logger.hrl").
 
@@ -38,14 +38,20 @@
 
 -spec start_link(map(), sluice_transport:socket(), pos_integer()) -> {ok, pid()}.
 start_link(Listener, LSock, Index) ->
-    {ok, proc_lib:spawn_link(?MODULE, init, [Listener, LSock, Index])}.
+    %% Synchronous: the listener counts as started only once its spare
+    %% descriptor is open. (Started asynchronously, the spare was opened
+    %% while the first clients were already taking descriptors, and a storm
+    %% right after start_listener/2 could leave it unopened: then nothing
+    %% was shed and the excess waited silently; one test run in six.)
+    proc_lib:start_link(?MODULE, init, [self(), Listener, LSock, Index]).
 
--spec init(map(), sluice_transport:socket(), pos_integer()) -> no_return().
-init(Listener = #{opts := #{num_conns_sups := NS, num_listen_sockets := NL}}, LSock, Index) ->
+-spec init(pid(), map(), sluice_transport:socket(), pos_integer()) -> no_return().
+init(Parent, Listener = #{opts := #{num_conns_sups := NS, num_listen_sockets := NL}}, LSock, Index) ->
     Spare = case Index =< NL of
                 true -> open_spare();
                 false -> none
             end,
+    proc_lib:init_ack(Parent, {ok, self()}),
     loop(Listener, LSock, (Index - 1) rem NS + 1, Spare).
 
 loop(L = #{transport := T}, LSock, SupIndex, Spare) ->
@@ -58,6 +64,9 @@ loop(L = #{transport := T}, LSock, SupIndex, Spare) ->
             %% socket was closed under us; either way this acceptor is done.
             exit(closed);
         {error, Reason} ->
+            %% Counted and logged first: shedding a long backlog takes a
+            %% while, and the error is news before it is over.
+            accept_error(L, Reason),
             Spare2 = try shed(Reason, L, LSock, Spare)
                      catch Class:Why:Stack ->
                              %% Shedding is best effort; it must never
@@ -67,7 +76,6 @@ loop(L = #{transport := T}, LSock, SupIndex, Spare) ->
                              atomics:put(maps:get(atomics, L), ?A_SHEDDING, 0),
                              lost
                      end,
-            accept_error(L, Reason),
             loop(L, LSock, SupIndex, Spare2)
     end.
 
