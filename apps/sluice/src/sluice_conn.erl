@@ -147,18 +147,14 @@ info(_Msg, S) ->
 
 handle({ok, HState}, S, Rearm) ->
     next(S#s{hstate = HState}, Rearm);
-handle({reply, Out, HState}, S = #s{sock = Sock, transport = T, counters = C}, Rearm) ->
-    case T:send_async(Sock, Out) of
-        ok ->
-            counters:add(C, ?C_BYTES_OUT, iolist_size(Out)),
-            next(S#s{hstate = HState}, Rearm);
-        {error, Reason} ->
-            finish({error, Reason}, S#s{hstate = HState})
+handle({reply, Out, HState}, S, Rearm) ->
+    case send(Out, S) of
+        ok -> next(S#s{hstate = HState}, Rearm);
+        {error, Reason} -> finish({error, Reason}, S#s{hstate = HState})
     end;
 handle({close, Reason, HState}, S, _Rearm) ->
     finish(Reason, S#s{hstate = HState});
-handle({reply_close, Out, Reason, HState}, S = #s{counters = C}, _Rearm) ->
-    counters:add(C, ?C_BYTES_OUT, iolist_size(Out)),
+handle({reply_close, Out, Reason, HState}, S, _Rearm) ->
     linger_close(Out, Reason, S#s{hstate = HState});
 handle(Other, S, _Rearm) ->
     finish({bad_return, Other}, S).
@@ -168,24 +164,18 @@ handle(Other, S, _Rearm) ->
 next(S = #s{active = N, credit = C}, true) when is_integer(N) ->
     case C - 1 of
         Left when Left > N div 2 -> loop(S#s{credit = Left});
-        Left -> topup(N - Left, S#s{credit = N})
+        %% `{active, K}' adds K to the driver's count (inet:setopts/2).
+        Left -> rearm(N - Left, S#s{credit = N})
     end;
 next(S = #s{active = once}, true) -> rearm(once, S);
 next(S = #s{active = false}, true) -> rearm(false, S);
 next(S, _) -> loop(S).
 
-%% `{active, K}' adds K to the driver's count (inet:setopts/2).
-topup(K, S = #s{sock = Sock, transport = T}) ->
-    case T:activate(Sock, K) of
-        ok -> loop(S);
-        {error, Reason} -> finish({error, Reason}, S)
-    end.
-
 %% Every chunk sent before tcp_passive has been handled by now, so the
 %% credit left is what a top-up granted after the driver went passive: the
 %% driver is active again with it. Only when none is left must it re-arm.
 passive(S = #s{active = N, credit = 0}) ->
-    topup(N, S#s{credit = N});
+    rearm(N, S#s{credit = N});
 passive(S) ->
     loop(S).
 
@@ -193,6 +183,13 @@ rearm(Mode, S = #s{sock = Sock, transport = T}) ->
     case T:activate(Sock, Mode) of
         ok -> loop(S);
         {error, Reason} -> finish({error, Reason}, S)
+    end.
+
+%% Queue Out on the socket; what was queued counts as written.
+send(Out, #s{sock = Sock, transport = T, counters = C}) ->
+    case T:send_async(Sock, Out) of
+        ok -> counters:add(C, ?C_BYTES_OUT, iolist_size(Out));
+        Error -> Error
     end.
 
 %% Draining: the listener has stopped accepting and asks every connection to
@@ -235,8 +232,8 @@ fin_then_discard(Reason, Deadline, S = #s{sock = Sock, transport = T}) ->
 
 %% The handler asked to say something and close (a protocol error after
 %% frames that are owed their acks): nothing more is handed to it.
-linger_close(Out, Reason, S = #s{sock = Sock, transport = T}) ->
-    case T:send_async(Sock, Out) of
+linger_close(Out, Reason, S) ->
+    case send(Out, S) of
         ok -> fin_then_discard(Reason, erlang:monotonic_time(millisecond) + ?CLOSE_LINGER_MS, S);
         {error, _} -> finish(Reason, S)
     end.
@@ -256,20 +253,15 @@ flush_data(Data, S = #s{handler = H, counters = C}) ->
 flush_result({ok, HState}, S) ->
     flush(S#s{hstate = HState});
 flush_result({reply, Out, HState}, S) ->
-    flush_send(Out, S),
+    _ = send(Out, S),
     flush(S#s{hstate = HState});
 flush_result({close, _Reason, HState}, S) ->
     {ok, S#s{hstate = HState}};
 flush_result({reply_close, Out, _Reason, HState}, S) ->
-    flush_send(Out, S),
+    _ = send(Out, S),
     {ok, S#s{hstate = HState}};
 flush_result(_Other, S) ->
     {closed, S}.
-
-flush_send(Out, #s{sock = Sock, transport = T, counters = C}) ->
-    _ = T:send_async(Sock, Out),
-    counters:add(C, ?C_BYTES_OUT, iolist_size(Out)),
-    ok.
 
 discard(Reason, Deadline, S = #s{sock = Sock, transport = T}) ->
     Left = max(0, Deadline - erlang:monotonic_time(millisecond)),

@@ -41,17 +41,7 @@ all() ->
      more_poll_sets_than_threads_exits_2_with_one_line].
 
 init_per_suite(Config) ->
-    case sluice_load_test_lib:repo_root() of
-        {ok, Root} ->
-            Built = filelib:is_regular(filename:join(Root, "_build/default/lib/sluice/ebin/sluice.app"))
-                andalso filelib:is_regular(filename:join(Root, "apps/sluice_load/priv/sluice-run")),
-            case Built of
-                true -> [{bin, filename:join(Root, "bin/sluice")} | Config];
-                false -> {fail, "bin/sluice is not built: run `make build` in " ++ Root}
-            end;
-        error ->
-            {fail, "repository root (with bin/sluice) not found"}
-    end.
+    sluice_load_test_lib:built_bin(Config).
 
 end_per_suite(_Config) ->
     ok.

@@ -40,10 +40,7 @@ all() ->
      telemetry_events_carry_the_figures, no_telemetry_no_process].
 
 init_per_suite(Config) ->
-    case sluice_load_test_lib:repo_root() of
-        {ok, Root} -> [{bin, filename:join(Root, "bin/sluice")} | Config];
-        error -> {fail, "repository root (with bin/sluice) not found"}
-    end.
+    sluice_load_test_lib:built_bin(Config).
 
 end_per_suite(_Config) ->
     ok.

@@ -29,18 +29,7 @@ suite() -> [{timetrap, {seconds, 60}}].
 all() -> [sigterm_under_pipelined_load_loses_nothing].
 
 init_per_suite(Config) ->
-    case sluice_load_test_lib:repo_root() of
-        {ok, Root} ->
-            Bin = filename:join(Root, "bin/sluice"),
-            Built = filelib:is_regular(filename:join(Root, "_build/default/lib/sluice/ebin/sluice.app"))
-                andalso filelib:is_regular(filename:join(Root, "apps/sluice_load/priv/sluice-load")),
-            case Built of
-                true -> [{bin, Bin} | Config];
-                false -> {fail, "bin/sluice is not built: run `make build` in " ++ Root}
-            end;
-        error ->
-            {fail, "repository root (with bin/sluice) not found"}
-    end.
+    sluice_load_test_lib:built_bin(Config).
 
 end_per_suite(_Config) ->
     ok.

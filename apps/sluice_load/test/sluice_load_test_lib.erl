@@ -4,7 +4,7 @@
 -module(sluice_load_test_lib).
 
 -export([repo_root/0, priv_dir/0, start_reaper/1, stop_reaper/1, reap/2]).
--export([run_lines/3, wait_line/3, wait_exit/2]).
+-export([run_lines/3, wait_line/3, wait_exit/2, built_bin/1]).
 
 %% @doc The repository root: the first ancestor of this module (source or
 %% beam) that holds bin/sluice.
@@ -13,6 +13,24 @@ repo_root() ->
     Starts = [filename:dirname(?FILE), filename:dirname(code:which(?MODULE))],
     first([D || S <- Starts, D <- ancestors(filename:absname(S)),
                 filelib:is_regular(filename:join(D, "bin/sluice"))]).
+
+%% @doc For init_per_suite: Config with `{bin, Path}' to a built bin/sluice
+%% (the Erlang apps, sluice-run and the C engine), or a `{fail, Why}'.
+-spec built_bin(list()) -> list() | {fail, string()}.
+built_bin(Config) ->
+    case repo_root() of
+        {ok, Root} ->
+            Built = lists:all(fun(F) -> filelib:is_regular(filename:join(Root, F)) end,
+                              ["_build/default/lib/sluice/ebin/sluice.app",
+                               "apps/sluice_load/priv/sluice-run",
+                               "apps/sluice_load/priv/sluice-load"]),
+            case Built of
+                true -> [{bin, filename:join(Root, "bin/sluice")} | Config];
+                false -> {fail, "bin/sluice is not built: run `make build` in " ++ Root}
+            end;
+        error ->
+            {fail, "repository root (with bin/sluice) not found"}
+    end.
 
 %% @doc The directory holding the C binaries (sluice-load, sluice-ref, …):
 %% $SLUICE_PRIV, the application's priv, or apps/sluice_load/priv found
