@@ -45,7 +45,7 @@ listen(Port, Opts0) ->
     SockOpts = [O || O <- Opts, not is_addr_opt(O)],
     case socket:open(Family, stream, tcp) of
         {ok, L} ->
-            Result = chain([fun() -> sluice_socket_opts:set(L, SockOpts) end,
+            Result = sluice_socket_opts:steps([fun() -> sluice_socket_opts:set(L, SockOpts) end,
                             fun() -> socket:bind(L, bind_addr(Family, IP, Port)) end,
                             fun() -> socket:listen(L, Backlog) end,
                             fun() -> socket:setopt(L, {otp, meta}, Own#{reader => undefined}) end]),
@@ -86,7 +86,7 @@ connect(Address, Port, Opts0, Timeout) ->
             case socket:open(Family, stream, tcp) of
                 {ok, S} ->
                     Local = proplists:get_value(ip, Opts, undefined),
-                    Result = chain([fun() -> sluice_socket_opts:set(S, SockOpts) end,
+                    Result = sluice_socket_opts:steps([fun() -> sluice_socket_opts:set(S, SockOpts) end,
                                     fun() -> Local =:= undefined orelse
                                                  socket:bind(S, bind_addr(Family, Local, 0)) end,
                                     fun() -> socket:connect(S, sluice_socket_opts:sockaddr(IP, Port),
@@ -113,14 +113,6 @@ start(S, Meta = #{active := Active, mode := Mode}) ->
 
 wrap(S, ok) -> {ok, {sluice_socket, S}};
 wrap(S, Error) -> _ = socket:close(S), Error.
-
-chain([]) -> ok;
-chain([F | Rest]) ->
-    case F() of
-        ok -> chain(Rest);
-        true -> chain(Rest);
-        {error, _} = E -> E
-    end.
 
 %% The options this module keeps itself (delivery and mode); the rest go
 %% to the socket.

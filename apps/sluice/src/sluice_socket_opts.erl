@@ -9,7 +9,7 @@
 %% is applied by the caller, not by the socket.
 -module(sluice_socket_opts).
 
--export([set/2, get/2, address/1, sockaddr/2]).
+-export([set/2, get/2, address/1, sockaddr/2, steps/1]).
 
 -define(DRIVER_ONLY, [high_watermark, low_watermark, high_msgq_watermark,
                       low_msgq_watermark, delay_send, send_timeout_close,
@@ -89,3 +89,14 @@ sockaddr(any, Port) -> #{family => inet, addr => any, port => Port};
 sockaddr(loopback, Port) -> #{family => inet, addr => loopback, port => Port};
 sockaddr(IP, Port) when tuple_size(IP) =:= 4 -> #{family => inet, addr => IP, port => Port};
 sockaddr(IP, Port) when tuple_size(IP) =:= 8 -> #{family => inet6, addr => IP, port => Port}.
+
+%% @doc Runs socket set-up steps in order until one fails: each returns
+%% `ok' (or `true' for a step skipped by a guard) or `{error, _}'.
+-spec steps([fun(() -> ok | true | {error, term()})]) -> ok | {error, term()}.
+steps([]) -> ok;
+steps([F | Rest]) ->
+    case F() of
+        ok -> steps(Rest);
+        true -> steps(Rest);
+        {error, _} = E -> E
+    end.

@@ -70,20 +70,12 @@ listen(Port, #{ip := IP, backlog := Backlog, reuseport := ReusePort,
                      %% does not copy from the listen socket: kept in the
                      %% listen socket's metadata for accept/2.
                      fun() -> socket:setopt(L, {otp, meta}, accepted_opts(SocketOpts)) end],
-            case run(Steps) of
+            case sluice_socket_opts:steps(Steps) of
                 ok -> {ok, L};
                 Error -> _ = socket:close(L), Error
             end;
         Error ->
             Error
-    end.
-
-run([]) -> ok;
-run([F | Rest]) ->
-    case F() of
-        ok -> run(Rest);
-        true -> run(Rest);
-        {error, _} = E -> E
     end.
 
 accepted_opts(SocketOpts) ->

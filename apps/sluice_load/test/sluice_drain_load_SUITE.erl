@@ -14,8 +14,8 @@
 -include_lib("common_test/include/ct.hrl").
 -include_lib("stdlib/include/assert.hrl").
 
--export([all/0, suite/0, init_per_suite/1, end_per_suite/1,
-         init_per_testcase/2, end_per_testcase/2]).
+-export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
+         init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
 -export([sigterm_under_pipelined_load_loses_nothing/1]).
 
 -define(PAYLOAD, 5).
@@ -26,7 +26,17 @@
 
 suite() -> [{timetrap, {seconds, 60}}].
 
-all() -> [sigterm_under_pipelined_load_loses_nothing].
+all() -> [{group, inet}, {group, socket}].
+
+%% The same drain on both backends (`serve --backend').
+groups() ->
+    [{B, [], [sigterm_under_pipelined_load_loses_nothing]} || B <- [inet, socket]].
+
+init_per_group(Backend, Config) ->
+    [{backend, atom_to_list(Backend)} | Config].
+
+end_per_group(_Backend, _Config) ->
+    ok.
 
 init_per_suite(Config) ->
     sluice_load_test_lib:built_bin(Config).
@@ -43,7 +53,8 @@ end_per_testcase(_Case, Config) ->
 serve(Config, Port) ->
     {P, OsPid} = sluice_load_test_lib:run_lines(
                    Config, ?config(bin, Config),
-                   ["serve", "--ip", "127.0.0.1", "--port", integer_to_list(Port), "--ack", "each",
+                   ["serve", "--backend", ?config(backend, Config),
+                    "--ip", "127.0.0.1", "--port", integer_to_list(Port), "--ack", "each",
                     "--drain-timeout", integer_to_list(?DRAIN_MS)]),
     {[TcpPort], _} = sluice_load_test_lib:wait_line(P, "^listening on [0-9.]+:([0-9]+)$", 15000),
     {P, OsPid, list_to_integer(TcpPort)}.
