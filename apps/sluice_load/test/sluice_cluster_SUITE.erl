@@ -92,7 +92,11 @@ serve_on_two_nodes_spreads_reports_and_drains(Config) ->
 %% node keeps serving (new connections get Pong, /metrics shows one node),
 %% and SIGTERM still ends it all with 0.
 a_dead_node_leaves_the_other_serving(Config) ->
-    {Port, OsPid, TcpPort, MetricsUrl, _} = serve(Config, ["--nodes", "2"]),
+    %% On both backends: the nodes' listeners are independent either way.
+    lists:foreach(fun(Backend) -> dead_node(Config, Backend) end, ["inet", "socket"]).
+
+dead_node(Config, Backend) ->
+    {Port, OsPid, TcpPort, MetricsUrl, _} = serve(Config, ["--nodes", "2", "--backend", Backend]),
     Nodes = lists:usort([N || {_, #{"node" := N}, _} <- scrape(MetricsUrl), N =/= "all"]),
     [Victim, Survivor] = Nodes,
     [VictimPid] = node_os_pids([Victim]),
