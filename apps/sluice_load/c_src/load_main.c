@@ -97,9 +97,9 @@ static void configure(struct cfg *cfg, struct opt *opts, int argc,
                "Load engine for sluice servers: lockstep, pipelined and "
                "open-loop ack\nframes, echo flood, ping, connection rate, "
                "scale (ramp, ping, hold).  Exit codes: 0 ok,\n1 protocol error, 2 bad usage, "
-               "3 could not connect at all.\nOne process: for several "
-               "(--engines), nodes (--nodes), server memory\n"
-               "(--server-metrics) see bin/sluice load --engines 1 --help.",
+               "3 could not connect at all.\nOne process: bin/sluice load --help also "
+               "lists the options for several\n(--engines), nodes (--nodes) and server "
+               "memory (--server-metrics).",
                opts, argc, argv);
     int sc = cfg->scenario;
     int ack_frames = sc == SC_LOCKSTEP || sc == SC_PIPELINE;

@@ -3,7 +3,7 @@
 %% errors and `--help' come from one table.
 -module(sluice_cli_args).
 
--export([parse/2, usage/3]).
+-export([parse/2, usage/3, option_lines/1]).
 
 -export_type([spec/0]).
 
@@ -95,10 +95,17 @@ describe(boolean) -> "true|false".
 -spec usage(string(), string(), [spec()]) -> iolist().
 usage(Command, About, Specs) ->
     [io_lib:format("usage: bin/sluice ~s [options]~n~n~s~n~noptions:~n", [Command, About]),
-     [io_lib:format("  --~-28s ~s (default: ~s)~n",
-                    [Flag ++ arg(Type), Help, show(Default)])
-      || {_, Flag, Type, Default, Help} <- Specs],
+     option_lines(Specs),
      io_lib:format("  --~-28s ~s~n", ["help", "this text"])].
+
+%% @doc One help line per option, with its default: for a help text made of
+%% several sections (`bin/sluice load --help').
+-spec option_lines([spec()]) -> iolist().
+option_lines(Specs) ->
+    %% padded, not ~-28s: that would cut a long enum (--scenario a|b|...)
+    [io_lib:format("  ~ts ~s (default: ~s)~n",
+                   [string:pad("--" ++ Flag ++ arg(Type), 30), Help, show(Default)])
+     || {_, Flag, Type, Default, Help} <- Specs].
 
 arg(boolean) -> "";
 arg({enum, Atoms}) -> " " ++ lists:join("|", [atom_to_list(A) || A <- Atoms]);

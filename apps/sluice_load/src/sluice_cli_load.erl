@@ -1,6 +1,8 @@
 %% @doc `bin/sluice load' across several engine processes, source addresses
 %% and Erlang nodes (bin/sluice runs this instead of the C engine when given
-%% `--engines', `--nodes', `--server-metrics' or `--scenario scale').
+%% `--engines', `--nodes', `--server-metrics' or `--scenario scale'), and
+%% `bin/sluice load --help', which lists both its options and the engine's
+%% (sluice_cli_load_help).
 %%
 %% The run is split by sluice_load_plan, run by sluice_load_coord on the
 %% nodes from sluice_load_nodes, merged by sluice_load_merge and printed by
@@ -11,23 +13,29 @@
 
 -export([run/1, specs/0, engine_specs/1]).
 
--define(ABOUT,
-        "Run the C load engine as several OS processes (--engines K per node), on\n"
-        "Erlang nodes started with peer (--nodes N local, or --nodes host1,host2 over\n"
-        "ssh), and merge their results and histograms into one report. Scenario\n"
-        "scale: ramp to --conns at --rate per second, ping every --interval with a\n"
-        "--timeout, hold for --duration; with --server-metrics URL the report gives\n"
-        "the server's memory per connection from its Prometheus figures.\n"
-        "Other options (--duration, --interval, --timeout, --warmup, --window,\n"
-        "--batch, --payload, --ack, --probe, --connect-timeout) go to every engine:\n"
-        "see apps/sluice_load/priv/sluice-load --help.").
-
 -define(PASS, [duration, warmup, window, batch, payload, ack, interval, timeout,
                connect_timeout, probe]).
+%% Options that mean to the coordinator what they mean to one engine: its
+%% help leaves them (and ?PASS) to the engine's section, so each is
+%% described once.
+-define(SAME, [scenario, host, port, quiet, progress]).
 
 -spec specs() -> [sluice_cli_args:spec()].
 specs() ->
-    [{scenario, "scenario", {enum, [lockstep, pipeline, flood, ping, connect, scale]}, lockstep,
+    %% in the order `load --help' shows them: the coordinator's own first
+    [{engines, "engines", {integer, 1, 1024}, undefined,
+      "engine processes per node (none: one per 19,000 connections)"},
+     {nodes, "nodes", string, undefined,
+      "run the engines on Erlang nodes: N local ones, or host1,host2 (one per host, over ssh)"},
+     {source_ips, "source-ips", string, undefined,
+      "source addresses (127.0.0.2-9, comma lists), split over the engines; on loopback, past 12,000 connections each engine gets addresses of its own"},
+     {server_metrics, "server-metrics", string, undefined,
+      "the server's Prometheus URL (http://HOST:P/metrics): memory per connection"},
+     {ssh, "ssh", string, "ssh", "command that reaches a host for --nodes host,... (ssh HOST erl ...)"},
+     {erl, "erl", string, "erl", "the erl command on the remote hosts"},
+     {engine_bin, "engine-bin", string, undefined,
+      "path of sluice-load on every node (none: this build's, at the same path on remote hosts)"},
+     {scenario, "scenario", {enum, [lockstep, pipeline, flood, ping, connect, scale]}, lockstep,
       "what the engines run"},
      {host, "host", string, "127.0.0.1", "server address"},
      {port, "port", {integer, 1, 65535}, 8000, "server port"},
@@ -36,18 +44,6 @@ specs() ->
      {connect_concurrency, "connect-concurrency", {integer, 1, 1000000}, 256,
       "connects in progress at once over all engines"},
      {threads, "threads", {integer, 1, 1024}, undefined, "threads per engine (none: 1 with several engines, else the engine's own default)"},
-     {source_ips, "source-ips", string, undefined,
-      "source addresses (127.0.0.2-9, comma lists), split over the engines; on loopback, past 12,000 connections each engine gets addresses of its own"},
-     {engines, "engines", {integer, 1, 1024}, undefined,
-      "engine processes per node (none: one per 19,000 connections)"},
-     {nodes, "nodes", string, undefined,
-      "run the engines on Erlang nodes: N local ones, or host1,host2 (one per host, over ssh)"},
-     {ssh, "ssh", string, "ssh", "command that reaches a host for --nodes host,... (ssh HOST erl ...)"},
-     {erl, "erl", string, "erl", "the erl command on the remote hosts"},
-     {engine_bin, "engine-bin", string, undefined,
-      "path of sluice-load on every node (none: this build's, at the same path on remote hosts)"},
-     {server_metrics, "server-metrics", string, undefined,
-      "the server's Prometheus URL (http://HOST:P/metrics): memory per connection"},
      {json, "json", string, undefined, "write the merged results as one JSON object"},
      {quiet, "quiet", boolean, false, "no summary on stdout, no progress"},
      {progress, "progress", boolean, false, "progress line every second even when stderr is not a terminal"}]
@@ -61,12 +57,32 @@ engine_specs(Keys) ->
 
 -spec run([string()]) -> non_neg_integer().
 run(Args) ->
-    case sluice_cli_args:parse(specs(), Args) of
-        help ->
-            io:put_chars(sluice_cli_args:usage("load", ?ABOUT, specs())),
-            0;
+    %% --help anywhere: bin/sluice sends every `load --help' here (the C
+    %% engine alone would not show the coordinator's options), so it wins
+    %% even over an option only the engine knows.
+    Help = lists:member("--help", Args) orelse lists:member("-h", Args),
+    case Help of
+        true -> help();
+        false -> run_parsed(sluice_cli_args:parse(specs(), Args))
+    end.
+
+run_parsed(Parsed) ->
+    case Parsed of
+        help -> help();
         {error, Msg} -> sluice_cli:fail(2, Msg);
         {ok, O} -> load(O#{pass => pass_args(O)})
+    end.
+
+help() ->
+    Bin = engine_bin(#{engine_bin => undefined}),
+    Port = open_port({spawn_executable, Bin}, [{args, ["--help"]}, exit_status, binary, hide]),
+    case collect(Port, []) of
+        {0, EngineHelp} ->
+            Own = [S || {K, _, _, _, _} = S <- specs(), not lists:member(K, ?PASS ++ ?SAME)],
+            io:put_chars(sluice_cli_load_help:text(Own, EngineHelp)),
+            0;
+        {St, Out} ->
+            sluice_cli:fail(1, lists:flatten(io_lib:format("~s --help exited ~b: ~s", [Bin, St, Out])))
     end.
 
 pass_args(O) ->

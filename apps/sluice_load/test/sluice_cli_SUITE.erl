@@ -21,6 +21,8 @@
          malformed_value_exits_2_with_one_line/1,
          port_in_use_exits_1_with_one_line/1,
          help_mentions_every_option/1,
+         load_help_lists_coordinator_and_engine_options/1,
+         load_bad_option_exits_2_with_one_line/1,
          socket_backend_and_poll_sets_reach_the_vm/1,
          more_poll_sets_than_threads_exits_2_with_one_line/1]).
 
@@ -37,7 +39,8 @@ all() ->
     [serve_prints_one_listening_line_and_acks, sigterm_drains_and_exits_0,
      sigint_drains_and_exits_0, unknown_option_exits_2_with_one_line,
      malformed_value_exits_2_with_one_line, port_in_use_exits_1_with_one_line,
-     help_mentions_every_option, socket_backend_and_poll_sets_reach_the_vm,
+     help_mentions_every_option, load_help_lists_coordinator_and_engine_options,
+     load_bad_option_exits_2_with_one_line, socket_backend_and_poll_sets_reach_the_vm,
      more_poll_sets_than_threads_exits_2_with_one_line].
 
 init_per_suite(Config) ->
@@ -196,6 +199,41 @@ help_mentions_every_option(Config) ->
     {TopStatus, TopLines} = run(Config, ["--help"]),
     ?assertEqual(0, TopStatus),
     ?assert(lists:any(fun(L) -> binary:match(L, <<"serve">>) =/= nomatch end, TopLines)).
+
+%% `load --help' exits 0 and lists every option the command takes in two
+%% sections: the coordinator's (--engines, --nodes, ...) and then the C
+%% engine's (--duration, ...), whatever else is on the line (with
+%% `--engines' it used to be the coordinator's alone, without it the
+%% engine's alone). Every flag of the coordinator's parser table is listed.
+load_help_lists_coordinator_and_engine_options(Config) ->
+    Texts = [begin
+                 {Status, Lines} = run(Config, ["load" | Args]),
+                 ?assertEqual(0, Status),
+                 iolist_to_binary([[L, $\n] || L <- Lines])
+             end || Args <- [["--help"], ["-h"], ["--engines", "2", "--help"],
+                             ["--scenario", "lockstep", "--help"], ["--check", "--help"]]],
+    [Text | _] = Texts,
+    ct:log("~s", [Text]),
+    ?assertEqual([Text], lists:usort(Texts)),
+    [_, AfterCoord] = binary:split(Text, <<"\ncoordinator options">>),
+    [Coord, Engine] = binary:split(AfterCoord, <<"\nengine options">>),
+    Listed = fun(Section, Flag) -> re:run(Section, "^  --" ++ Flag ++ " ", [multiline]) =/= nomatch end,
+    [?assert(Listed(Coord, F), F) || F <- ["engines", "nodes", "source-ips", "server-metrics"]],
+    [?assert(Listed(Engine, F), F) || F <- ["scenario", "duration", "interval", "timeout", "help"]],
+    ?assertNot(Listed(Coord, "duration")),
+    Missing = [F || {_, F, _, _, _} <- sluice_cli_load:specs(), not Listed(Text, F)],
+    ?assertEqual([], Missing).
+
+%% A bad option to `load' exits 2 with one line, whether the C engine
+%% (one process) or the coordinator (--engines) reads it.
+load_bad_option_exits_2_with_one_line(Config) ->
+    [begin
+         {Status, Lines} = run(Config, ["load" | Args]),
+         ct:log("~p -> ~p ~p", [Args, Status, Lines]),
+         ?assertEqual(2, Status),
+         ?assertMatch([_], Lines),
+         ?assertNotEqual(nomatch, binary:match(hd(Lines), <<"--bogus">>))
+     end || Args <- [["--bogus", "1"], ["--engines", "2", "--bogus", "1"]]].
 
 %% `--backend socket --io-poll-threads 2 --io-poll-sets 2 --scheduler-bind
 %% u': the script turns the last three into emulator flags, the VM reports
