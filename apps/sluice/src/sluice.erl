@@ -28,8 +28,8 @@
 -define(MAX_ATOMIC, 16#7fffffffffffffff).
 
 %% @doc Start a listener under sluice's own supervisor. Options are
-%% documented in README.md and checked by sluice_opts; a bad one gives
-%% `{error, {bad_option, Key, Value}}' (see format_error/1).
+%% documented in docs/listener-options.md and checked by sluice_opts; a bad
+%% one gives `{error, {bad_option, Key, Value}}' (see format_error/1).
 -spec start_listener(name(), map() | list()) -> {ok, pid()} | {error, term()}.
 start_listener(Name, Opts) ->
     case sluice_opts:validate(Opts) of
