@@ -191,6 +191,8 @@ info(Name, Status, #{opts := Opts, counters := C, atomics := A} = Info) ->
       status => Status,
       max_connections => case Max of ?MAX_ATOMIC -> infinity; _ -> Max end,
       connections => atomics:get(A, ?A_CONNS),
+      %% of which parked: idle, no process (sluice_conns_sup)
+      parked => parked(A, maps:get(num_conns_sups, Opts)),
       accepted => counters:get(C, ?C_ACCEPTED),
       rejected => counters:get(C, ?C_REJECTED),
       closed => counters:get(C, ?C_CLOSED),
@@ -203,6 +205,9 @@ info(Name, Status, #{opts := Opts, counters := C, atomics := A} = Info) ->
       active => maps:get(active, Opts),
       transport => maps:get(transport, Opts),
       handler => maps:get(handler, Opts)}.
+
+parked(A, NS) ->
+    lists:sum([atomics:get(A, ?A_SUP_BASE + NS + I) || I <- lists:seq(1, NS)]).
 
 %% Why connections ended, one count per connection (protocol errors are
 %% also `protocol_errors' above).

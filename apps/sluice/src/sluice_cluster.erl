@@ -14,7 +14,7 @@
 
 %% Figures that are summed; the rest of info/1 (ip, port, options) is
 %% taken from the first node.
--define(SUMMED, [connections, accepted, rejected, closed, protocol_errors,
+-define(SUMMED, [connections, parked, accepted, rejected, closed, protocol_errors,
                  messages, bytes_in, bytes_out, max_connections]).
 -define(TIMEOUT, 5000).
 

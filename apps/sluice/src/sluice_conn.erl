@@ -26,7 +26,7 @@
 
 -include("sluice_counters.hrl").
 
--export([init/3, wake/1]).
+-export([init/4, wake/1, unpark/4]).
 -export([system_continue/3, system_terminate/4, system_code_change/4]).
 
 -record(s, {sock,
@@ -38,6 +38,9 @@
             credit = 0 :: non_neg_integer(),
             counters :: counters:counters_ref(),
             parent :: pid(),
+            %% quiet: park (hand the socket to the conns_sup and exit)
+            %% rather than hibernate; see sluice_conns_sup:parkable/1
+            park = false :: boolean(),
             callbacks :: #{info := boolean(), drain := boolean(),
                            terminate := boolean()}}).
 
@@ -52,20 +55,24 @@
 -define(CLOSE_LINGER_MS, 1000).
 
 %% @doc Entry point, spawned (linked) by sluice_conns_sup. The acceptor
-%% transfers the socket and then sends `{sluice_go, Sock}'.
--spec init(pid(), sluice_transport:socket(), map()) -> no_return().
-init(Parent, Sock, #{name := Name, transport := T, handler := {H, HOpts},
-                     active := Active, counters := C}) ->
+%% transfers the socket and then sends `{sluice_go, Sock}'. An acceptor can
+%% be killed in between (suspend/1 and drain/2 stop the acceptors with
+%% brutal_kill): then the socket is closed or is this process's, and
+%% waiting out the handover timeout would hold a drain up to its deadline
+%% for a connection that will never run (seen as "1 connection closed at
+%% the deadline" in sluice_drain_load_SUITE).
+-spec init(pid(), sluice_transport:socket(), pid(), map()) -> no_return().
+init(Parent, Sock, Acceptor, L = #{name := Name, transport := T, handler := {H, HOpts},
+                                   active := Active}) ->
+    MRef = erlang:monitor(process, Acceptor),
     receive
-        {sluice_go, Sock} -> ok
+        {sluice_go, Sock} -> erlang:demonitor(MRef, [flush]);
+        {'DOWN', MRef, process, _, _} -> exit(normal)
     after ?HANDOVER_TIMEOUT ->
             exit(normal)
     end,
-    S0 = #s{sock = Sock, transport = T, handler = H, active = Active,
-            counters = C, parent = Parent,
-            callbacks = #{info => erlang:function_exported(H, handle_info, 2),
-                          drain => erlang:function_exported(H, handle_drain, 1),
-                          terminate => erlang:function_exported(H, terminate, 2)}},
+    S0 = state(Parent, Sock, L),
+    C = S0#s.counters,
     Conn = #{listener => Name, socket => Sock, transport => T},
     case H:init(Conn, HOpts) of
         {ok, HState} ->
@@ -80,6 +87,43 @@ init(Parent, Sock, #{name := Name, transport := T, handler := {H, HOpts},
             count_reason(Reason, C),
             exit(normal)
     end.
+
+state(Parent, Sock, #{transport := T, handler := {H, _}, active := Active,
+                      counters := C} = L) ->
+    #s{sock = Sock, transport = T, handler = H, active = Active,
+       counters = C, parent = Parent, park = maps:get(park, L, false),
+       callbacks = #{info => erlang:function_exported(H, handle_info, 2),
+                     drain => erlang:function_exported(H, handle_drain, 1),
+                     terminate => erlang:function_exported(H, terminate, 2)}}.
+
+%% @doc Entry point of a parked connection's new process, spawned (linked)
+%% by sluice_conns_sup when the parked socket has an event: it transfers
+%% the socket and then sends `{sluice_go, Sock, Event}'. The socket is in
+%% `once' mode, and passive if the event is data.
+-spec unpark(pid(), sluice_transport:socket(), term(), map()) -> no_return().
+unpark(Parent, Sock, HState, L) ->
+    receive
+        {sluice_go, Sock, Event} ->
+            resumed(Event, (state(Parent, Sock, L))#s{hstate = HState})
+    after ?HANDOVER_TIMEOUT ->
+            exit(normal)
+    end.
+
+resumed({data, Data}, S = #s{active = true, sock = Sock, transport = T}) ->
+    case T:activate(Sock, true) of
+        ok -> data(Data, S);
+        {error, R} -> finish({error, R}, S)
+    end;
+resumed({data, Data}, S = #s{active = N}) when is_integer(N) ->
+    %% This chunk was the one message granted: handling it re-arms to N.
+    data(Data, S#s{credit = 1});
+resumed({data, Data}, S) ->
+    data(Data, S);
+resumed({sluice_drain, Deadline}, S) ->
+    drain(Deadline, S);
+resumed(Reason, S) ->
+    %% closed, {error, _}, idle_timeout
+    finish(Reason, S).
 
 %% The messages matched here are the inet driver's: data (`tcp' in active
 %% modes, `inet_async' for the asynchronous read of active=false), flow
@@ -115,9 +159,7 @@ loop(S = #s{sock = Sock}) ->
         {sluice_drain, Deadline} ->
             drain(Deadline, S);
         {sluice_sweep, hibernate} ->
-            %% Quiet for hibernate_after: give the heap back (a full GC
-            %% down to the live state) until the next message.
-            proc_lib:hibernate(?MODULE, wake, [S]);
+            sleep(S);
         {sluice_sweep, idle_timeout} ->
             finish(idle_timeout, S);
         {system, From, Req} ->
@@ -125,6 +167,48 @@ loop(S = #s{sock = Sock}) ->
         Msg ->
             info(Msg, S)
     end.
+
+%% Quiet for hibernate_after: park if the listener allows it, else give
+%% the heap back (a full GC down to the live state) until the next message.
+sleep(S = #s{park = true}) ->
+    park(S);
+sleep(S) ->
+    proc_lib:hibernate(?MODULE, wake, [S]).
+
+%% Hand the socket and the handler state to the conns_sup and exit: an
+%% idle connection then holds no process (3.4 KB hibernated on inet; its
+%% socket alone is about 1.9 KB). Delivery is stopped first (synchronous:
+%% every chunk the driver sent before is in the mailbox by then), and the
+%% connection parks only if nothing at all is waiting for it; otherwise it
+%% re-arms and carries on.
+park(S = #s{sock = Sock, transport = T, parent = Parent, hstate = HState}) ->
+    case T:setopts(Sock, [{active, false}]) of
+        ok ->
+            case erlang:process_info(self(), message_queue_len) of
+                {message_queue_len, 0} ->
+                    case T:controlling_process(Sock, Parent) of
+                        ok ->
+                            Parent ! {sluice_park, self(), Sock, HState},
+                            exit(normal);
+                        {error, Reason} ->
+                            finish({error, Reason}, S)
+                    end;
+                _ ->
+                    unstop(S)
+            end;
+        {error, Reason} ->
+            finish({error, Reason}, S)
+    end.
+
+%% Parking was called off: turn delivery back on. The driver's grant went
+%% with `{active, false}'; the data chunks already queued were granted
+%% before and are still owed their top-up.
+unstop(S = #s{sock = Sock, active = N}) when is_integer(N) ->
+    {messages, Queued} = erlang:process_info(self(), messages),
+    Chunks = length([x || {tcp, S1, _} <- Queued, S1 =:= Sock]),
+    rearm(N, S#s{credit = N + Chunks});
+unstop(S = #s{active = Mode}) ->
+    rearm(Mode, S).
 
 %% @doc Where a hibernated connection resumes when a message arrives: the
 %% sweep stops watching a hibernated connection, so tell it this one is

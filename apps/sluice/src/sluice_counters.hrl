@@ -29,3 +29,5 @@
 -define(A_SUPPRESSED, 4).   %% accept errors not logged since that line
 -define(A_SHEDDING, 5).     %% 1 while an acceptor sheds the backlog (emfile)
 -define(A_SUP_BASE, 5).     %% A_SUP_BASE + I: live connections of conns_sup I
+%% A_SUP_BASE + NS + I (NS: the listener's num_conns_sups): how many of
+%% those are parked (sluice_conns_sup), i.e. have no process.

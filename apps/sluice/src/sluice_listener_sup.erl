@@ -20,7 +20,7 @@ start_link(Name, Opts) ->
 init({Name, Opts}) ->
     #{num_conns_sups := NS, max_connections := Max, transport := Transport} = Opts,
     C = counters:new(?C_SIZE, [write_concurrency]),
-    A = atomics:new(?A_SUP_BASE + NS, [{signed, true}]),
+    A = atomics:new(?A_SUP_BASE + 2 * NS, [{signed, true}]),
     atomics:put(A, ?A_MAX_CONNS, max_to_int(Max)),
     atomics:put(A, ?A_LAST_LOG, erlang:monotonic_time(millisecond) - 60000),
     ok = sluice_registry:register_listener(Name, self(),
@@ -31,6 +31,7 @@ init({Name, Opts}) ->
                  active => maps:get(active, Opts),
                  idle_timeout => maps:get(idle_timeout, Opts),
                  hibernate_after => maps:get(hibernate_after, Opts),
+                 park_idle => maps:get(park_idle, Opts),
                  shutdown_timeout => maps:get(shutdown_timeout, Opts)},
     Children = [#{id => sluice_conns_sup_sup,
                   start => {sluice_conns_sup_sup, start_link, [Listener]},

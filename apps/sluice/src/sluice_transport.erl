@@ -32,6 +32,12 @@
 -callback sockname(socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
 -callback shutdown(socket(), read | write | read_write) -> ok | {error, term()}.
 -callback close(socket()) -> ok.
+%% Optional: arm a socket that its owner (a conns_sup) holds for a parked
+%% connection: the owner is told of the next event (data, close, error)
+%% and nothing more, and the socket holds as little memory as it can
+%% meanwhile. A transport without it has its quiet connections hibernate.
+-callback park(socket()) -> ok | {error, term()}.
+-optional_callbacks([park/1]).
 
 %% @doc The callback module for a transport name.
 -spec module(inet | socket) -> module().

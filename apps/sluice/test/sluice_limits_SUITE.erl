@@ -18,6 +18,7 @@
          killed_connections_give_their_slots_back/1,
          killed_conns_sup_is_restarted_and_count_stays_right/1,
          killed_acceptor_is_restarted_and_listener_keeps_accepting/1,
+         acceptor_dying_mid_handover_ends_the_connection_at_once/1,
          emfile_is_counted_logged_and_recovered_from/1,
          default_limit_rejects_before_emfile/1]).
 
@@ -32,7 +33,8 @@ groups() ->
                    stalled_reader_is_held_back]},
      {kills, [], [killed_connections_give_their_slots_back,
                   killed_conns_sup_is_restarted_and_count_stays_right,
-                  killed_acceptor_is_restarted_and_listener_keeps_accepting]},
+                  killed_acceptor_is_restarted_and_listener_keeps_accepting,
+                  acceptor_dying_mid_handover_ends_the_connection_at_once]},
      {descriptors, [], [emfile_is_counted_logged_and_recovered_from,
                         default_limit_rejects_before_emfile]}]
         ++ sluice_test_lib:backend_groups([{group, limits}, {group, kills},
@@ -349,3 +351,27 @@ default_limit_rejects_before_emfile(Config) ->
     ?assertMatch(#{accept_errors := Errors} when map_size(Errors) =:= 0, Info),
     ?assertMatch(#{accepted := Max, rejected := Rejected} when Rejected =:= 300 - Max, Info),
     close_all(admitted(Results)).
+
+%% An acceptor killed between starting a connection process and handing it
+%% the socket (suspend/1 and drain/2 brutal_kill acceptors) must not leave
+%% that process waiting out its 5 s handover timeout: a drain would count it
+%% as open until its deadline. Here a stand-in acceptor starts a connection
+%% through the conns_sup and dies: the connection process is gone at once.
+acceptor_dying_mid_handover_ends_the_connection_at_once(Config) ->
+    Name = ?config(name, Config),
+    _ = sluice_test_lib:start_listener(Name, #{handler => {sluice_proto_ping, []}}),
+    [Sup | _] = sluice_test_lib:conns_sups(Name),
+    Self = self(),
+    {Acceptor, MRef} = spawn_monitor(
+                         fun() ->
+                                 {ok, Pid} = sluice_conns_sup:start_connection(Sup, make_ref(), 1000),
+                                 Self ! {conn, Pid},
+                                 exit(killed_mid_handover)
+                         end),
+    Conn = receive {conn, P} -> P after 2000 -> error(no_connection_started) end,
+    receive {'DOWN', MRef, process, Acceptor, _} -> ok end,
+    T0 = erlang:monotonic_time(millisecond),
+    ok = sluice_test_lib:wait_until(fun() -> not is_process_alive(Conn) end, 2000, 10),
+    Ms = erlang:monotonic_time(millisecond) - T0,
+    ct:log("connection process gone ~b ms after its acceptor", [Ms]),
+    ?assert(Ms < 1000, Ms).

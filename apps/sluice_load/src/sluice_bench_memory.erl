@@ -5,10 +5,13 @@
 %% reads the VM's memory before and after: erlang:memory/0, the
 %% connection processes, the inet driver's ports, and the VM's resident
 %% set (which also holds what the socket NIF allocates outside the Erlang
-%% allocators' view). Per connection = (after - before) / N.
+%% allocators' view). Per connection = (after - before) / N, read once every
+%% connection has gone to sleep as an idle connection does (quiet for
+%% `hibernate_after', here 200 ms): parked on inet (the process exits, its
+%% socket waits in the conns_sup), hibernated on socket.
 -module(sluice_bench_memory).
 
--export([run/1, specs/0, measure/3]).
+-export([run/1, specs/0, measure/4]).
 
 -define(ABOUT, "Memory per idle connection on the inet and the socket backend: a ping\n"
         "listener in this VM, N connections from the C load engine, each idle after\n"
@@ -17,7 +20,9 @@
 -spec specs() -> [sluice_cli_args:spec()].
 specs() ->
     [{conns, "conns", {integer, 1, 15000}, 1000, "idle connections per backend"},
-     {backend, "backend", {enum, [both, inet, socket]}, both, "backend(s) to measure"}].
+     {backend, "backend", {enum, [both, inet, socket]}, both, "backend(s) to measure"},
+     {park_idle, "park-idle", {enum, [true, false]}, true,
+      "park quiet inet connections (false: they hibernate, as on socket)"}].
 
 -spec run([string()]) -> non_neg_integer().
 run(Args) ->
@@ -27,19 +32,22 @@ run(Args) ->
             0;
         {error, Msg} ->
             sluice_cli:fail(2, Msg);
-        {ok, #{conns := N, backend := B}} ->
+        {ok, #{conns := N, backend := B, park_idle := Park}} ->
             {ok, _} = application:ensure_all_started(sluice),
             Engine = filename:join(code:priv_dir(sluice_load), "sluice-load"),
             Backends = case B of both -> [inet, socket]; _ -> [B] end,
-            Results = [measure(Backend, N, Engine) || Backend <- Backends],
-            Cols = [total, processes, conn_procs, socket_registry, system, ports, rss],
+            Results = [measure(Backend, N, Engine, Park) || Backend <- Backends],
+            Cols = [total, processes, processes_used, conn_procs, socket_registry, system,
+                    ports, rss],
             io:format("~-8s ~6s~s~n", ["backend", "conns",
                                        [io_lib:format(" ~15s", [C]) || C <- Cols]]),
             [io:format("~-8s ~6b~s~n", [Bk, C, [io_lib:format(" ~15b", [maps:get(K, R)])
                                                  || K <- Cols]])
              || #{backend := Bk, conns := C} = R <- Results],
             io:format("bytes per idle connection, after a garbage collection of every process:~n"
-                      "total, processes, system: erlang:memory/0; conn_procs: the connection "
+                      "total, processes, processes_used, system: erlang:memory/0 (processes less "
+                      "processes_used: freed process\nstructures the allocator keeps for reuse; "
+                      "parked connections leave theirs there); conn_procs: the connection "
                       "processes;~nsocket_registry: OTP's registry of socket NIF sockets; "
                       "ports: inet driver ports;~nrss: the VM's resident set "
                       "(/proc/self/status VmRSS), which also sees the NIF's own allocations~n"),
@@ -47,11 +55,12 @@ run(Args) ->
     end.
 
 %% @doc Measure one backend: a map of bytes per connection.
--spec measure(inet | socket, pos_integer(), file:filename()) -> map().
-measure(Backend, N, Engine) ->
+-spec measure(inet | socket, pos_integer(), file:filename(), boolean()) -> map().
+measure(Backend, N, Engine, Park) ->
     Name = {?MODULE, Backend},
     {ok, _} = sluice:start_listener(Name, #{ip => {127, 0, 0, 1}, port => 0,
                                             transport => Backend, idle_timeout => infinity,
+                                            hibernate_after => 200, park_idle => Park,
                                             max_connections => infinity,
                                             handler => {sluice_proto_ping, []}}),
     #{port := Port} = sluice:info(Name),
@@ -59,11 +68,13 @@ measure(Backend, N, Engine) ->
     Before = snapshot(Name),
     %% The engine holds the connections long enough to read the memory.
     Cmd = io_lib:format("~s --scenario connect --conns ~b --probe ping --rate 0 --threads 1 "
-                        "--port ~b --duration 4 --quiet --source-ips 127.0.0.2-127.0.0.9",
+                        "--port ~b --duration 15 --quiet --source-ips 127.0.0.2-127.0.0.9",
                         [Engine, N, Port]),
     Self = self(),
     spawn_link(fun() -> Self ! {engine, os:cmd(lists:flatten(Cmd))} end),
     ok = wait_connections(Name, N, 30000),
+    timer:sleep(1000),
+    ok = wait_asleep(Name, N, 10000),
     settle(),
     After = snapshot(Name),
     receive {engine, _} -> ok after 30000 -> ok end,
@@ -78,6 +89,21 @@ wait_connections(Name, N, Timeout) when Timeout > 0 ->
     end;
 wait_connections(Name, N, _) ->
     error({connections_not_reached, N, sluice:info(Name)}).
+
+%% Every connection parked or hibernated.
+wait_asleep(Name, N, Timeout) when Timeout > 0 ->
+    Sups = conns_sups(Name),
+    #{parked := Parked} = sluice:info(Name),
+    Asleep = length([P || Sup <- Sups, {_, P, _, _} <- supervisor:which_children(Sup),
+                          process_info(P, current_function) =:= {current_function, {erlang, hibernate, 3}}]),
+    %% Reading a process's current function runs that process, which the
+    %% sweep takes for activity: look much less often than hibernate_after.
+    case Parked + Asleep >= N of
+        true -> ok;
+        false -> timer:sleep(1000), wait_asleep(Name, N, Timeout - 1000)
+    end;
+wait_asleep(Name, N, _) ->
+    error({connections_not_asleep, N, sluice:info(Name)}).
 
 settle() ->
     timer:sleep(500),
@@ -95,6 +121,7 @@ snapshot(Name) ->
     Conns = [P || Sup <- conns_sups(Name), {_, P, _, _} <- supervisor:which_children(Sup)],
     #{total => proplists:get_value(total, M),
       processes => proplists:get_value(processes, M),
+      processes_used => proplists:get_value(processes_used, M),
       conn_procs => lists:sum([B || P <- Conns, {memory, B} <- [process_info(P, memory)]]),
       socket_registry => case whereis(socket_registry) of
                              undefined -> 0;

@@ -24,6 +24,8 @@
 %% {Series name, info key, type, help}
 -define(SERIES,
         [{"sluice_connections", connections, gauge, "Open connections."},
+         {"sluice_parked_connections", parked, gauge,
+          "Open connections parked while idle (no process of their own)."},
          {"sluice_accepted_total", accepted, counter, "Connections accepted and admitted."},
          {"sluice_rejected_total", rejected, counter,
           "Connections accepted and closed at once: over max_connections."},

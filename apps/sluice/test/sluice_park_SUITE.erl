@@ -1,0 +1,247 @@
+%% Parked connections (sluice_conns_sup, sluice_conn's park/1): a quiet
+%% inet connection whose handler has no handle_info/2 hands its socket and
+%% state to its conns_sup and exits; its next event starts a new process.
+%% Each case checks what a client and sluice:info/1 see: answers as before,
+%% state kept, still counted (and limited), closed by the peer, the idle
+%% timeout, a drain (with FIN) or a stop, and no parking where it cannot
+%% work (socket backend, a handler with handle_info/2, park_idle false).
+-module(sluice_park_SUITE).
+
+-include_lib("common_test/include/ct.hrl").
+-include_lib("stdlib/include/assert.hrl").
+
+-export([all/0, suite/0, init_per_suite/1, end_per_suite/1,
+         init_per_testcase/2, end_per_testcase/2]).
+-export([quiet_connection_parks_and_still_answers/1,
+         handler_state_survives_parking/1,
+         every_active_mode_resumes_after_parking/1,
+         pings_around_the_park_threshold_all_get_answers/1,
+         peer_close_of_a_parked_connection_is_counted/1,
+         idle_timeout_closes_a_parked_connection/1,
+         drain_closes_a_parked_connection_with_fin/1,
+         stop_closes_parked_connections/1,
+         parked_connections_count_against_the_limit/1,
+         no_parking_where_it_cannot_work/1,
+         bad_park_idle_is_refused/1]).
+
+suite() -> [{timetrap, {seconds, 60}}].
+
+all() ->
+    [quiet_connection_parks_and_still_answers,
+     handler_state_survives_parking,
+     every_active_mode_resumes_after_parking,
+     pings_around_the_park_threshold_all_get_answers,
+     peer_close_of_a_parked_connection_is_counted,
+     idle_timeout_closes_a_parked_connection,
+     drain_closes_a_parked_connection_with_fin,
+     stop_closes_parked_connections,
+     parked_connections_count_against_the_limit,
+     no_parking_where_it_cannot_work,
+     bad_park_idle_is_refused].
+
+init_per_suite(Config) ->
+    {ok, _} = application:ensure_all_started(sluice),
+    Config.
+
+end_per_suite(_Config) ->
+    ok.
+
+init_per_testcase(Case, Config) ->
+    [{name, {?MODULE, Case}} | Config].
+
+end_per_testcase(_Case, Config) ->
+    sluice_test_lib:stop_listener(?config(name, Config)).
+
+%% An inet ping listener that parks after 50 quiet ms, unless Opts say
+%% otherwise.
+ping_listener(Config, Opts) ->
+    Name = ?config(name, Config),
+    _ = sluice_test_lib:start_listener(Name, maps:merge(#{handler => {sluice_proto_ping, []},
+                                                          transport => inet,
+                                                          hibernate_after => 50},
+                                                        Opts)),
+    sluice_test_lib:port(Name).
+
+info(Config, Key) ->
+    maps:get(Key, sluice:info(?config(name, Config))).
+
+wait_parked(Config, N) ->
+    sluice_test_lib:wait_info(?config(name, Config), parked, N, 3000).
+
+pong(S) ->
+    ok = gen_tcp:send(S, <<"Ping\n">>),
+    {ok, sluice_test_lib:recv_exactly(S, 5, 3000)}.
+
+%% Parked: no connection process, still one connection. A Ping wakes it
+%% (a new process answers), and it parks again when quiet.
+quiet_connection_parks_and_still_answers(Config) ->
+    Port = ping_listener(Config, #{}),
+    {ok, S} = sluice_test_lib:connect(Port),
+    ?assertEqual({ok, <<"Pong\n">>}, pong(S)),
+    ok = wait_parked(Config, 1),
+    ?assertEqual([], sluice_test_lib:conn_pids(?config(name, Config))),
+    ?assertEqual(1, info(Config, connections)),
+    [?assertEqual({ok, <<"Pong\n">>}, pong(S)) || _ <- lists:seq(1, 3)],
+    ok = wait_parked(Config, 1),
+    ?assertEqual({ok, <<"Pong\n">>}, pong(S)),
+    ?assertEqual({1, 0, 1}, {info(Config, accepted), info(Config, closed),
+                             info(Config, connections)}),
+    ok = gen_tcp:close(S).
+
+%% Half a line before parking, the rest after: the handler's state (the
+%% partial line) went with the socket, so the line is whole and answered.
+handler_state_survives_parking(Config) ->
+    Port = ping_listener(Config, #{}),
+    {ok, S} = sluice_test_lib:connect(Port),
+    ok = gen_tcp:send(S, <<"Pi">>),
+    ok = wait_parked(Config, 1),
+    ok = gen_tcp:send(S, <<"ng\nPing\n">>),
+    ?assertEqual(<<"Pong\nPong\n">>, sluice_test_lib:recv_exactly(S, 10, 3000)),
+    ok = gen_tcp:close(S).
+
+%% For every parkable active mode: park, then 300 Pings in one write (more
+%% than the wake-up read and than any grant): all answered, in one piece,
+%% and the connection parks again. A wrong re-arm would stall (a grant
+%% lost) or read past flow control; the count of Pongs would show either.
+every_active_mode_resumes_after_parking(Config) ->
+    Name = ?config(name, Config),
+    lists:foreach(
+      fun(Active) ->
+              Port = ping_listener(Config, #{active => Active}),
+              {ok, S} = sluice_test_lib:connect(Port),
+              ?assertEqual({ok, <<"Pong\n">>}, pong(S)),
+              ok = wait_parked(Config, 1),
+              ok = gen_tcp:send(S, binary:copy(<<"Ping\n">>, 300)),
+              ?assertEqual(binary:copy(<<"Pong\n">>, 300),
+                           sluice_test_lib:recv_exactly(S, 1500, 5000), Active),
+              ok = wait_parked(Config, 1),
+              ?assertEqual({ok, <<"Pong\n">>}, pong(S)),
+              ok = gen_tcp:close(S),
+              sluice_test_lib:stop_listener(Name)
+      end, [once, 1, 2, 10, true]).
+
+%% 40 clients ping at random gaps around the park threshold (hibernate_after
+%% 10 ms, gaps 0-25 ms), so that data often arrives while a connection is
+%% parking or waking: every Ping gets its Pong, nothing crashes, and the
+%% listener counts 40 connections throughout and none closed.
+pings_around_the_park_threshold_all_get_answers(Config) ->
+    Port = ping_listener(Config, #{hibernate_after => 10}),
+    sluice_test_lib:seed_rand(),
+    Self = self(),
+    Pids = [spawn_link(fun() ->
+                               {ok, S} = sluice_test_lib:connect(Port),
+                               R = [begin
+                                        timer:sleep(rand:uniform(26) - 1),
+                                        ok = gen_tcp:send(S, <<"Ping\n">>),
+                                        gen_tcp:recv(S, 5, 3000)
+                                    end || _ <- lists:seq(1, 30)],
+                               Self ! {done, self(), R},
+                               %% Hold the socket until the counts are read.
+                               receive stop -> gen_tcp:close(S) end
+                       end) || _ <- lists:seq(1, 40)],
+    Results = [receive {done, P, R} -> R after 30000 -> error(stuck) end || P <- Pids],
+    ?assertEqual([], [R || Rs <- Results, R <- Rs, R =/= {ok, <<"Pong\n">>}]),
+    ?assertEqual(40, info(Config, connections)),
+    ?assertEqual(0, info(Config, closed)),
+    #{crashed := 0} = info(Config, close_reasons),
+    [P ! stop || P <- Pids].
+
+%% The client closes a parked connection: counted as closed by the peer,
+%% no longer parked nor live.
+peer_close_of_a_parked_connection_is_counted(Config) ->
+    Port = ping_listener(Config, #{}),
+    {ok, S} = sluice_test_lib:connect(Port),
+    ?assertEqual({ok, <<"Pong\n">>}, pong(S)),
+    ok = wait_parked(Config, 1),
+    ok = gen_tcp:close(S),
+    sluice_test_lib:wait_info(?config(name, Config), connections, 0, 3000),
+    ?assertEqual(0, info(Config, parked)),
+    ?assertEqual(1, info(Config, closed)),
+    ?assertMatch(#{peer_closed := 1}, info(Config, close_reasons)).
+
+%% idle_timeout 400 closes a parked connection between 400 ms and 1.5 s
+%% after its last Ping was sent, and says why.
+idle_timeout_closes_a_parked_connection(Config) ->
+    Port = ping_listener(Config, #{hibernate_after => 20, idle_timeout => 400}),
+    {ok, S} = sluice_test_lib:connect(Port),
+    %% Before the Ping: pong/1 returns 50 ms after the Pong (it checks that
+    %% nothing follows).
+    T0 = erlang:monotonic_time(millisecond),
+    ?assertEqual({ok, <<"Pong\n">>}, pong(S)),
+    ok = wait_parked(Config, 1),
+    ?assertEqual({error, closed}, gen_tcp:recv(S, 0, 3000)),
+    Ms = erlang:monotonic_time(millisecond) - T0,
+    ct:log("closed ~b ms after the last Ping (idle_timeout 400)", [Ms]),
+    ?assert(Ms >= 400 andalso Ms < 1500, Ms),
+    sluice_test_lib:wait_info(?config(name, Config), connections, 0, 2000),
+    ?assertMatch(#{idle_timeout := 1}, info(Config, close_reasons)).
+
+%% A drain reaches parked connections: each is woken, sends FIN (the client
+%% reads end-of-stream, not a reset) and the drain ends with none left.
+drain_closes_a_parked_connection_with_fin(Config) ->
+    Port = ping_listener(Config, #{}),
+    Socks = [begin {ok, S} = sluice_test_lib:connect(Port), {ok, _} = pong(S), S end
+             || _ <- lists:seq(1, 5)],
+    ok = wait_parked(Config, 5),
+    ?assertEqual({ok, 0}, sluice:drain(?config(name, Config), 3000)),
+    [?assertEqual({error, closed}, gen_tcp:recv(S, 0, 3000)) || S <- Socks],
+    ?assertMatch(#{drained := 5}, info(Config, close_reasons)),
+    [gen_tcp:close(S) || S <- Socks].
+
+%% Stopping the listener closes parked sockets too.
+stop_closes_parked_connections(Config) ->
+    Port = ping_listener(Config, #{}),
+    Socks = [begin {ok, S} = sluice_test_lib:connect(Port), {ok, _} = pong(S), S end
+             || _ <- lists:seq(1, 3)],
+    ok = wait_parked(Config, 3),
+    ok = sluice:stop_listener(?config(name, Config)),
+    [?assertEqual({error, closed}, gen_tcp:recv(S, 0, 3000)) || S <- Socks].
+
+%% Parked connections are live connections: with max_connections 2 and two
+%% parked, a third is closed at once (rejected).
+parked_connections_count_against_the_limit(Config) ->
+    Port = ping_listener(Config, #{max_connections => 2}),
+    Socks = [begin {ok, S} = sluice_test_lib:connect(Port), {ok, _} = pong(S), S end
+             || _ <- lists:seq(1, 2)],
+    ok = wait_parked(Config, 2),
+    {ok, S3} = sluice_test_lib:connect(Port),
+    _ = gen_tcp:send(S3, <<"Ping\n">>),
+    ?assertMatch({error, _}, gen_tcp:recv(S3, 0, 3000)),
+    ?assertEqual(1, info(Config, rejected)),
+    [?assertEqual({ok, <<"Pong\n">>}, pong(S)) || S <- Socks],
+    [gen_tcp:close(S) || S <- [S3 | Socks]].
+
+%% No parking on the socket backend, for a handler with handle_info/2 (it
+%% expects messages at its pid), with active false, or with park_idle
+%% false: those connections hibernate (their process stays).
+no_parking_where_it_cannot_work(Config) ->
+    Name = ?config(name, Config),
+    Echo = {sluice_test_handler, #{}},
+    lists:foreach(
+      fun(Opts) ->
+              _ = sluice_test_lib:start_listener(
+                    Name, maps:merge(#{handler => {sluice_proto_echo, []},
+                                       transport => inet, hibernate_after => 20}, Opts)),
+              Port = sluice_test_lib:port(Name),
+              {ok, S} = sluice_test_lib:connect(Port),
+              ok = gen_tcp:send(S, <<"hi">>),
+              <<"hi">> = sluice_test_lib:recv_exactly(S, 2, 3000),
+              [Pid] = sluice_test_lib:conn_pids(Name),
+              ok = sluice_test_lib:wait_until(
+                     fun() -> process_info(Pid, current_function) =:=
+                                  {current_function, {erlang, hibernate, 3}}
+                     end, 3000, 250),
+              ?assertEqual(0, maps:get(parked, sluice:info(Name)), Opts),
+              ok = gen_tcp:send(S, <<"again">>),
+              ?assertEqual(<<"again">>, sluice_test_lib:recv_exactly(S, 5, 3000)),
+              ok = gen_tcp:close(S),
+              sluice_test_lib:stop_listener(Name)
+      end, [#{transport => socket}, #{handler => Echo}, #{active => false},
+            #{park_idle => false}]).
+
+bad_park_idle_is_refused(_Config) ->
+    ?assertEqual({error, {bad_option, park_idle, yes}},
+                 sluice:start_listener(bad, #{handler => {sluice_proto_ping, []},
+                                              park_idle => yes})),
+    ?assertNotEqual(nomatch, string:find(sluice:format_error({bad_option, park_idle, yes}),
+                                         "park_idle")).
