@@ -2,7 +2,9 @@
 %% publishes what the API needs to find it (its supervisor, counters, atomics,
 %% real port, connection supervisors) and where rare events such as accept
 %% errors are counted by reason. The table outlives listener restarts; this
-%% process removes a listener's rows when its supervisor goes down.
+%% process removes a listener's rows when its supervisor goes down. It is
+%% also the heir of every conns_sup's table of parked connections, whose
+%% sockets it closes if that conns_sup dies (sluice_conns_sup).
 -module(sluice_registry).
 -behaviour(gen_server).
 
@@ -108,6 +110,13 @@ handle_info({'DOWN', MRef, process, Sup, _}, Monitors) ->
         error ->
             {noreply, Monitors}
     end;
+handle_info({'ETS-TRANSFER', Tab, _DeadConnsSup, {sluice_parked, T}}, Monitors) ->
+    %% A conns_sup died with parked connections (their sockets are not
+    %% linked to it, to save memory): close them, or they would stay open
+    %% with nobody to read them.
+    _ = [T:close(Sock) || Sock <- ets:select(Tab, [{{'$1', '_', '_'}, [], ['$1']}])],
+    true = ets:delete(Tab),
+    {noreply, Monitors};
 handle_info(_Msg, Monitors) ->
     {noreply, Monitors}.
 

@@ -20,6 +20,7 @@
          idle_timeout_closes_a_parked_connection/1,
          drain_closes_a_parked_connection_with_fin/1,
          stop_closes_parked_connections/1,
+         killed_conns_sup_closes_its_parked_connections/1,
          parked_connections_count_against_the_limit/1,
          no_parking_where_it_cannot_work/1,
          bad_park_idle_is_refused/1]).
@@ -35,6 +36,7 @@ all() ->
      idle_timeout_closes_a_parked_connection,
      drain_closes_a_parked_connection_with_fin,
      stop_closes_parked_connections,
+     killed_conns_sup_closes_its_parked_connections,
      parked_connections_count_against_the_limit,
      no_parking_where_it_cannot_work,
      bad_park_idle_is_refused].
@@ -196,6 +198,25 @@ stop_closes_parked_connections(Config) ->
     ok = wait_parked(Config, 3),
     ok = sluice:stop_listener(?config(name, Config)),
     [?assertEqual({error, closed}, gen_tcp:recv(S, 0, 3000)) || S <- Socks].
+
+%% Parked sockets are not linked to their conns_sup; if it is killed,
+%% sluice_registry (its table's heir) closes them: the clients read
+%% end-of-stream, the count goes back to 0, and the listener still serves.
+killed_conns_sup_closes_its_parked_connections(Config) ->
+    Name = ?config(name, Config),
+    Port = ping_listener(Config, #{num_conns_sups => 1}),
+    Socks = [begin {ok, S} = sluice_test_lib:connect(Port), {ok, _} = pong(S), S end
+             || _ <- lists:seq(1, 3)],
+    ok = wait_parked(Config, 3),
+    [Sup] = sluice_test_lib:conns_sups(Name),
+    exit(Sup, kill),
+    [?assertEqual({error, closed}, gen_tcp:recv(S, 0, 3000)) || S <- Socks],
+    ok = sluice_test_lib:wait_until(fun() -> sluice_test_lib:conns_sups(Name) =/= [Sup] end, 3000),
+    sluice_test_lib:wait_info(Name, connections, 0, 3000),
+    ?assertEqual(0, info(Config, parked)),
+    {ok, S4} = sluice_test_lib:connect(Port),
+    ?assertEqual({ok, <<"Pong\n">>}, pong(S4)),
+    [gen_tcp:close(S) || S <- [S4 | Socks]].
 
 %% Parked connections are live connections: with max_connections 2 and two
 %% parked, a third is closed at once (rejected).
