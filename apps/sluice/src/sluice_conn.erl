@@ -38,8 +38,8 @@
             credit = 0 :: non_neg_integer(),
             counters :: counters:counters_ref(),
             parent :: pid(),
-            %% quiet: park (hand the socket to the conns_sup and exit)
-            %% rather than hibernate; see sluice_conns_sup:parkable/1
+            %% may park when told (hand the socket to the conns_sup and
+            %% exit); see sluice_conns_sup:parkable/1
             park = false :: boolean(),
             callbacks :: #{info := boolean(), drain := boolean(),
                            terminate := boolean()}}).
@@ -159,7 +159,11 @@ loop(S = #s{sock = Sock}) ->
         {sluice_drain, Deadline} ->
             drain(Deadline, S);
         {sluice_sweep, hibernate} ->
-            sleep(S);
+            %% Quiet for hibernate_after: give the heap back (a full GC
+            %% down to the live state) until the next message.
+            proc_lib:hibernate(?MODULE, wake, [S]);
+        {sluice_sweep, park} ->
+            park(S);
         {sluice_sweep, idle_timeout} ->
             finish(idle_timeout, S);
         {system, From, Req} ->
@@ -168,25 +172,20 @@ loop(S = #s{sock = Sock}) ->
             info(Msg, S)
     end.
 
-%% Quiet for hibernate_after: park if the listener allows it, else give
-%% the heap back (a full GC down to the live state) until the next message.
-sleep(S = #s{park = true}) ->
-    park(S);
-sleep(S) ->
-    proc_lib:hibernate(?MODULE, wake, [S]).
-
 %% Hand the socket and the handler state to the conns_sup and exit: an
 %% idle connection then holds no process (3.4 KB hibernated on inet; its
 %% socket alone is about 1.9 KB). Delivery is stopped first (synchronous:
 %% every chunk the driver sent before is in the mailbox by then), and the
 %% connection parks only if nothing at all is waiting for it; otherwise it
-%% re-arms and carries on.
+%% re-arms and carries on (and tells the conns_sup it is awake). The sweep
+%% sends `park' only to a connection of a parkable listener.
 park(S = #s{sock = Sock, transport = T, parent = Parent, hstate = HState}) ->
     case T:setopts(Sock, [{active, false}]) of
         ok ->
             case erlang:process_info(self(), message_queue_len) of
                 {message_queue_len, 0} ->
-                    case T:controlling_process(Sock, Parent) of
+                    %% Passive, nothing queued: a plain change of owner.
+                    case T:handover(Sock, Parent) of
                         ok ->
                             Parent ! {sluice_park, self(), Sock, HState},
                             exit(normal);
@@ -194,6 +193,7 @@ park(S = #s{sock = Sock, transport = T, parent = Parent, hstate = HState}) ->
                             finish({error, Reason}, S)
                     end;
                 _ ->
+                    Parent ! {sluice_woke, self()},
                     unstop(S)
             end;
         {error, Reason} ->
@@ -215,8 +215,14 @@ unstop(S = #s{active = Mode}) ->
 %% awake before handling the message.
 -spec wake(#s{}) -> no_return().
 wake(S = #s{parent = Parent}) ->
-    Parent ! {sluice_woke, self()},
-    loop(S).
+    receive
+        {sluice_sweep, park} ->
+            %% Woken by the sweep to park: no activity to report.
+            park(S)
+    after 0 ->
+            Parent ! {sluice_woke, self()},
+            loop(S)
+    end.
 
 data(Data, S = #s{handler = H, hstate = HState, counters = C}) ->
     counters:add(C, ?C_BYTES_IN, byte_size(Data)),

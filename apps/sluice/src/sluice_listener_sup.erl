@@ -31,7 +31,7 @@ init({Name, Opts}) ->
                  active => maps:get(active, Opts),
                  idle_timeout => maps:get(idle_timeout, Opts),
                  hibernate_after => maps:get(hibernate_after, Opts),
-                 park_idle => maps:get(park_idle, Opts),
+                 park_after => maps:get(park_after, Opts),
                  shutdown_timeout => maps:get(shutdown_timeout, Opts)},
     Children = [#{id => sluice_conns_sup_sup,
                   start => {sluice_conns_sup_sup, start_link, [Listener]},

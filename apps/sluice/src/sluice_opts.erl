@@ -21,7 +21,7 @@
                   socket_opts := [gen_tcp:option()],
                   idle_timeout := timeout(),
                   hibernate_after := timeout(),
-                  park_idle := boolean(),
+                  park_after := timeout(),
                   shutdown_timeout := timeout()}.
 -type error() :: {unknown_option, term()}
                | {missing_option, atom()}
@@ -64,11 +64,15 @@ defaults() ->
       %% A connection quiet this long hibernates (see sluice_sweep): an idle
       %% connection then holds about 1 KB of process memory instead of 3.
       hibernate_after => 1000,
-      %% ...or, where it can (inet, an active mode, a handler without
-      %% handle_info/2; sluice_conns_sup:parkable/1), hands its socket and
-      %% state to its conns_sup and exits: about 1.9 KB per idle
-      %% connection in all instead of 3.4 KB hibernated.
-      park_idle => true,
+      %% Quiet this long, a connection that can (inet, an active mode, a
+      %% handler without handle_info/2; sluice_conns_sup:parkable/1) hands
+      %% its socket and state to its conns_sup and exits: 1.9 KB per idle
+      %% connection in all instead of 3.4 KB hibernated. Waking a parked
+      %% connection costs a process start and an owner change in the
+      %% conns_sup, so only long-quiet ones park: parking at 1 s, 100,000
+      %% connections pinged every 10 s got their Pongs with a p99 of
+      %% 200-250 ms against 13-47 ms hibernated (docs/cluster-and-metrics.md).
+      park_after => 30000,
       shutdown_timeout => 5000}.
 
 %% @doc The VM's own descriptor limit less a reserve: the connection limit
@@ -131,8 +135,8 @@ check(transport, T) ->
 check(K, N) when K =:= num_acceptors; K =:= num_listen_sockets;
                  K =:= num_conns_sups; K =:= backlog ->
     (is_integer(N) andalso N > 0 andalso N =< 65535) orelse bad(K, N);
-check(K, B) when K =:= reuseport; K =:= park_idle ->
-    is_boolean(B) orelse bad(K, B);
+check(reuseport, B) ->
+    is_boolean(B) orelse bad(reuseport, B);
 check(max_connections, infinity) ->
     true;
 check(max_connections, N) ->
@@ -147,7 +151,8 @@ check(socket_opts, SO) when is_list(SO) ->
     lists:foreach(fun check_socket_opt/1, SO);
 check(socket_opts, SO) ->
     bad(socket_opts, SO);
-check(K, T) when K =:= idle_timeout; K =:= shutdown_timeout; K =:= hibernate_after ->
+check(K, T) when K =:= idle_timeout; K =:= shutdown_timeout; K =:= hibernate_after;
+                 K =:= park_after ->
     T =:= infinity orelse (is_integer(T) andalso T > 0) orelse bad(K, T);
 check(K, _) ->
     throw({unknown_option, K}).
@@ -204,11 +209,12 @@ expected(port) -> "an integer 0..65535 (0: any free port)";
 expected(handler) -> "{Module, Opts} where Module implements the sluice_handler "
                      "behaviour (init/2 and handle_data/2 exported)";
 expected(transport) -> "inet (gen_tcp, the inet driver) or socket (OTP's socket NIF)";
-expected(K) when K =:= reuseport; K =:= park_idle -> "a boolean";
+expected(reuseport) -> "a boolean";
 expected(max_connections) -> "a non-negative integer or infinity";
 expected(active) -> "false, once, true or an integer 1..32767";
 expected(socket_opts) -> "a list of {Key, Value} with Key one of " ++
                              lists:flatten(io_lib:format("~w", [?SOCKET_OPTS]));
-expected(K) when K =:= idle_timeout; K =:= shutdown_timeout; K =:= hibernate_after ->
+expected(K) when K =:= idle_timeout; K =:= shutdown_timeout; K =:= hibernate_after;
+                 K =:= park_after ->
     "a positive integer (ms) or infinity";
 expected(_) -> "a positive integer".

@@ -17,6 +17,10 @@
 %%      From then on the sweep does not look at its reductions (handling the
 %%      nudge ran it); the connection reports `{sluice_woke, Pid}' to its
 %%      supervisor on the first message that wakes it;</li>
+%%  <li>quiet (awake or asleep) for `park_after' ms (infinity unless the
+%%      listener's connections can park, sluice_conns_sup:parkable/1): sent
+%%      `{sluice_sweep, park}', once; the connection either hands its
+%%      socket to the conns_sup or reports `{sluice_woke, Pid}';</li>
 %%  <li>quiet (awake or asleep) for `idle_timeout' ms: sent
 %%      `{sluice_sweep, idle_timeout}', once.</li>
 %% </ul>
@@ -28,17 +32,20 @@
 
 -export([tick/2, new_entry/1, woke/3, sweep/3]).
 
--export_type([entry/0, children/0]).
+-export_type([entry/0, children/0, config/0]).
 
 %% {Baseline, Since}: Since is when the connection was last seen active
 %% (erlang:monotonic_time(millisecond)); Baseline is the reduction count
 %% seen then (awake), `unknown' (awake, not read yet), `asleep' (told to
-%% hibernate, not woken since) or `closing' (told to close). A quiet
+%% hibernate, not woken since), `parking' (told to park) or `closing' (told
+%% to close). A quiet
 %% connection's entry does not change from tick to tick, so a sweep rewrites
 %% only the entries of connections that did something: an idle listener's
 %% map is not copied at every tick.
--type entry() :: {non_neg_integer() | unknown | asleep | closing, integer()}.
+-type entry() :: {non_neg_integer() | unknown | asleep | parking | closing, integer()}.
 -type children() :: #{pid() => entry()}.
+-type config() :: #{idle := timeout(), hibernate_after := timeout(),
+                    park_after := timeout()}.
 
 %% Ticks are at least this long, so that a tiny idle_timeout cannot turn the
 %% sweep into a busy loop; at most this long, so that hibernation and the
@@ -76,8 +83,7 @@ woke(Pid, Now, Children) ->
 
 %% @doc One tick over every connection at `Now' (monotonic ms); sends the
 %% nudges and returns the updated entries.
--spec sweep(children(), integer(), #{idle := timeout(), hibernate_after := timeout()}) ->
-          children().
+-spec sweep(children(), integer(), config()) -> children().
 sweep(Children, Now, Cfg) ->
     maps:fold(fun(Pid, Entry, Acc) ->
                       case step(Pid, Entry, Now, Cfg) of
@@ -88,19 +94,28 @@ sweep(Children, Now, Cfg) ->
 
 step(_Pid, Entry = {closing, _}, _Now, _Cfg) ->
     Entry;
-step(Pid, Entry = {asleep, Since}, Now, #{idle := Idle}) ->
+step(Pid, Entry = {parking, Since}, Now, #{idle := Idle}) ->
     case over(Now - Since, Idle) of
         true -> Pid ! {sluice_sweep, idle_timeout}, {closing, Since};
         false -> Entry
     end;
-step(Pid, Entry = {Seen, Since}, Now, #{idle := Idle, hibernate_after := HibAfter}) ->
+step(Pid, Entry = {asleep, Since}, Now, #{idle := Idle, park_after := ParkAfter}) ->
+    Quiet = Now - Since,
+    case {over(Quiet, Idle), over(Quiet, ParkAfter)} of
+        {true, _} -> Pid ! {sluice_sweep, idle_timeout}, {closing, Since};
+        {false, true} -> Pid ! {sluice_sweep, park}, {parking, Since};
+        {false, false} -> Entry
+    end;
+step(Pid, Entry = {Seen, Since}, Now, #{idle := Idle, hibernate_after := HibAfter,
+                                        park_after := ParkAfter}) ->
     case erlang:process_info(Pid, reductions) of
         {reductions, Seen} ->
             Quiet = Now - Since,
-            case {over(Quiet, Idle), over(Quiet, HibAfter)} of
-                {true, _} -> Pid ! {sluice_sweep, idle_timeout}, {closing, Since};
-                {false, true} -> Pid ! {sluice_sweep, hibernate}, {asleep, Since};
-                {false, false} -> Entry
+            case {over(Quiet, Idle), over(Quiet, ParkAfter), over(Quiet, HibAfter)} of
+                {true, _, _} -> Pid ! {sluice_sweep, idle_timeout}, {closing, Since};
+                {false, true, _} -> Pid ! {sluice_sweep, park}, {parking, Since};
+                {false, false, true} -> Pid ! {sluice_sweep, hibernate}, {asleep, Since};
+                {false, false, false} -> Entry
             end;
         {reductions, Reds} ->
             {Reds, Now};

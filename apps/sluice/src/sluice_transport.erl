@@ -37,7 +37,11 @@
 %% and nothing more, and the socket holds as little memory as it can
 %% meanwhile. A transport without it has its quiet connections hibernate.
 -callback park(socket()) -> ok | {error, term()}.
--optional_callbacks([park/1]).
+%% Optional, with park/1: make Pid the owner of a socket that is passive
+%% and has nothing on its way to the current owner (cheaper than
+%% controlling_process/2, which cannot assume either).
+-callback handover(socket(), pid()) -> ok | {error, term()}.
+-optional_callbacks([park/1, handover/2]).
 
 %% @doc The callback module for a transport name.
 -spec module(inet | socket) -> module().

@@ -7,7 +7,7 @@
 
 -export([listen/2, accept/2, port/1, controlling_process/2, activate/2,
          send_async/2, send/2, setopts/2, peername/1, sockname/1, shutdown/2,
-         close/1, park/1]).
+         close/1, park/1, handover/2]).
 
 %% SOL_SOCKET / SO_REUSEPORT on Linux; OTP 25's gen_tcp has no option for it.
 -define(SOL_SOCKET, 1).
@@ -141,6 +141,18 @@ park(Sock) ->
             end;
         Error ->
             Error
+    end.
+
+%% @doc The owner change of gen_tcp:controlling_process/2 without its
+%% safety steps (read the active mode, set it false, move queued messages,
+%% set it back): the caller knows the socket is passive and that no message
+%% of it is queued. The new owner is linked to the port; the caller
+%% unlinks.
+-spec handover(gen_tcp:socket(), pid()) -> ok | {error, term()}.
+handover(Sock, Pid) ->
+    try erlang:port_connect(Sock, Pid) of
+        true -> true = unlink(Sock), ok
+    catch error:_ -> {error, closed}
     end.
 
 -spec send_async(gen_tcp:socket(), iodata()) -> ok | {error, term()}.

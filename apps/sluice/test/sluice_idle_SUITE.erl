@@ -44,12 +44,12 @@ init_per_testcase(Case, Config) ->
 end_per_testcase(_Case, Config) ->
     sluice_test_lib:stop_listener(?config(name, Config)).
 
-%% park_idle false: these cases are about hibernation; parking (the default
-%% for the ping handler on inet) is sluice_park_SUITE's.
+%% park_after infinity: these cases are about hibernation; parking is
+%% sluice_park_SUITE's.
 ping_listener(Config, Opts) ->
     Name = ?config(name, Config),
     _ = sluice_test_lib:start_listener(Name, maps:merge(#{handler => {sluice_proto_ping, []},
-                                                          park_idle => false},
+                                                          park_after => infinity},
                                                         Opts)),
     sluice_test_lib:port(Name).
 

@@ -4,7 +4,8 @@
 %% Each case checks what a client and sluice:info/1 see: answers as before,
 %% state kept, still counted (and limited), closed by the peer, the idle
 %% timeout, a drain (with FIN) or a stop, and no parking where it cannot
-%% work (socket backend, a handler with handle_info/2, park_idle false).
+%% work (socket backend, a handler with handle_info/2, active false,
+%% park_after infinity).
 -module(sluice_park_SUITE).
 
 -include_lib("common_test/include/ct.hrl").
@@ -23,7 +24,7 @@
          killed_conns_sup_closes_its_parked_connections/1,
          parked_connections_count_against_the_limit/1,
          no_parking_where_it_cannot_work/1,
-         bad_park_idle_is_refused/1]).
+         bad_park_after_is_refused/1]).
 
 suite() -> [{timetrap, {seconds, 60}}].
 
@@ -39,7 +40,7 @@ all() ->
      killed_conns_sup_closes_its_parked_connections,
      parked_connections_count_against_the_limit,
      no_parking_where_it_cannot_work,
-     bad_park_idle_is_refused].
+     bad_park_after_is_refused].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -54,13 +55,14 @@ init_per_testcase(Case, Config) ->
 end_per_testcase(_Case, Config) ->
     sluice_test_lib:stop_listener(?config(name, Config)).
 
-%% An inet ping listener that parks after 50 quiet ms, unless Opts say
-%% otherwise.
+%% An inet ping listener that parks after 50 quiet ms (hibernates after
+%% 20), unless Opts say otherwise.
 ping_listener(Config, Opts) ->
     Name = ?config(name, Config),
     _ = sluice_test_lib:start_listener(Name, maps:merge(#{handler => {sluice_proto_ping, []},
                                                           transport => inet,
-                                                          hibernate_after => 50},
+                                                          hibernate_after => 20,
+                                                          park_after => 50},
                                                         Opts)),
     sluice_test_lib:port(Name).
 
@@ -122,12 +124,12 @@ every_active_mode_resumes_after_parking(Config) ->
               sluice_test_lib:stop_listener(Name)
       end, [once, 1, 2, 10, true]).
 
-%% 40 clients ping at random gaps around the park threshold (hibernate_after
+%% 40 clients ping at random gaps around the park threshold (park_after
 %% 10 ms, gaps 0-25 ms), so that data often arrives while a connection is
 %% parking or waking: every Ping gets its Pong, nothing crashes, and the
 %% listener counts 40 connections throughout and none closed.
 pings_around_the_park_threshold_all_get_answers(Config) ->
-    Port = ping_listener(Config, #{hibernate_after => 10}),
+    Port = ping_listener(Config, #{hibernate_after => 5, park_after => 10}),
     sluice_test_lib:seed_rand(),
     Self = self(),
     Pids = [spawn_link(fun() ->
@@ -164,7 +166,7 @@ peer_close_of_a_parked_connection_is_counted(Config) ->
 %% idle_timeout 400 closes a parked connection between 400 ms and 1.5 s
 %% after its last Ping was sent, and says why.
 idle_timeout_closes_a_parked_connection(Config) ->
-    Port = ping_listener(Config, #{hibernate_after => 20, idle_timeout => 400}),
+    Port = ping_listener(Config, #{park_after => 20, idle_timeout => 400}),
     {ok, S} = sluice_test_lib:connect(Port),
     %% Before the Ping: pong/1 returns 50 ms after the Pong (it checks that
     %% nothing follows).
@@ -178,17 +180,31 @@ idle_timeout_closes_a_parked_connection(Config) ->
     sluice_test_lib:wait_info(?config(name, Config), connections, 0, 2000),
     ?assertMatch(#{idle_timeout := 1}, info(Config, close_reasons)).
 
-%% A drain reaches parked connections: each is woken, sends FIN (the client
-%% reads end-of-stream, not a reset) and the drain ends with none left.
+%% A drain reaches parked connections: each is woken and sends FIN; each
+%% client reads end-of-stream (not a reset) and closes, and the drain ends
+%% with none left well before its deadline (a drained connection waits for
+%% its client's close up to the deadline).
 drain_closes_a_parked_connection_with_fin(Config) ->
     Port = ping_listener(Config, #{}),
-    Socks = [begin {ok, S} = sluice_test_lib:connect(Port), {ok, _} = pong(S), S end
-             || _ <- lists:seq(1, 5)],
+    Self = self(),
+    Clients = [spawn_link(fun() ->
+                                  {ok, S} = sluice_test_lib:connect(Port),
+                                  {ok, _} = pong(S),
+                                  Self ! {ready, self()},
+                                  End = gen_tcp:recv(S, 0, 10000),
+                                  ok = gen_tcp:close(S),
+                                  Self ! {ended, self(), End}
+                          end) || _ <- lists:seq(1, 5)],
+    [receive {ready, C} -> ok end || C <- Clients],
     ok = wait_parked(Config, 5),
+    T0 = erlang:monotonic_time(millisecond),
     ?assertEqual({ok, 0}, sluice:drain(?config(name, Config), 3000)),
-    [?assertEqual({error, closed}, gen_tcp:recv(S, 0, 3000)) || S <- Socks],
-    ?assertMatch(#{drained := 5}, info(Config, close_reasons)),
-    [gen_tcp:close(S) || S <- Socks].
+    Ms = erlang:monotonic_time(millisecond) - T0,
+    ct:log("drain of 5 parked connections: ~b ms", [Ms]),
+    ?assert(Ms < 2000, Ms),
+    ?assertEqual([{error, closed} || _ <- Clients],
+                 [receive {ended, C, End} -> End end || C <- Clients]),
+    ?assertMatch(#{drained := 5}, info(Config, close_reasons)).
 
 %% Stopping the listener closes parked sockets too.
 stop_closes_parked_connections(Config) ->
@@ -233,8 +249,8 @@ parked_connections_count_against_the_limit(Config) ->
     [gen_tcp:close(S) || S <- [S3 | Socks]].
 
 %% No parking on the socket backend, for a handler with handle_info/2 (it
-%% expects messages at its pid), with active false, or with park_idle
-%% false: those connections hibernate (their process stays).
+%% expects messages at its pid), with active false, or with park_after
+%% infinity: those connections hibernate (their process stays).
 no_parking_where_it_cannot_work(Config) ->
     Name = ?config(name, Config),
     Echo = {sluice_test_handler, #{}},
@@ -242,7 +258,8 @@ no_parking_where_it_cannot_work(Config) ->
       fun(Opts) ->
               _ = sluice_test_lib:start_listener(
                     Name, maps:merge(#{handler => {sluice_proto_echo, []},
-                                       transport => inet, hibernate_after => 20}, Opts)),
+                                       transport => inet, hibernate_after => 20,
+                                       park_after => 50}, Opts)),
               Port = sluice_test_lib:port(Name),
               {ok, S} = sluice_test_lib:connect(Port),
               ok = gen_tcp:send(S, <<"hi">>),
@@ -255,14 +272,19 @@ no_parking_where_it_cannot_work(Config) ->
               ?assertEqual(0, maps:get(parked, sluice:info(Name)), Opts),
               ok = gen_tcp:send(S, <<"again">>),
               ?assertEqual(<<"again">>, sluice_test_lib:recv_exactly(S, 5, 3000)),
+              timer:sleep(200),
+              ?assertEqual(0, maps:get(parked, sluice:info(Name)), Opts),
+              ?assertEqual([Pid], sluice_test_lib:conn_pids(Name)),
               ok = gen_tcp:close(S),
               sluice_test_lib:stop_listener(Name)
       end, [#{transport => socket}, #{handler => Echo}, #{active => false},
-            #{park_idle => false}]).
+            #{park_after => infinity}]).
 
-bad_park_idle_is_refused(_Config) ->
-    ?assertEqual({error, {bad_option, park_idle, yes}},
-                 sluice:start_listener(bad, #{handler => {sluice_proto_ping, []},
-                                              park_idle => yes})),
-    ?assertNotEqual(nomatch, string:find(sluice:format_error({bad_option, park_idle, yes}),
-                                         "park_idle")).
+bad_park_after_is_refused(_Config) ->
+    [begin
+         ?assertEqual({error, {bad_option, park_after, V}},
+                      sluice:start_listener(bad, #{handler => {sluice_proto_ping, []},
+                                                   park_after => V})),
+         ?assertNotEqual(nomatch, string:find(sluice:format_error({bad_option, park_after, V}),
+                                              "park_after"))
+     end || V <- [0, -5, yes]].

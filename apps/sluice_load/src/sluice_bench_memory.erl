@@ -6,9 +6,10 @@
 %% connection processes, the inet driver's ports, and the VM's resident
 %% set (which also holds what the socket NIF allocates outside the Erlang
 %% allocators' view). Per connection = (after - before) / N, read once every
-%% connection has gone to sleep as an idle connection does (quiet for
-%% `hibernate_after', here 200 ms): parked on inet (the process exits, its
-%% socket waits in the conns_sup), hibernated on socket.
+%% connection has gone to sleep as an idle connection does: parked on inet
+%% (quiet for `park_after', here 300 ms by default: the process exits, its
+%% socket waits in the conns_sup), hibernated on socket (quiet for
+%% `hibernate_after', here 200 ms).
 -module(sluice_bench_memory).
 
 -export([run/1, specs/0, measure/4]).
@@ -21,8 +22,8 @@
 specs() ->
     [{conns, "conns", {integer, 1, 15000}, 1000, "idle connections per backend"},
      {backend, "backend", {enum, [both, inet, socket]}, both, "backend(s) to measure"},
-     {park_idle, "park-idle", {enum, [true, false]}, true,
-      "park quiet inet connections (false: they hibernate, as on socket)"}].
+     {park_after, "park-after", timeout, 300,
+      "park inet connections quiet this long (infinity: they hibernate, as on socket)"}].
 
 -spec run([string()]) -> non_neg_integer().
 run(Args) ->
@@ -32,7 +33,7 @@ run(Args) ->
             0;
         {error, Msg} ->
             sluice_cli:fail(2, Msg);
-        {ok, #{conns := N, backend := B, park_idle := Park}} ->
+        {ok, #{conns := N, backend := B, park_after := Park}} ->
             {ok, _} = application:ensure_all_started(sluice),
             Engine = filename:join(code:priv_dir(sluice_load), "sluice-load"),
             Backends = case B of both -> [inet, socket]; _ -> [B] end,
@@ -55,12 +56,12 @@ run(Args) ->
     end.
 
 %% @doc Measure one backend: a map of bytes per connection.
--spec measure(inet | socket, pos_integer(), file:filename(), boolean()) -> map().
+-spec measure(inet | socket, pos_integer(), file:filename(), timeout()) -> map().
 measure(Backend, N, Engine, Park) ->
     Name = {?MODULE, Backend},
     {ok, _} = sluice:start_listener(Name, #{ip => {127, 0, 0, 1}, port => 0,
                                             transport => Backend, idle_timeout => infinity,
-                                            hibernate_after => 200, park_idle => Park,
+                                            hibernate_after => 200, park_after => Park,
                                             max_connections => infinity,
                                             handler => {sluice_proto_ping, []}}),
     #{port := Port} = sluice:info(Name),
@@ -74,7 +75,7 @@ measure(Backend, N, Engine, Park) ->
     spawn_link(fun() -> Self ! {engine, os:cmd(lists:flatten(Cmd))} end),
     ok = wait_connections(Name, N, 30000),
     timer:sleep(1000),
-    ok = wait_asleep(Name, N, 10000),
+    ok = wait_asleep(Name, N, Backend =:= inet andalso Park =/= infinity, 10000),
     settle(),
     After = snapshot(Name),
     receive {engine, _} -> ok after 30000 -> ok end,
@@ -91,18 +92,18 @@ wait_connections(Name, N, _) ->
     error({connections_not_reached, N, sluice:info(Name)}).
 
 %% Every connection parked or hibernated.
-wait_asleep(Name, N, Timeout) when Timeout > 0 ->
+wait_asleep(Name, N, AllParked, Timeout) when Timeout > 0 ->
     Sups = conns_sups(Name),
     #{parked := Parked} = sluice:info(Name),
     Asleep = length([P || Sup <- Sups, {_, P, _, _} <- supervisor:which_children(Sup),
                           process_info(P, current_function) =:= {current_function, {erlang, hibernate, 3}}]),
     %% Reading a process's current function runs that process, which the
     %% sweep takes for activity: look much less often than hibernate_after.
-    case Parked + Asleep >= N of
+    case (AllParked andalso Parked >= N) orelse (not AllParked andalso Asleep >= N) of
         true -> ok;
-        false -> timer:sleep(1000), wait_asleep(Name, N, Timeout - 1000)
+        false -> timer:sleep(1000), wait_asleep(Name, N, AllParked, Timeout - 1000)
     end;
-wait_asleep(Name, N, _) ->
+wait_asleep(Name, N, _, _) ->
     error({connections_not_asleep, N, sluice:info(Name)}).
 
 settle() ->

@@ -34,9 +34,9 @@ specs() ->
      {drain_timeout, "drain-timeout", {integer, 0, 60000}, 5000,
       "on SIGTERM/SIGINT, how long connections get to end before they are closed"},
      {hibernate_after, "hibernate-after", timeout, maps:get(hibernate_after, D),
-      "hibernate (or park, see --park-idle) a connection quiet for this long"},
-     {park_idle, "park-idle", {enum, [true, false]}, maps:get(park_idle, D),
-      "quiet inet connections hand their socket to their supervisor and exit (no process while idle)"},
+      "hibernate a connection quiet for this long"},
+     {park_after, "park-after", timeout, maps:get(park_after, D),
+      "park an inet connection quiet for this long: its process exits, its socket waits in its supervisor"},
      {backend, "backend", {enum, [inet, socket]}, maps:get(transport, D),
       "socket layer: inet (gen_tcp, the inet driver) or socket (OTP's socket NIF)"}]
         ++ sluice_cli_cluster_opts:specs() ++ sluice_cli_vm:specs().
@@ -76,7 +76,7 @@ listener_opts(O) ->
       max_connections => maps:get(max_connections, O),
       idle_timeout => maps:get(idle_timeout, O), backlog => maps:get(backlog, O),
       hibernate_after => maps:get(hibernate_after, O),
-      park_idle => maps:get(park_idle, O),
+      park_after => maps:get(park_after, O),
       socket_opts => SocketOpts, transport => maps:get(backend, O)}.
 
 serve(O) ->
