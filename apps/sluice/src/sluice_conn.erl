@@ -38,9 +38,6 @@
             credit = 0 :: non_neg_integer(),
             counters :: counters:counters_ref(),
             parent :: pid(),
-            %% may park when told (hand the socket to the conns_sup and
-            %% exit); see sluice_conns_sup:parkable/1
-            park = false :: boolean(),
             callbacks :: #{info := boolean(), drain := boolean(),
                            terminate := boolean()}}).
 
@@ -72,7 +69,6 @@ init(Parent, Sock, Acceptor, L = #{name := Name, transport := T, handler := {H, 
             exit(normal)
     end,
     S0 = state(Parent, Sock, L),
-    C = S0#s.counters,
     Conn = #{listener => Name, socket => Sock, transport => T},
     case H:init(Conn, HOpts) of
         {ok, HState} ->
@@ -84,14 +80,14 @@ init(Parent, Sock, Acceptor, L = #{name := Name, transport := T, handler := {H, 
             end;
         {close, Reason} ->
             T:close(Sock),
-            count_reason(Reason, C),
+            count_reason(Reason, S0#s.counters),
             exit(normal)
     end.
 
 state(Parent, Sock, #{transport := T, handler := {H, _}, active := Active,
-                      counters := C} = L) ->
+                      counters := C}) ->
     #s{sock = Sock, transport = T, handler = H, active = Active,
-       counters = C, parent = Parent, park = maps:get(park, L, false),
+       counters = C, parent = Parent,
        callbacks = #{info => erlang:function_exported(H, handle_info, 2),
                      drain => erlang:function_exported(H, handle_drain, 1),
                      terminate => erlang:function_exported(H, terminate, 2)}}.

@@ -23,7 +23,7 @@
 
 -include("sluice_counters.hrl").
 
--export([start_link/2, start_connection/3, drain/2, parkable/1]).
+-export([start_link/2, start_connection/3, drain/2, parked_sockets/1]).
 -export([init/3]).
 -export([system_continue/3, system_terminate/4, system_code_change/4]).
 
@@ -90,14 +90,13 @@ init(Parent, Listener = #{name := Name, atomics := A}, Index) ->
     proc_lib:init_ack(Parent, {ok, self()}),
     Idle = maps:get(idle_timeout, Listener, infinity),
     HibAfter = maps:get(hibernate_after, Listener, infinity),
-    Park = parkable(Listener),
-    ParkAfter = case Park of
+    ParkAfter = case parkable(Listener) of
                     true -> maps:get(park_after, Listener);
                     false -> infinity
                 end,
     Tick = sluice_sweep:tick(Idle, min(HibAfter, ParkAfter)),
     ok = schedule_sweep(Tick),
-    loop(#st{parent = Parent, index = Index, listener = Listener#{park => Park},
+    loop(#st{parent = Parent, index = Index, listener = Listener,
              tick = Tick, parked = parked_table(Listener),
              sweep = #{idle => Idle, hibernate_after => HibAfter, park_after => ParkAfter}}).
 
@@ -109,13 +108,18 @@ parked_table(#{transport := T}) ->
     ets:new(sluice_parked, [set, private,
                             {heir, whereis(sluice_registry), {sluice_parked, T}}]).
 
-%% @doc Whether a listener's long-quiet connections park (hand their socket
-%% to their conns_sup and exit): `park_after' is not infinity, the
-%% transport can hold a socket armed for
-%% its owner's process (inet), the active mode is not `false' (its pending
-%% read belongs to the connection process) and the handler has no
-%% handle_info/2 (a handler that expects messages needs its process).
--spec parkable(map()) -> boolean().
+%% @doc The sockets of the parked connections in a table of parked_table/1
+%% (sluice_registry closes them if their conns_sup dies).
+-spec parked_sockets(ets:tid()) -> [sluice_transport:socket()].
+parked_sockets(Tab) ->
+    ets:select(Tab, [{{'$1', '_', '_'}, [], ['$1']}]).
+
+%% Whether a listener's long-quiet connections park (hand their socket to
+%% their conns_sup and exit): `park_after' is not infinity, the transport
+%% can hold a socket armed for its owner's process (inet), the active mode
+%% is not `false' (its pending read belongs to the connection process) and
+%% the handler has no handle_info/2 (a handler that expects messages needs
+%% its process). Otherwise the sweep never tells a connection to park.
 parkable(#{transport := T, handler := {H, _}} = L) ->
     %% function_exported/3 is false for a module not loaded yet.
     {module, T} = code:ensure_loaded(T),
@@ -126,6 +130,10 @@ parkable(#{transport := T, handler := {H, _}} = L) ->
         andalso not erlang:function_exported(H, handle_info, 2).
 
 now_ms() -> erlang:monotonic_time(millisecond).
+
+%% The listener's count of this supervisor's parked connections.
+count_parked(#st{listener = L = #{atomics := A}, index = I}, Delta) ->
+    atomics:add(A, parked_slot(L, I), Delta).
 
 parked_slot(#{opts := #{num_conns_sups := NS}}, Index) ->
     ?A_SUP_BASE + NS + Index.
@@ -176,7 +184,7 @@ loop(St = #st{parent = Parent, children = Children, listener = L, index = I}) ->
             loop(St2);
         {sluice_drain, Deadline} ->
             _ = [Pid ! {sluice_drain, Deadline} || Pid <- maps:keys(Children)],
-            Parked = ets:select(St#st.parked, [{{'$1', '_', '_'}, [], ['$1']}]),
+            Parked = parked_sockets(St#st.parked),
             loop(lists:foldl(fun(Sock, Acc) -> unpark(Sock, {sluice_drain, Deadline}, Acc) end,
                              St#st{drain = {Deadline, Children}}, Parked));
         {'$gen_call', From, Req} ->
@@ -197,7 +205,7 @@ park(Pid, Sock, HState, St = #st{children = Children, listener = #{transport := 
         {{Seen, Since}, Rest} ->
             true = ets:insert(St#st.parked, {Sock, Since, HState}),
             true = unlink(Sock),
-            atomics:add(maps:get(atomics, St#st.listener), parked_slot(St#st.listener, St#st.index), 1),
+            count_parked(St, 1),
             St2 = St#st{children = Rest},
             case {T:park(Sock), Seen, St#st.drain} of
                 {{error, Reason}, _, _} -> unpark(Sock, {error, Reason}, St2);
@@ -216,8 +224,8 @@ park(Pid, Sock, HState, St = #st{children = Children, listener = #{transport := 
 unpark(Sock, Event, St = #st{children = Children, listener = L, parked = Tab}) ->
     case ets:take(Tab, Sock) of
         [{Sock, _Since, HState}] ->
-            #{transport := T, atomics := A} = L,
-            atomics:sub(A, parked_slot(L, St#st.index), 1),
+            #{transport := T} = L,
+            count_parked(St, -1),
             Pid = proc_lib:spawn_opt(sluice_conn, unpark, [self(), Sock, HState, L], [link]),
             Event2 = case handover(T, Sock, Pid, Event) of
                          ok -> Event;
@@ -277,11 +285,8 @@ terminate(Reason, #st{children = Children, listener = L, index = I, parked = Tab
     _ = [exit(Pid, shutdown) || Pid <- maps:keys(Children)],
     %% Parked connections: closed here, like a connection that is shut down.
     #{transport := T} = L,
-    _ = [begin
-             T:close(Sock),
-             atomics:sub(maps:get(atomics, L), parked_slot(L, I), 1),
-             child_gone(L, I)
-         end || Sock <- ets:select(Tab, [{{'$1', '_', '_'}, [], ['$1']}])],
+    _ = [begin T:close(Sock), child_gone(L, I) end || Sock <- parked_sockets(Tab)],
+    atomics:put(maps:get(atomics, L), parked_slot(L, I), 0),
     Timeout = maps:get(shutdown_timeout, L, 5000),
     TRef = case Timeout of
                infinity -> undefined;

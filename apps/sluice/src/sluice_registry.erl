@@ -114,7 +114,7 @@ handle_info({'ETS-TRANSFER', Tab, _DeadConnsSup, {sluice_parked, T}}, Monitors) 
     %% A conns_sup died with parked connections (their sockets are not
     %% linked to it, to save memory): close them, or they would stay open
     %% with nobody to read them.
-    _ = [T:close(Sock) || Sock <- ets:select(Tab, [{{'$1', '_', '_'}, [], ['$1']}])],
+    _ = [T:close(Sock) || Sock <- sluice_conns_sup:parked_sockets(Tab)],
     true = ets:delete(Tab),
     {noreply, Monitors};
 handle_info(_Msg, Monitors) ->

@@ -94,34 +94,33 @@ sweep(Children, Now, Cfg) ->
 
 step(_Pid, Entry = {closing, _}, _Now, _Cfg) ->
     Entry;
+%% Told to park: only the idle timeout is left to send.
 step(Pid, Entry = {parking, Since}, Now, #{idle := Idle}) ->
-    case over(Now - Since, Idle) of
-        true -> Pid ! {sluice_sweep, idle_timeout}, {closing, Since};
-        false -> Entry
-    end;
+    nudge(Pid, Entry, Now - Since, Idle, infinity, infinity);
+%% Asleep: the sweep no longer reads its reductions (it ran to take the
+%% nudge); it may still be told to park or to close.
 step(Pid, Entry = {asleep, Since}, Now, #{idle := Idle, park_after := ParkAfter}) ->
-    Quiet = Now - Since,
-    case {over(Quiet, Idle), over(Quiet, ParkAfter)} of
-        {true, _} -> Pid ! {sluice_sweep, idle_timeout}, {closing, Since};
-        {false, true} -> Pid ! {sluice_sweep, park}, {parking, Since};
-        {false, false} -> Entry
-    end;
+    nudge(Pid, Entry, Now - Since, Idle, ParkAfter, infinity);
 step(Pid, Entry = {Seen, Since}, Now, #{idle := Idle, hibernate_after := HibAfter,
                                         park_after := ParkAfter}) ->
     case erlang:process_info(Pid, reductions) of
         {reductions, Seen} ->
-            Quiet = Now - Since,
-            case {over(Quiet, Idle), over(Quiet, ParkAfter), over(Quiet, HibAfter)} of
-                {true, _, _} -> Pid ! {sluice_sweep, idle_timeout}, {closing, Since};
-                {false, true, _} -> Pid ! {sluice_sweep, park}, {parking, Since};
-                {false, false, true} -> Pid ! {sluice_sweep, hibernate}, {asleep, Since};
-                {false, false, false} -> Entry
-            end;
+            nudge(Pid, Entry, Now - Since, Idle, ParkAfter, HibAfter);
         {reductions, Reds} ->
             {Reds, Now};
         undefined ->
             %% Dead; its 'EXIT' is on the way and removes it.
             Entry
+    end.
+
+%% The strongest nudge a connection quiet for Quiet ms is due, if any:
+%% close, then park, then hibernate.
+nudge(Pid, Entry = {_, Since}, Quiet, Idle, ParkAfter, HibAfter) ->
+    case {over(Quiet, Idle), over(Quiet, ParkAfter), over(Quiet, HibAfter)} of
+        {true, _, _} -> Pid ! {sluice_sweep, idle_timeout}, {closing, Since};
+        {false, true, _} -> Pid ! {sluice_sweep, park}, {parking, Since};
+        {false, false, true} -> Pid ! {sluice_sweep, hibernate}, {asleep, Since};
+        {false, false, false} -> Entry
     end.
 
 over(_Quiet, infinity) -> false;

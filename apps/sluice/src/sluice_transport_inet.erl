@@ -113,13 +113,15 @@ activate(Sock, Mode) ->
         {message_queue_len, Queued} when Queued > 1 ->
             inet:setopts(Sock, [{active, Mode}]);
         _ ->
-            arm_small(Sock, Mode)
+            arm_small(Sock, Mode, ?ARM_BUFFER)
     end.
 
-arm_small(Sock, Mode) ->
+%% Set the active mode with the read buffer at Small for the arming (the
+%% driver allocates it then), and put the real size back for later reads.
+arm_small(Sock, Mode, Small) ->
     case inet:getopts(Sock, [buffer]) of
-        {ok, [{buffer, Size}]} when Size > ?ARM_BUFFER ->
-            case inet:setopts(Sock, [{buffer, ?ARM_BUFFER}, {active, Mode}]) of
+        {ok, [{buffer, Size}]} when Size > Small ->
+            case inet:setopts(Sock, [{buffer, Small}, {active, Mode}]) of
                 ok -> inet:setopts(Sock, [{buffer, Size}]);
                 Error -> Error
             end;
@@ -133,21 +135,13 @@ arm_small(Sock, Mode) ->
 %% owner, with a tiny read buffer held meanwhile.
 -spec park(gen_tcp:socket()) -> ok | {error, term()}.
 park(Sock) ->
-    case inet:getopts(Sock, [buffer]) of
-        {ok, [{buffer, Size}]} ->
-            case inet:setopts(Sock, [{buffer, ?PARK_BUFFER}, {active, once}]) of
-                ok -> inet:setopts(Sock, [{buffer, Size}]);
-                Error -> Error
-            end;
-        Error ->
-            Error
-    end.
+    arm_small(Sock, once, ?PARK_BUFFER).
 
 %% @doc The owner change of gen_tcp:controlling_process/2 without its
 %% safety steps (read the active mode, set it false, move queued messages,
 %% set it back): the caller knows the socket is passive and that no message
-%% of it is queued. The new owner is linked to the port; the caller
-%% unlinks.
+%% of it is queued. The new owner is linked to the port, the caller
+%% (the old owner) unlinked from it.
 -spec handover(gen_tcp:socket(), pid()) -> ok | {error, term()}.
 handover(Sock, Pid) ->
     try erlang:port_connect(Sock, Pid) of

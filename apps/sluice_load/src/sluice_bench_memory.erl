@@ -91,20 +91,22 @@ wait_connections(Name, N, Timeout) when Timeout > 0 ->
 wait_connections(Name, N, _) ->
     error({connections_not_reached, N, sluice:info(Name)}).
 
-%% Every connection parked or hibernated.
+%% Every connection parked (AllParked) or hibernated.
 wait_asleep(Name, N, AllParked, Timeout) when Timeout > 0 ->
-    Sups = conns_sups(Name),
-    #{parked := Parked} = sluice:info(Name),
-    Asleep = length([P || Sup <- Sups, {_, P, _, _} <- supervisor:which_children(Sup),
-                          process_info(P, current_function) =:= {current_function, {erlang, hibernate, 3}}]),
-    %% Reading a process's current function runs that process, which the
-    %% sweep takes for activity: look much less often than hibernate_after.
-    case (AllParked andalso Parked >= N) orelse (not AllParked andalso Asleep >= N) of
+    case asleep(Name, AllParked) >= N of
         true -> ok;
         false -> timer:sleep(1000), wait_asleep(Name, N, AllParked, Timeout - 1000)
     end;
 wait_asleep(Name, N, _, _) ->
     error({connections_not_asleep, N, sluice:info(Name)}).
+
+asleep(Name, true) ->
+    maps:get(parked, sluice:info(Name));
+asleep(Name, false) ->
+    %% Reading a process's current function runs that process, which the
+    %% sweep takes for activity: look much less often than hibernate_after.
+    length([P || Sup <- conns_sups(Name), {_, P, _, _} <- supervisor:which_children(Sup),
+                 process_info(P, current_function) =:= {current_function, {erlang, hibernate, 3}}]).
 
 settle() ->
     timer:sleep(500),
