@@ -15,7 +15,7 @@
 
 -export([start_listener/2, stop_listener/1, stop_listener/2, drain/2,
          suspend/1, resume/1, info/1, set_max_connections/2, child_spec/2,
-         listeners/0, format_error/1, cluster_info/1, cluster_info/2]).
+         listeners/0, format_error/1]).
 -export([send/2, peername/1, sockname/1]).
 
 -export_type([conn/0, name/0]).
@@ -217,18 +217,6 @@ close_reasons(C) ->
                frame_timeout => ?C_CLOSE_FRAME_TIMEOUT, socket_error => ?C_CLOSE_ERROR,
                protocol_error => ?C_PROTOCOL_ERRORS, drained => ?C_CLOSE_DRAINED,
                handler => ?C_CLOSE_HANDLER, crashed => ?C_CLOSE_CRASHED}).
-
-%% @doc info/1 summed over the nodes that run a listener of this name: this
-%% node and every connected node (see sluice_cluster). Each node's own
-%% figures, with its BEAM memory and resident size, are under `nodes'.
--spec cluster_info(name()) -> map() | {error, not_found}.
-cluster_info(Name) ->
-    sluice_cluster:info(Name, [node() | nodes()]).
-
-%% @doc cluster_info/1 over the given nodes only.
--spec cluster_info(name(), [node()]) -> map() | {error, not_found}.
-cluster_info(Name, Nodes) ->
-    sluice_cluster:info(Name, Nodes).
 
 %% The registry drops a listener's row only once it sees the supervisor go
 %% down, so a listener that is stopping can still be looked up: gone.

@@ -6,7 +6,7 @@
 %%
 %% The network cases run once per transport (groups `inet' and `socket'; the
 %% second skips itself until sluice_transport_socket exists). The hostile
-%% clients are sluice_abuse's (apps/sluice_load), shared with `make soak'.
+%% clients are sluice_abuse_client's (apps/sluice/test_support), shared with `make soak'.
 %%
 %% Related cases elsewhere (not repeated here): a handler that raises
 %% (sluice_lifecycle_SUITE), killed acceptors and connection supervisors,
@@ -114,12 +114,12 @@ listener(Config, Extra) ->
 %% checked with a pipelined batch before and after it, on the same socket
 %% (so the same connection process) throughout.
 bystanders(Port) ->
-    Socks = [sluice_abuse:connect(Port) || _ <- lists:seq(1, ?BYSTANDERS)],
-    ?assertEqual([ok || _ <- Socks], [sluice_abuse:pipeline(S, 100, 10) || S <- Socks]),
+    Socks = [sluice_abuse_client:connect(Port) || _ <- lists:seq(1, ?BYSTANDERS)],
+    ?assertEqual([ok || _ <- Socks], [sluice_abuse_client:pipeline(S, 100, 10) || S <- Socks]),
     Socks.
 
 bystanders_untouched(Socks) ->
-    ?assertEqual([ok || _ <- Socks], [sluice_abuse:pipeline(S, 100, 10) || S <- Socks]),
+    ?assertEqual([ok || _ <- Socks], [sluice_abuse_client:pipeline(S, 100, 10) || S <- Socks]),
     [gen_tcp:close(S) || S <- Socks],
     ok.
 
@@ -262,7 +262,7 @@ last_or_none(L) -> lists:last(L).
 %% connection), then FIN, not a reset; counted as a protocol error.
 oversized_len_acks_what_came_before_then_fin(Config) ->
     _ = listener(Config, #{}),
-    {R, Delta} = with_bystanders(Config, fun(Port) -> sluice_abuse:oversize(Port, 5, ?MAX_FRAME) end),
+    {R, Delta} = with_bystanders(Config, fun(Port) -> sluice_abuse_client:oversize(Port, 5, ?MAX_FRAME) end),
     #{acks := Acks, expected := Expected, ending := End} = R,
     ?assertEqual({Expected, closed}, {Acks, End}),
     ?assertMatch(#{protocol_errors := 1, close_reasons := #{protocol_error := 1}}, Delta).
@@ -274,10 +274,10 @@ zero_length_and_one_byte_writes_are_served(Config) ->
     {{Zero, OneByte}, _} =
         with_bystanders(Config,
                         fun(Port) ->
-                                S = sluice_abuse:connect(Port),
-                                Z = sluice_abuse:pipeline(S, 2000, 0),
+                                S = sluice_abuse_client:connect(Port),
+                                Z = sluice_abuse_client:pipeline(S, 2000, 0),
                                 gen_tcp:close(S),
-                                {Z, sluice_abuse:one_byte_writes(Port, 20)}
+                                {Z, sluice_abuse_client:one_byte_writes(Port, 20)}
                         end),
     ?assertEqual(ok, Zero),
     #{acks := Acks, expected := Expected} = OneByte,
@@ -294,7 +294,7 @@ random_bytes_close_only_their_connections(Config) ->
                                 Parent = self(),
                                 Pids = [spawn_link(fun() ->
                                                            N = 11 + rand:uniform(1990),
-                                                           R = sluice_abuse:random_bytes(Port, N, 5000),
+                                                           R = sluice_abuse_client:random_bytes(Port, N, 5000),
                                                            Parent ! {self(), R}
                                                    end) || _ <- lists:seq(1, 40)],
                                 [receive {P, R} -> R end || P <- Pids]
@@ -307,7 +307,7 @@ random_bytes_close_only_their_connections(Config) ->
 reset_mid_frame_is_counted(Config) ->
     _ = listener(Config, #{}),
     {_, Delta} = with_bystanders(Config, fun(Port) ->
-                                                 [sluice_abuse:reset_mid_frame(Port)
+                                                 [sluice_abuse_client:reset_mid_frame(Port)
                                                   || _ <- lists:seq(1, 20)]
                                          end),
     ?assertMatch(#{closed := 20, accepted := 20}, Delta).
@@ -318,7 +318,7 @@ reset_mid_frame_is_counted(Config) ->
 connect_close_storm_leaves_nothing_behind(Config) ->
     _ = listener(Config, #{}),
     {#{connected := N}, Delta} =
-        with_bystanders(Config, fun(Port) -> sluice_abuse:storm(Port, 1000, 10) end),
+        with_bystanders(Config, fun(Port) -> sluice_abuse_client:storm(Port, 1000, 10) end),
     ?assertEqual(1000, N),
     ?assertMatch(#{accepted := 1000, closed := 1000, rejected := 0}, Delta).
 
@@ -327,7 +327,7 @@ connect_close_storm_leaves_nothing_behind(Config) ->
 half_closed_client_gets_every_ack_then_fin(Config) ->
     _ = listener(Config, #{}),
     {#{acks := Acks, expected := Expected, ending := End}, Delta} =
-        with_bystanders(Config, fun(Port) -> sluice_abuse:half_close(Port, 1000) end),
+        with_bystanders(Config, fun(Port) -> sluice_abuse_client:half_close(Port, 1000) end),
     ?assertEqual({byte_size(Expected), closed}, {byte_size(Acks), End}),
     ?assertEqual(Expected, Acks),
     ?assertMatch(#{close_reasons := #{peer_closed := 1}}, Delta).
@@ -342,7 +342,7 @@ half_closed_client_gets_every_ack_then_fin(Config) ->
 trickled_frame_is_cut_by_frame_timeout(Config) ->
     _ = listener(Config, #{}),
     {#{sent := Sent, ms := Ms, ending := End}, Delta} =
-        with_bystanders(Config, fun(Port) -> sluice_abuse:trickle(Port, 100, 100) end),
+        with_bystanders(Config, fun(Port) -> sluice_abuse_client:trickle(Port, 100, 100) end),
     ct:log("trickle: ~b bytes sent, cut after ~b ms (frame_timeout ~b)", [Sent, Ms, ?FRAME_TIMEOUT]),
     ?assertEqual(closed, End),
     ?assert(Ms >= ?FRAME_TIMEOUT andalso Ms < ?FRAME_TIMEOUT + 1000, Ms),
@@ -367,7 +367,7 @@ trickle_then_close(Port) ->
     Parent = self(),
     %% The client waits a second after the last byte (the server keeps the
     %% connection: `timeout'); its result includes the ack.
-    Pid = spawn_link(fun() -> Parent ! {self(), sluice_abuse:trickle(Port, 3, 100)} end),
+    Pid = spawn_link(fun() -> Parent ! {self(), sluice_abuse_client:trickle(Port, 3, 100)} end),
     receive {Pid, R} -> R after 15000 -> error(trickle_stuck) end.
 
 %% A connection that sends nothing is closed after idle_timeout (set to
@@ -381,7 +381,7 @@ idle_connection_is_cut_by_idle_timeout(Config) ->
                         fun(Port) ->
                                 Self = self(),
                                 Silent = spawn_link(fun() ->
-                                                            Self ! {self(), sluice_abuse:silent(Port, 5000)}
+                                                            Self ! {self(), sluice_abuse_client:silent(Port, 5000)}
                                                     end),
                                 keep_talking(get(bystanders), Silent)
                         end),
@@ -392,7 +392,7 @@ idle_connection_is_cut_by_idle_timeout(Config) ->
 keep_talking(Socks, Pid) ->
     receive {Pid, R} -> R
     after 200 ->
-            [ok = sluice_abuse:pipeline(S, 1, 0) || S <- Socks],
+            [ok = sluice_abuse_client:pipeline(S, 1, 0) || S <- Socks],
             keep_talking(Socks, Pid)
     end.
 
@@ -406,9 +406,9 @@ crashing_handler_is_counted_and_isolated(Config) ->
     _ = listener(Config, #{handler => sluice_fault_handler}),
     {_, Delta} = with_bystanders(Config,
                                  fun(Port) ->
-                                         S = sluice_abuse:connect(Port),
+                                         S = sluice_abuse_client:connect(Port),
                                          ok = gen_tcp:send(S, <<"crash!!!">>),
-                                         sluice_abuse:recv_until_end(S, 2000)
+                                         sluice_abuse_client:recv_until_end(S, 2000)
                                  end),
     ?assertMatch(#{closed := 1, close_reasons := #{crashed := 1}}, Delta).
 
@@ -419,12 +419,12 @@ hanging_handler_blocks_only_its_connection(Config) ->
     Name = ?config(name, Config),
     Port = listener(Config, #{handler => sluice_fault_handler, shutdown_timeout => 500}),
     Socks = bystanders(Port),
-    Hung = sluice_abuse:connect(Port),
+    Hung = sluice_abuse_client:connect(Port),
     ok = gen_tcp:send(Hung, <<"hang!!!!">>),
     timer:sleep(200),
     ?assertMatch(#{connections := 6}, sluice:info(Name)),
-    New = sluice_abuse:connect(Port),
-    ?assertEqual(ok, sluice_abuse:pipeline(New, 100, 10)),
+    New = sluice_abuse_client:connect(Port),
+    ?assertEqual(ok, sluice_abuse_client:pipeline(New, 100, 10)),
     gen_tcp:close(New),
     bystanders_untouched(Socks),
     sluice_test_lib:wait_info(Name, connections, 1, 5000),
@@ -434,7 +434,7 @@ hanging_handler_blocks_only_its_connection(Config) ->
     Ms = erlang:monotonic_time(millisecond) - T0,
     ct:log("drain + stop with a hung handler: ~b ms (drain 300, shutdown 500)", [Ms]),
     ?assert(Ms < 2000, Ms),
-    ?assertMatch({_, closed}, sluice_abuse:recv_until_end(Hung, 2000)).
+    ?assertMatch({_, closed}, sluice_abuse_client:recv_until_end(Hung, 2000)).
 
 %% While a listener is being stopped it can still be found in the registry
 %% (held here with sys:suspend/1 so that the moment lasts): suspend, resume

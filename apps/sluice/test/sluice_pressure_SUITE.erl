@@ -74,10 +74,10 @@ never_reading_client_is_cut_by_send_timeout(Config) ->
                                            socket_opts => [{sndbuf, 65536}, {send_timeout, 500}],
                                            handler => {sluice_proto_ack, #{ack => each}}}),
     Port = sluice_test_lib:port(Name),
-    Bystander = sluice_abuse:connect(Port),
+    Bystander = sluice_abuse_client:connect(Port),
     Parent = self(),
     Clients = [spawn_link(fun() ->
-                                  {S, _} = sluice_abuse:never_read(Port, ?BYTES, ?PAYLOAD, 4000),
+                                  {S, _} = sluice_abuse_client:never_read(Port, ?BYTES, ?PAYLOAD, 4000),
                                   Parent ! {self(), done},
                                   receive close -> gen_tcp:close(S) end
                           end) || _ <- [1, 2]],
@@ -87,7 +87,7 @@ never_reading_client_is_cut_by_send_timeout(Config) ->
     ct:log("never-reading connections cut after ~b ms; ~p",
            [erlang:monotonic_time(millisecond) - T0, sluice:info(Name)]),
     ?assertMatch(#{close_reasons := #{socket_error := 2}}, sluice:info(Name)),
-    ?assertEqual(ok, sluice_abuse:pipeline(Bystander, 100, 10)),
+    ?assertEqual(ok, sluice_abuse_client:pipeline(Bystander, 100, 10)),
     [receive {C, done} -> C ! close end || C <- Clients],
     gen_tcp:close(Bystander).
 
@@ -109,7 +109,7 @@ never_reading_clients_are_held_back_by_tcp(Config) ->
     ok = peer:call(Peer, ?MODULE, start_sampler, []),
     Parent = self(),
     Clients = [spawn_link(fun() ->
-                                  {S, Sent} = sluice_abuse:never_read(Port, ?BYTES, ?PAYLOAD, ?SEND_MS),
+                                  {S, Sent} = sluice_abuse_client:never_read(Port, ?BYTES, ?PAYLOAD, ?SEND_MS),
                                   Parent ! {self(), Sent},
                                   receive
                                       %% A reset: a plain close would wait

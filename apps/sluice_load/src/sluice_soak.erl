@@ -173,34 +173,34 @@ worker(Port, Deadline, Counts) ->
 
 %% One round of one kind; `ok' when the server behaved as it should.
 abuse(oversize, Port) ->
-    case sluice_abuse:oversize(Port, 10, ?MAX_FRAME) of
+    case sluice_abuse_client:oversize(Port, 10, ?MAX_FRAME) of
         #{acks := A, expected := A, ending := closed} -> ok;
         #{ending := E} -> {unexpected, E}
     end;
 abuse(random_bytes, Port) ->
-    ending(sluice_abuse:random_bytes(Port, 12 + rand:uniform(4000), ?IDLE_MS + 3000));
+    ending(sluice_abuse_client:random_bytes(Port, 12 + rand:uniform(4000), ?IDLE_MS + 3000));
 abuse(one_byte_writes, Port) ->
-    case sluice_abuse:one_byte_writes(Port, 5) of
+    case sluice_abuse_client:one_byte_writes(Port, 5) of
         #{acks := A, expected := A} -> ok;
         _ -> lost_acks
     end;
 abuse(trickle, Port) ->
     %% 100 ms a byte: the 1 s frame timeout ends it after about 10 bytes.
-    ending(sluice_abuse:trickle(Port, 50, 100));
+    ending(sluice_abuse_client:trickle(Port, 50, 100));
 abuse(reset_mid_frame, Port) ->
-    sluice_abuse:reset_mid_frame(Port);
+    sluice_abuse_client:reset_mid_frame(Port);
 abuse(storm, Port) ->
-    #{connected := _} = sluice_abuse:storm(Port, 100, 4),
+    #{connected := _} = sluice_abuse_client:storm(Port, 100, 4),
     ok;
 abuse(half_close, Port) ->
-    case sluice_abuse:half_close(Port, 500) of
+    case sluice_abuse_client:half_close(Port, 500) of
         #{acks := A, expected := A, ending := closed} -> ok;
         #{ending := E} -> {unexpected, E}
     end;
 abuse(silent, Port) ->
-    ending(sluice_abuse:silent(Port, ?IDLE_MS + 3000));
+    ending(sluice_abuse_client:silent(Port, ?IDLE_MS + 3000));
 abuse(never_read, Port) ->
-    {S, _} = sluice_abuse:never_read(Port, 8 * 1024 * 1024, 4, 1000),
+    {S, _} = sluice_abuse_client:never_read(Port, 8 * 1024 * 1024, 4, 1000),
     ok = inet:setopts(S, [{linger, {true, 0}}]),
     gen_tcp:close(S).
 
@@ -210,7 +210,7 @@ ending(#{ending := E}) -> {unexpected, E}.
 %% Long-lived well-behaved connections: a pipelined batch on each every
 %% 200 ms (well inside the idle timeout) for the whole run.
 bystanders(Port, Deadline) ->
-    Socks = [sluice_abuse:connect(Port) || _ <- lists:seq(1, ?BYSTANDERS)],
+    Socks = [sluice_abuse_client:connect(Port) || _ <- lists:seq(1, ?BYSTANDERS)],
     bystander_rounds(Socks, Deadline, 0).
 
 bystander_rounds(Socks, Deadline, Rounds) ->
@@ -219,7 +219,7 @@ bystander_rounds(Socks, Deadline, Rounds) ->
             [gen_tcp:close(S) || S <- Socks],
             {ok, Rounds};
         true ->
-            case lists:usort([sluice_abuse:pipeline(S, 50, 20) || S <- Socks]) of
+            case lists:usort([sluice_abuse_client:pipeline(S, 50, 20) || S <- Socks]) of
                 [ok] -> timer:sleep(200), bystander_rounds(Socks, Deadline, Rounds + 1);
                 Errors -> {failed, Rounds, Errors}
             end

@@ -1,7 +1,7 @@
 %% The listener on several nodes: `bin/sluice serve --nodes 2' prints one
 %% listening line, both nodes take connections on the one port, /metrics
 %% gives each node's figures and their sums, a dead node leaves the other
-%% serving, SIGTERM drains every node and exits 0; sluice:cluster_info/1
+%% serving, SIGTERM drains every node and exits 0; sluice_cluster:info/2
 %% sums over peer nodes.
 %%
 %% Needs `make build' (bin/sluice runs _build/default). Every OS process a
@@ -169,7 +169,7 @@ cluster_info_sums_over_peer_nodes(_Config) ->
                                                  handler => {sluice_proto_ping, []}}]),
                        [ping_connect(Port) || _ <- lists:seq(1, C)]
                    end || {N, C} <- Counts]),
-        Info = sluice:cluster_info(sluice_cli),
+        Info = sluice_cluster:info(sluice_cli, [node() | nodes()]),
         ct:log("~p", [Info]),
         ?assertMatch(#{connections := 8, accepted := 8, bytes_in := 40, bytes_out := 40},
                      Info),
@@ -177,7 +177,7 @@ cluster_info_sums_over_peer_nodes(_Config) ->
         [?assertMatch(#{connections := C, beam_memory := M, resident_memory := R}
                         when M > 0 andalso R > 0, maps:get(N, PerNode))
          || {N, C} <- Counts],
-        ?assertEqual({error, not_found}, sluice:cluster_info(no_such_listener)),
+        ?assertEqual({error, not_found}, sluice_cluster:info(no_such_listener, [node() | nodes()])),
         [gen_tcp:close(S) || S <- Socks]
     after
         [peer:stop(P) || {P, _} <- Peers]

@@ -7,7 +7,7 @@
 %% Frames are `Id:64, Len:32, Payload'; with `ack => each' the server
 %% answers each frame with its Id, so a client can tell exactly which of its
 %% frames were processed.
--module(sluice_abuse).
+-module(sluice_abuse_client).
 
 -export([connect/1, connect/2, frame/2, ids/2, frames/2, recv_until_end/2,
          pipeline/3, oversize/3, random_bytes/3, one_byte_writes/2, trickle/3,

@@ -7,7 +7,7 @@
 %% answer within the timeout, is left out. That needs no registration step
 %% and stays right when a node dies, and is what `bin/sluice serve --nodes'
 %% sets up (its peers are connected to the CLI node). Pass the list
-%% explicitly (cluster_info/2) when other nodes are connected too.
+%% explicitly when other nodes are connected too.
 -module(sluice_cluster).
 
 -export([info/2, node_stats/1, resident_memory/0]).
