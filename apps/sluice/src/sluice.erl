@@ -15,7 +15,7 @@
 
 -export([start_listener/2, stop_listener/1, stop_listener/2, drain/2,
          suspend/1, resume/1, info/1, set_max_connections/2, child_spec/2,
-         listeners/0, format_error/1]).
+         listeners/0, connections/1, format_error/1]).
 -export([send/2, peername/1, sockname/1]).
 
 -export_type([conn/0, name/0]).
@@ -244,6 +244,21 @@ set_max_connections(Name, Max) when Max =:= infinity; is_integer(Max), Max >= 0 
     end;
 set_max_connections(_Name, Max) ->
     {error, {bad_option, max_connections, Max}}.
+
+%% @doc The processes of a listener's live connections (parked
+%% connections have none), as ranch:procs/2 gives them: for tools that
+%% inspect or trace connections. `[]' for an unknown listener.
+-spec connections(name()) -> [pid()].
+connections(Name) ->
+    case sluice_registry:lookup(Name) of
+        {ok, #{opts := #{num_conns_sups := NS}}} ->
+            [Pid || I <- lists:seq(1, NS),
+                    Sup <- [sluice_registry:conns_sup(Name, I)], is_pid(Sup),
+                    {_, Pid, _, _} <- try supervisor:which_children(Sup)
+                                      catch exit:_ -> [] end];
+        error ->
+            []
+    end.
 
 -spec listeners() -> [name()].
 listeners() ->

@@ -105,7 +105,7 @@ asleep(Name, true) ->
 asleep(Name, false) ->
     %% Reading a process's current function runs that process, which the
     %% sweep takes for activity: look much less often than hibernate_after.
-    length([P || Sup <- conns_sups(Name), {_, P, _, _} <- supervisor:which_children(Sup),
+    length([P || P <- sluice:connections(Name),
                  process_info(P, current_function) =:= {current_function, {erlang, hibernate, 3}}]).
 
 settle() ->
@@ -113,15 +113,11 @@ settle() ->
     _ = [erlang:garbage_collect(P) || P <- processes(), P =/= self()],
     timer:sleep(200).
 
-conns_sups(Name) ->
-    [Sup || I <- lists:seq(1, erlang:system_info(schedulers)),
-            Sup <- [sluice_registry:conns_sup(Name, I)], is_pid(Sup)].
-
 snapshot(Name) ->
     M = erlang:memory(),
     Ports = lists:sum([Bytes || P <- erlang:ports(),
                                 {memory, Bytes} <- [erlang:port_info(P, memory)]]),
-    Conns = [P || Sup <- conns_sups(Name), {_, P, _, _} <- supervisor:which_children(Sup)],
+    Conns = sluice:connections(Name),
     #{total => proplists:get_value(total, M),
       processes => proplists:get_value(processes, M),
       processes_used => proplists:get_value(processes_used, M),
