@@ -11,8 +11,6 @@
 %% '''
 -module(sluice).
 
--include("sluice_counters.hrl").
-
 -export([start_listener/2, stop_listener/1, stop_listener/2, drain/2,
          suspend/1, resume/1, info/1, set_max_connections/2, child_spec/2,
          listeners/0, connections/1, format_error/1]).
@@ -21,11 +19,10 @@
 -export_type([conn/0, name/0]).
 
 -type name() :: term().
-%% What a handler's init/2 gets: enough to talk to the socket outside the
-%% reply path (sluice:send/2, peername/1).
--type conn() :: #{listener := name(), socket := term(), transport := module()}.
-
--define(MAX_ATOMIC, 16#7fffffffffffffff).
+%% What a handler's init/2 gets: which listener, the connection process,
+%% and the raw socket with its transport module (for peername/1,
+%% sockname/1). send/2 goes through the connection process.
+-type conn() :: #{listener := name(), pid := pid(), socket := term(), transport := module()}.
 
 %% @doc Start a listener under sluice's own supervisor. Options are
 %% documented in docs/listener-options.md and checked by sluice_opts; a bad
@@ -91,14 +88,14 @@ stop_listener(Name, DrainMs) ->
 -spec drain(name(), non_neg_integer()) -> {ok, non_neg_integer()} | {error, not_found}.
 drain(Name, DrainMs) ->
     case sluice_registry:lookup(Name) of
-        {ok, #{atomics := A, opts := #{num_conns_sups := NS}}} ->
+        {ok, #{stats := Stats, opts := #{num_conns_sups := NS}}} ->
             Deadline = erlang:monotonic_time(millisecond) + DrainMs,
             case suspend(Name) of
                 ok ->
                     _ = [sluice_conns_sup:drain(Sup, Deadline)
                          || I <- lists:seq(1, NS),
                             Sup <- [sluice_registry:conns_sup(Name, I)], is_pid(Sup)],
-                    {ok, wait_empty(A, Deadline)};
+                    {ok, wait_empty(Stats, Deadline)};
                 Error ->
                     Error
             end;
@@ -106,54 +103,44 @@ drain(Name, DrainMs) ->
             {error, not_found}
     end.
 
-wait_empty(A, Deadline) ->
-    case atomics:get(A, ?A_CONNS) of
+wait_empty(Stats, Deadline) ->
+    case sluice_stats:live(Stats) of
         0 -> 0;
         N ->
             case erlang:monotonic_time(millisecond) >= Deadline of
                 true -> N;
-                false -> receive after 10 -> wait_empty(A, Deadline) end
+                false -> receive after 10 -> wait_empty(Stats, Deadline) end
             end
     end.
 
 %% @doc Stop accepting: the listen sockets close (new connects are refused
-%% by the kernel), connections already open carry on.
+%% by the kernel once this returns), connections already open carry on.
 -spec suspend(name()) -> ok | {error, not_found}.
 suspend(Name) ->
     with_sup(Name, fun(Sup) ->
-                           case supervisor:terminate_child(Sup, sluice_acceptors_sup) of
-                               ok -> wait_closed(Name);
+                           _ = supervisor:terminate_child(Sup, sluice_acceptors_sup),
+                           case supervisor:terminate_child(Sup, sluice_listen_sockets) of
+                               ok -> ok;
                                {error, not_found} -> ok
                            end
                    end).
-
-%% The listen sockets close with the supervisor that owns them, but a port
-%% closes a moment after its owner is gone; until then the kernel still
-%% completes connects (then resets them). Wait, briefly, so that new
-%% connects are refused once suspend/1 returns.
-wait_closed(Name) ->
-    Ports = case sluice_registry:lookup(Name) of
-                {ok, #{listen_sockets := Socks}} -> [S || S <- Socks, is_port(S)];
-                _ -> []
-            end,
-    wait_ports(Ports, 200).
-
-wait_ports(Ports, Tries) ->
-    case [P || P <- Ports, erlang:port_info(P, id) =/= undefined] of
-        Open when Open =/= [], Tries > 0 -> receive after 5 -> wait_ports(Open, Tries - 1) end;
-        _ -> ok
-    end.
 
 %% @doc Accept again, on the same port.
 -spec resume(name()) -> ok | {error, term()}.
 resume(Name) ->
     with_sup(Name, fun(Sup) ->
-                           case supervisor:restart_child(Sup, sluice_acceptors_sup) of
-                               {ok, _} -> ok;
-                               {error, running} -> ok;
-                               {error, Reason} -> {error, start_error(Reason)}
+                           case restart(Sup, sluice_listen_sockets) of
+                               ok -> restart(Sup, sluice_acceptors_sup);
+                               Error -> Error
                            end
                    end).
+
+restart(Sup, Child) ->
+    case supervisor:restart_child(Sup, Child) of
+        {ok, _} -> ok;
+        {error, running} -> ok;
+        {error, Reason} -> {error, start_error(Reason)}
+    end.
 
 %% A listener that is being stopped is still in the registry for a moment
 %% after its supervisor has gone (or while it is going): calling into it
@@ -184,39 +171,15 @@ info(Name) ->
             {error, not_found}
     end.
 
-info(Name, Status, #{opts := Opts, counters := C, atomics := A} = Info) ->
-    Max = atomics:get(A, ?A_MAX_CONNS),
-    #{ip => maps:get(ip, Opts),
-      port => maps:get(port, Info, maps:get(port, Opts)),
-      status => Status,
-      max_connections => case Max of ?MAX_ATOMIC -> infinity; _ -> Max end,
-      connections => atomics:get(A, ?A_CONNS),
-      %% of which parked: idle, no process (sluice_conns_sup)
-      parked => parked(A, maps:get(num_conns_sups, Opts)),
-      accepted => counters:get(C, ?C_ACCEPTED),
-      rejected => counters:get(C, ?C_REJECTED),
-      closed => counters:get(C, ?C_CLOSED),
-      protocol_errors => counters:get(C, ?C_PROTOCOL_ERRORS),
-      messages => counters:get(C, ?C_MESSAGES),
-      close_reasons => close_reasons(C),
-      bytes_in => counters:get(C, ?C_BYTES_IN),
-      bytes_out => counters:get(C, ?C_BYTES_OUT),
-      accept_errors => sluice_registry:accept_errors(Name),
-      active => maps:get(active, Opts),
-      transport => maps:get(transport, Opts),
-      handler => maps:get(handler, Opts)}.
-
-parked(A, NS) ->
-    lists:sum([atomics:get(A, ?A_SUP_BASE + NS + I) || I <- lists:seq(1, NS)]).
-
-%% Why connections ended, one count per connection (protocol errors are
-%% also `protocol_errors' above).
-close_reasons(C) ->
-    maps:map(fun(_, Slot) -> counters:get(C, Slot) end,
-             #{peer_closed => ?C_CLOSE_PEER, idle_timeout => ?C_CLOSE_IDLE,
-               frame_timeout => ?C_CLOSE_FRAME_TIMEOUT, socket_error => ?C_CLOSE_ERROR,
-               protocol_error => ?C_PROTOCOL_ERRORS, drained => ?C_CLOSE_DRAINED,
-               handler => ?C_CLOSE_HANDLER, crashed => ?C_CLOSE_CRASHED}).
+info(Name, Status, #{opts := Opts, stats := Stats} = Info) ->
+    maps:merge(sluice_stats:read(Stats),
+               #{ip => maps:get(ip, Opts),
+                 port => maps:get(port, Info, maps:get(port, Opts)),
+                 status => Status,
+                 accept_errors => sluice_registry:accept_errors(Name),
+                 active => maps:get(active, Opts),
+                 transport => maps:get(transport, Opts),
+                 handler => maps:get(handler, Opts)}).
 
 %% The registry drops a listener's row only once it sees the supervisor go
 %% down, so a listener that is stopping can still be looked up: gone.
@@ -237,8 +200,8 @@ status(Sup) ->
 -spec set_max_connections(name(), non_neg_integer() | infinity) -> ok | {error, term()}.
 set_max_connections(Name, Max) when Max =:= infinity; is_integer(Max), Max >= 0 ->
     case sluice_registry:lookup(Name) of
-        {ok, #{atomics := A}} ->
-            atomics:put(A, ?A_MAX_CONNS, case Max of infinity -> ?MAX_ATOMIC; _ -> Max end);
+        {ok, #{stats := Stats}} ->
+            sluice_stats:set_max_connections(Stats, Max);
         error ->
             {error, not_found}
     end;
@@ -268,11 +231,14 @@ listeners() ->
 format_error(Reason) ->
     sluice_opts:format_error(Reason).
 
-%% @doc Send outside the reply path (e.g. from handle_info/2), in order with
-%% the replies.
--spec send(conn(), iodata()) -> ok | {error, term()}.
-send(#{socket := Sock, transport := T}, Data) ->
-    T:send_async(Sock, Data).
+%% @doc Send on a connection from any process, in order with its own
+%% replies: the connection process sends it (and counts it in bytes_out).
+%% Called from within a handler callback, it goes out after the callback's
+%% own reply.
+-spec send(conn(), iodata()) -> ok.
+send(#{pid := Pid}, Data) ->
+    Pid ! {'$sluice_send', Data},
+    ok.
 
 -spec peername(conn()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
 peername(#{socket := Sock, transport := T}) ->

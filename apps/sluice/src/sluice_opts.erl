@@ -10,7 +10,7 @@
 -type opts() :: #{ip := inet:ip_address(),
                   port := inet:port_number(),
                   handler := {module(), term()},
-                  transport := inet | socket,
+                  transport := inet | socket | ssl | module(),
                   num_acceptors := pos_integer(),
                   num_listen_sockets := pos_integer(),
                   num_conns_sups := pos_integer(),
@@ -41,6 +41,21 @@
                       high_watermark, low_watermark, high_msgq_watermark,
                       low_msgq_watermark, delay_send, raw]).
 
+%% The socket options every listener gets unless it sets them itself; both
+%% backends read them from here.
+%% <ul>
+%%  <li>`buffer': the most one read returns, so one handler call per read
+%%      rather than per packet (bench/README.md, "Defaults");</li>
+%%  <li>`send_timeout' (ms): a client that never reads its replies fills
+%%      the socket's send queue, and the connection would wait in its next
+%%      send where neither the idle timeout nor a drain can reach it: after
+%%      this long the send fails and the connection ends;</li>
+%%  <li>`send_timeout_close': and the socket is closed (inet driver);</li>
+%%  <li>`nodelay': replies are small and go out at once.</li>
+%% </ul>
+-define(SOCKET_DEFAULTS, [{buffer, 262144}, {send_timeout, 30000},
+                          {send_timeout_close, true}, {nodelay, true}]).
+
 -spec defaults() -> map().
 defaults() ->
     #{ip => {0, 0, 0, 0},
@@ -52,26 +67,18 @@ defaults() ->
       reuseport => false,
       backlog => 1024,
       max_connections => default_max_connections(),
-      %% {active, 10} with 256 KiB reads: the mailbox of a connection whose
-      %% client outruns its handler holds at most 10 reads (2.5 MiB). 20
-      %% clients sending 32 MB each without reading their acks grew the
-      %% server by 21 MB at 10 and by 129 MB at 100, while pipelined server
-      %% CPU per frame was the same for both (6.5-7.4 ns, noisy); see
-      %% bench/README.md, "Defaults".
+      %% The mailbox of a connection whose client outruns its handler
+      %% holds at most this many reads (bench/README.md, "Defaults").
       active => 10,
       socket_opts => [],
       idle_timeout => 60000,
-      %% A connection quiet this long hibernates (see sluice_sweep): an idle
-      %% connection then holds about 1 KB of process memory instead of 3.
+      %% A connection quiet this long hibernates (sluice_sweep): its heap
+      %% goes back until the next message.
       hibernate_after => 1000,
-      %% Quiet this long, a connection that can (inet, an active mode, a
-      %% handler without handle_info/2; sluice_conns_sup:parkable/1) hands
-      %% its socket and state to its conns_sup and exits: 1.9 KB per idle
-      %% connection in all instead of 3.4 KB hibernated. Waking a parked
-      %% connection costs a process start and an owner change in the
-      %% conns_sup, so only long-quiet ones park: parking at 1 s, 100,000
-      %% connections pinged every 10 s got their Pongs with a p99 of
-      %% 200-250 ms against 13-47 ms hibernated (docs/cluster-and-metrics.md).
+      %% Quiet this long, a connection that can (sluice_parking:parkable/1)
+      %% hands its socket and state to its conns_sup and exits. Waking it
+      %% costs a process start, so only long-quiet ones park
+      %% (docs/cluster-and-metrics.md has the trade-off measured).
       park_after => 30000,
       shutdown_timeout => 5000}.
 
@@ -114,10 +121,10 @@ validate(_) ->
 
 normalize(Opts = #{socket_opts := SO}) when is_map(SO) ->
     normalize(Opts#{socket_opts := maps:to_list(SO)});
-normalize(Opts = #{num_listen_sockets := N}) when N > 1 ->
-    Opts#{reuseport := true};
-normalize(Opts) ->
-    Opts.
+normalize(Opts = #{socket_opts := SO, num_listen_sockets := N}) ->
+    Defaults = [D || D = {K, _} <- ?SOCKET_DEFAULTS, not lists:keymember(K, 1, SO)],
+    Opts#{socket_opts := SO ++ Defaults,
+          reuseport := N > 1 orelse maps:get(reuseport, Opts)}.
 
 check(ip, IP) ->
     is_ip(IP) orelse bad(ip, IP);
@@ -131,7 +138,7 @@ check(handler, H = {M, _}) when is_atom(M) ->
 check(handler, H) ->
     bad(handler, H);
 check(transport, T) ->
-    T =:= inet orelse T =:= socket orelse bad(transport, T);
+    sluice_transport:is_transport(T) orelse bad(transport, T);
 check(K, N) when K =:= num_acceptors; K =:= num_listen_sockets;
                  K =:= num_conns_sups; K =:= backlog ->
     (is_integer(N) andalso N > 0 andalso N =< 65535) orelse bad(K, N);
@@ -208,7 +215,8 @@ expected(ip) -> "an IPv4 or IPv6 address tuple";
 expected(port) -> "an integer 0..65535 (0: any free port)";
 expected(handler) -> "{Module, Opts} where Module implements the sluice_handler "
                      "behaviour (init/2 and handle_data/2 exported)";
-expected(transport) -> "inet (gen_tcp, the inet driver) or socket (OTP's socket NIF)";
+expected(transport) -> "inet (gen_tcp, the inet driver), socket (OTP's socket NIF), ssl "
+                         "(TLS) or a module implementing the sluice_transport behaviour";
 expected(reuseport) -> "a boolean";
 expected(max_connections) -> "a non-negative integer or infinity";
 expected(active) -> "false, once, true or an integer 1..32767";
