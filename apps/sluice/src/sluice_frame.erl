@@ -25,13 +25,14 @@
 %% decode/2 takes one chunk and returns every frame it completes, in order.
 %% Frames are sub-binaries of the chunk (no copy per frame; the VM itself
 %% puts a part of 64 bytes or less on the process heap, which is smaller
-%% than a sub-binary), except a frame that spans chunks: its pieces are kept as they arrive and joined once,
-%% when the last one comes, so a frame split across N chunks costs its size
-%% once, not N times. Lines likewise: a new chunk is searched, never the
-%% kept part of the line again. Where a split fun returns `{more, Total}',
-%% it is not called again before Total bytes are there; after a plain
-%% `more' it is called again on the whole frame so far with each new chunk
-%% (a fun that can tell the frame's size should say it).
+%% than a sub-binary), except a frame that spans chunks: its pieces are
+%% kept as they arrive and joined once, when the last one comes, so a frame
+%% split across N chunks costs its size once, not N times. Lines likewise:
+%% a new chunk is searched, never the kept part of the line again. Where a
+%% split fun returns `{more, Total}', it is not called again before Total
+%% bytes are there; after a plain `more' it is called again on the whole
+%% frame so far with each new chunk (a fun that can tell the frame's size
+%% should say it).
 %%
 %% What is kept of a chunk (the start of an incomplete frame) is copied
 %% when it would otherwise keep alive a binary more than twice its size

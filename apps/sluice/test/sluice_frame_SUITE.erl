@@ -177,10 +177,14 @@ length_too_large_at_any_cut(_Config) ->
                       Adj = case Incl of true -> Bytes; false -> 0 end,
                       {L, Reason} = case Incl andalso Excess > 180 of
                                         true -> {Excess rem Bytes, {bad_length, Excess rem Bytes}};
-                                        false -> {?MAX + Adj + Excess, {frame_too_large, ?MAX + Excess, ?MAX}}
+                                        false -> {?MAX + Adj + Excess,
+                                                  {frame_too_large, ?MAX + Excess, ?MAX}}
                                     end,
                       Bits = Bytes * 8,
-                      Header = case Endian of big -> <<L:Bits/big>>; little -> <<L:Bits/little>> end,
+                      Header = case Endian of
+                                   big -> <<L:Bits/big>>;
+                                   little -> <<L:Bits/little>>
+                               end,
                       fails_at(Spec, Good, <<Header/binary, Junk/binary>>, Bytes,
                                fun(_) -> Reason end, Cuts)
                   end)).

@@ -86,7 +86,8 @@ length_frames_are_sub_binaries_test() ->
 %% in the chunk that ends it.
 length_across_chunks_test() ->
     Big = list_to_binary([I rem 256 || I <- lists:seq(1, 3000)]),
-    Stream = iolist_to_binary([sluice_frame:encode(F, {length, 4}) || F <- [<<"a">>, Big, <<"bc">>]]),
+    Stream = iolist_to_binary([sluice_frame:encode(F, {length, 4})
+                               || F <- [<<"a">>, Big, <<"bc">>]]),
     <<C1:3/binary, C2:3/binary, C3:1000/binary, C4:1000/binary, C5/binary>> = Stream,
     ?assertEqual({[[], [<<"a">>], [], [], [Big, <<"bc">>]], {ok, 0}},
                  feed({length, 4}, [C1, C2, C3, C4, C5])),
@@ -110,7 +111,8 @@ length_too_large_at_the_header_test() ->
 %% The header limits max: 1 byte says at most 255 (254 when it counts
 %% itself), whatever max asks.
 length_max_is_capped_by_the_header_test() ->
-    ?assertEqual([<<255>>, <<0:2040>>], sluice_frame:encode(<<0:2040>>, {length, 1, #{max => 1000}})),
+    ?assertEqual([<<255>>, <<0:2040>>],
+                 sluice_frame:encode(<<0:2040>>, {length, 1, #{max => 1000}})),
     ?assertError({frame_too_large, 256, 255}, sluice_frame:encode(<<0:2048>>, {length, 1})),
     ?assertError({frame_too_large, 255, 254},
                  sluice_frame:encode(<<0:2040>>, {length, 1, #{includes_header => true}})).
@@ -118,10 +120,13 @@ length_max_is_capped_by_the_header_test() ->
 length_encode_test() ->
     ?assertEqual(<<0, 3, "abc">>, iolist_to_binary(sluice_frame:encode(<<"abc">>, {length, 2}))),
     ?assertEqual(<<3, 0, 0, 0, "abc">>,
-                 iolist_to_binary(sluice_frame:encode([<<"a">>, "bc"], {length, 4, #{endian => little}}))),
+                 iolist_to_binary(sluice_frame:encode([<<"a">>, "bc"],
+                                                      {length, 4, #{endian => little}}))),
     ?assertEqual(<<5:16, "abc">>,
-                 iolist_to_binary(sluice_frame:encode(<<"abc">>, new({length, 2, #{includes_header => true}})))),
-    ?assertError({frame_too_large, 4, 3}, sluice_frame:encode(<<"abcd">>, {length, 2, #{max => 3}})).
+                 iolist_to_binary(sluice_frame:encode(<<"abc">>,
+                                                      new({length, 2, #{includes_header => true}})))),
+    ?assertError({frame_too_large, 4, 3},
+                 sluice_frame:encode(<<"abcd">>, {length, 2, #{max => 3}})).
 
 %% After an error every chunk gets the same error and nothing is kept.
 errors_stick_test() ->
@@ -162,7 +167,8 @@ line_lf_test() ->
     ?assertEqual({[[<<"a">>, <<>>, <<"bc">>]], {ok, 1}}, feed(line, [<<"a\n\nbc\nd">>])),
     %% \r is part of an lf line.
     ?assertEqual({[[<<"a\r">>]], {ok, 0}}, feed(line, [<<"a\r\n">>])),
-    ?assertEqual({[[], [], [<<"abc">>, <<"d">>]], {ok, 0}}, feed(line, [<<"a">>, <<"b">>, <<"c\nd\n">>])).
+    ?assertEqual({[[], [], [<<"abc">>, <<"d">>]], {ok, 0}},
+                 feed(line, [<<"a">>, <<"b">>, <<"c\nd\n">>])).
 
 line_crlf_test() ->
     Spec = {line, #{delimiter => crlf}},
