@@ -14,15 +14,19 @@
 -export([start_listener/2, stop_listener/1, stop_listener/2, drain/2,
          suspend/1, resume/1, info/1, set_max_connections/2, child_spec/2,
          listeners/0, connections/1, format_error/1]).
--export([send/2, peername/1, sockname/1]).
+-export([child_spec/1, send/2, close/1, call/3, reply/2, peername/1, sockname/1]).
 
 -export_type([conn/0, name/0]).
 
 -type name() :: term().
-%% What a handler's init/2 gets: which listener, the connection process,
-%% and the raw socket with its transport module (for peername/1,
-%% sockname/1). send/2 goes through the connection process.
--type conn() :: #{listener := name(), pid := pid(), socket := term(), transport := module()}.
+%% What a handler's init/2 gets: which listener, the connection process
+%% (for send/2, close/1 and call/3 from other processes), the raw socket
+%% with its transport module (for peername/1, sockname/1); with the PROXY
+%% protocol, the header the load balancer sent (`proxy': the client's
+%% `source' and `destination' addresses, TLVs); under TLS, `tls':
+%% `protocol', `cipher', `sni' and `alpn'.
+-type conn() :: #{listener := name(), pid := pid(), socket := term(), transport := module(),
+                  proxy => sluice_proxy_header:header(), tls => map()}.
 
 %% @doc Start a listener under sluice's own supervisor. Options are
 %% documented in docs/listener-options.md and checked by sluice_opts; a bad
@@ -46,6 +50,19 @@ start_error({shutdown, {failed_to_start_child, _, Reason}}) -> start_error(Reaso
 start_error({Reason, Child}) when element(1, Child) =:= child -> start_error(Reason);
 start_error({bad_return, {_, init, {stop, Reason}}}) -> start_error(Reason);
 start_error(Reason) -> Reason.
+
+%% @doc child_spec/2 with the name in the options (`name'; the default is
+%% `{sluice, Port}'), for supervisors that take a module and one argument:
+%% `{sluice, Opts}' in a child list, as Elixir's `{:sluice, opts}' does.
+-spec child_spec(map() | list()) -> supervisor:child_spec().
+child_spec(Opts) when is_list(Opts) ->
+    child_spec(maps:from_list([case O of {_, _} -> O; K -> {K, true} end || O <- Opts]));
+child_spec(Opts) when is_map(Opts) ->
+    {Name, Rest} = case maps:take(name, Opts) of
+                       {N, R} -> {N, R};
+                       error -> {{sluice, maps:get(port, Opts, 0)}, Opts}
+                   end,
+    child_spec(Name, Rest).
 
 %% @doc A child spec to embed a listener in the caller's own supervision
 %% tree. Raises `error({badarg, Reason})' on bad options.
@@ -232,13 +249,53 @@ format_error(Reason) ->
     sluice_opts:format_error(Reason).
 
 %% @doc Send on a connection from any process, in order with its own
-%% replies: the connection process sends it (and counts it in bytes_out).
-%% Called from within a handler callback, it goes out after the callback's
-%% own reply.
--spec send(conn(), iodata()) -> ok.
+%% replies. The connection process sends it and counts it in bytes_out;
+%% the caller waits until it is queued on the socket (as gen_tcp:send/2
+%% does) and gets `{error, closed}' if the connection is gone. Called from
+%% the connection's own handler, it returns at once and the data goes out
+%% after the callback's own reply.
+-spec send(conn() | pid(), iodata()) -> ok | {error, term()}.
 send(#{pid := Pid}, Data) ->
-    Pid ! {'$sluice_send', Data},
+    send(Pid, Data);
+send(Pid, Data) when Pid =:= self() ->
+    Pid ! {'$sluice', none, {send, Data}},
+    ok;
+send(Pid, Data) ->
+    request(Pid, {send, Data}, infinity).
+
+%% @doc Close a connection from any process: what it has queued goes out,
+%% then FIN; the handler gets nothing more (terminate/2 with reason
+%% `closed_by_api'). Returns without waiting for the close.
+-spec close(conn() | pid()) -> ok.
+close(#{pid := Pid}) ->
+    close(Pid);
+close(Pid) ->
+    Pid ! {'$sluice', none, close},
     ok.
+
+%% @doc A request to a connection's handler (handle_call/3), answered with
+%% reply/2. Fails like gen_server:call/3: an exit if the connection is gone
+%% or does not answer within Timeout. A handler without handle_call/3
+%% answers `{error, not_supported}'.
+-spec call(conn() | pid(), term(), timeout()) -> term().
+call(#{pid := Pid}, Request, Timeout) ->
+    call(Pid, Request, Timeout);
+call(Pid, Request, Timeout) ->
+    try gen:call(Pid, '$sluice', {call, Request}, Timeout) of
+        {ok, Reply} -> Reply
+    catch exit:Reason -> exit({Reason, {?MODULE, call, [Pid, Request, Timeout]}})
+    end.
+
+%% @doc Answer a call/3, from handle_call/3 or later.
+-spec reply(sluice_handler:from(), term()) -> ok.
+reply(From, Reply) ->
+    gen:reply(From, Reply).
+
+request(Pid, Req, Timeout) ->
+    try gen:call(Pid, '$sluice', Req, Timeout) of
+        {ok, Reply} -> Reply
+    catch exit:_ -> {error, closed}
+    end.
 
 -spec peername(conn()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
 peername(#{socket := Sock, transport := T}) ->

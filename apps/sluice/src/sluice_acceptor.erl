@@ -25,7 +25,6 @@
 %% Pause after an accept error such as emfile, so that a listener out of
 %% descriptors does not spin; short, to accept again soon after they free.
 -define(ERROR_BACKOFF_MS, 10).
--define(LOG_INTERVAL_MS, 1000).
 %% Attempts, 2 ms apart, to reopen the spare descriptor after shedding.
 -define(SPARE_RETRIES, 50).
 -define(START_TIMEOUT, 5000).
@@ -45,6 +44,10 @@ start_link(Listener, LSock, Index) ->
 
 -spec init(pid(), sluice_listener_sup:listener(), sluice_transport:lsock(), pos_integer()) -> no_return().
 init(Parent, Listener = #{opts := #{num_conns_sups := NS, num_listen_sockets := NL}}, LSock, Index) ->
+    %% What an accept error calls must be loaded before descriptors run out:
+    %% with none left, the code server cannot open a .beam file.
+    _ = [{module, M} = code:ensure_loaded(M) || M <- [sluice_log, sluice_telemetry,
+                                                       sluice_registry, sluice_stats]],
     Spare = case Index =< NL of
                 true -> open_spare();
                 false -> none
@@ -156,14 +159,8 @@ start(Name, Stats, T, Sock, SupIndex) ->
 
 accept_error(#{name := Name, stats := Stats}, Reason) ->
     ok = sluice_registry:count_accept_error(Name, Reason),
-    case sluice_stats:log_due(Stats, erlang:monotonic_time(millisecond), ?LOG_INTERVAL_MS) of
-        {true, Suppressed} ->
-            ?LOG_WARNING("sluice listener ~p: accept failed: ~p "
-                         "(~b more accept errors since the last report)",
-                         [Name, Reason, Suppressed]);
-        false ->
-            ok
-    end,
+    ok = sluice_log:accept_failed(Name, Stats, Reason),
+    ok = sluice_telemetry:accept_error(Name, Reason),
     case Reason of
         timeout -> ok;
         econnaborted -> ok;

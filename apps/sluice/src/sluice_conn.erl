@@ -4,7 +4,7 @@
 %% gen_server: every message costs one receive, one handler call and at
 %% most one asynchronous send. Every message is first offered to the
 %% transport (sluice_transport:classify/2); what is not the transport's is
-%% the library's (drain, the sweep's nudges, sys) or the handler's
+%% the library's (drain, the sweep's nudges, calls, sys) or the handler's
 %% (handle_info/2).
 %%
 %% Delivery follows the listener's `active' option:
@@ -23,37 +23,24 @@
 %%  <li>`true': no flow control: a client that sends faster than the
 %%      handler works grows the mailbox without bound.</li>
 %% </ul>
-%% Timers: none on the per-message path. The idle timeout, hibernation and
-%% parking are decided by the connection supervisor's sweep (sluice_sweep),
-%% which sends a nudge.
+%% No timer is set on the per-message path: the idle timeout, hibernation
+%% and parking are decided by the connection supervisor's sweep
+%% (sluice_sweep), which sends a nudge; a handler's own timeout (a result
+%% with a Timeout) costs a timer only while it asks for one.
 -module(sluice_conn).
+
+-include("sluice_conn.hrl").
 
 -export([init/4, wake/1, unpark/5]).
 -export([system_continue/3, system_terminate/4, system_code_change/4]).
-
--record(s, {t :: module(),
-            ts :: sluice_transport:tstate(),
-            handler :: module(),
-            hstate :: term(),
-            active :: sluice_transport:mode(),
-            %% active=N: chunks granted to the transport and not yet handled
-            credit = 0 :: non_neg_integer(),
-            stats :: sluice_stats:stats(),
-            parent :: pid(),
-            %% which optional callbacks the handler exports
-            has_info :: boolean(),
-            has_drain :: boolean(),
-            has_terminate :: boolean()}).
 
 %% How long a new connection process waits for the acceptor to hand it the
 %% socket; only an acceptor that died in between makes it wait that long.
 -define(HANDOVER_TIMEOUT, 5000).
 
-%% After `reply_close' (e.g. acks owed before a protocol error) the replies
-%% go out, then FIN, and the connection reads and drops what the peer still
-%% sends for at most this long: closing with unread bytes would send RST,
-%% and an RST can make the peer's kernel throw away replies it has not read.
--define(CLOSE_LINGER_MS, 1000).
+-define(OPTIONAL, [{handle_info, 2}, {handle_call, 3}, {handle_timeout, 1},
+                   {handle_drain, 1}, {handle_close, 1}, {handle_error, 2},
+                   {terminate, 2}]).
 
 %% @doc Entry point, spawned (linked) by sluice_conns_sup. The acceptor
 %% transfers the socket and then sends `{sluice_go, Sock}'. An acceptor can
@@ -61,8 +48,12 @@
 %% brutal_kill): then the socket is closed or is this process's, and
 %% waiting out the handover timeout would hold a drain up to its deadline
 %% for a connection that will never run.
+%%
+%% Before the handler sees anything: the PROXY header (if the listener
+%% expects one), then the transport's handshake (TLS). Either failing ends
+%% the connection with a counted reason.
 -spec init(pid(), sluice_transport:socket(), pid(), sluice_listener_sup:listener()) -> no_return().
-init(Parent, Sock, Acceptor, L = #{transport := T, opts := Opts, stats := Stats}) ->
+init(Parent, Sock, Acceptor, L = #{transport := T, opts := Opts}) ->
     MRef = erlang:monitor(process, Acceptor),
     receive
         {sluice_go, Sock} -> erlang:demonitor(MRef, [flush]);
@@ -70,45 +61,69 @@ init(Parent, Sock, Acceptor, L = #{transport := T, opts := Opts, stats := Stats}
     after ?HANDOVER_TIMEOUT ->
             exit(normal)
     end,
-    case T:handshake(Sock, Opts) of
-        {ok, TS} ->
-            #{handler := {_, HOpts}} = Opts,
-            start(state(Parent, TS, L), conn(L, Sock), HOpts);
-        {error, Reason} ->
-            T:close_socket(Sock),
-            sluice_stats:ended(Stats, {handshake_error, Reason}),
-            exit(normal)
-    end.
-
-start(S = #s{handler = H, t = T, ts = TS, active = Active}, Conn, HOpts) ->
-    try H:init(Conn, HOpts) of
-        {ok, HState} ->
-            S2 = S#s{hstate = HState},
-            case T:activate(TS, Active) of
-                {ok, TS2} when is_integer(Active) -> loop(S2#s{ts = TS2, credit = Active});
-                {ok, TS2} -> loop(S2#s{ts = TS2});
-                {error, R} -> finish({error, R}, S2)
+    case sluice_proxy:read(T, Sock, Opts) of
+        {ok, Proxy, Prefix} ->
+            case T:handshake(Sock, Opts#{prefix => Prefix}) of
+                {ok, TS} ->
+                    start(state(Parent, TS, L), L, conn(L, Sock, Proxy, TS), prefix(T, Prefix));
+                {error, Reason} ->
+                    refuse(Sock, L, {handshake_error, Reason})
             end;
-        {close, Reason} ->
-            T:close(TS),
-            sluice_stats:ended(S#s.stats, Reason),
-            exit(normal);
-        Other ->
-            crash(exit, {bad_return_value, {H, init, Other}}, [], S)
-    catch Class:Reason:Stack ->
-            crash(Class, Reason, Stack, S)
+        {error, Reason} ->
+            refuse(Sock, L, {proxy_error, Reason})
     end.
 
 %% What a handler's init/2 is given (sluice:conn()).
-conn(#{name := Name, transport := T}, Sock) ->
-    #{listener => Name, pid => self(), transport => T, socket => Sock}.
+conn(#{name := Name, transport := T}, Sock, Proxy, TS) ->
+    Conn = #{listener => Name, pid => self(), transport => T, socket => Sock},
+    maps:merge(case Proxy of
+                   none -> Conn;
+                   _ -> Conn#{proxy => Proxy}
+               end, T:info(TS)).
 
-state(Parent, TS, #{transport := T, opts := #{handler := {H, _}, active := Active},
-                    stats := Stats}) ->
+%% Bytes read after a PROXY header are the client's first data; the TLS
+%% transport puts them back in front of its stream itself.
+prefix(sluice_transport_ssl, _Prefix) -> <<>>;
+prefix(_T, Prefix) -> Prefix.
+
+%% A connection that never reached its handler: counted and, because the
+%% same fault can come from every client, logged at most once a second.
+-spec refuse(sluice_transport:socket(), sluice_listener_sup:listener(), term()) -> no_return().
+refuse(Sock, #{name := Name, transport := T, stats := Stats}, Reason) ->
+    T:close_socket(Sock),
+    sluice_stats:ended(Stats, Reason),
+    sluice_log:refused(Name, Stats, Reason),
+    exit(normal).
+
+start(S, #{opts := #{handler := {_, HOpts}}}, Conn, Prefix) ->
+    Started = sluice_telemetry:connection_start(S#s.listener, self()),
+    case sluice_conn_handler:init(Conn, HOpts, S#s{started = Started}) of
+        {continue, S2} ->
+            case activate(S2#s.active, S2) of
+                {ok, S3} when Prefix =:= <<>> -> loop(armed(S3));
+                {ok, S3} -> data(Prefix, armed(S3));
+                {error, Reason} -> sluice_conn_close:finish({error, Reason}, S2)
+            end;
+        {stop, Reason, S2} ->
+            sluice_conn_close:finish(Reason, S2);
+        {stop_after, Out, Reason, S2} ->
+            sluice_conn_close:linger_close(Out, Reason, S2)
+    end.
+
+%% The first grant of `N' is the whole credit.
+armed(S = #s{active = N}) when is_integer(N) -> S#s{credit = N};
+armed(S) -> S.
+
+state(Parent, TS, #{name := Name, transport := T, stats := Stats,
+                    opts := #{handler := {H, _}, active := Active} = Opts}) ->
     #s{t = T, ts = TS, handler = H, active = Active, stats = Stats, parent = Parent,
-       has_info = erlang:function_exported(H, handle_info, 2),
-       has_drain = erlang:function_exported(H, handle_drain, 1),
-       has_terminate = erlang:function_exported(H, terminate, 2)}.
+       listener = Name, started = erlang:monotonic_time(),
+       frame = frame(Opts),
+       has = maps:from_list([{F, erlang:function_exported(H, F, A)} || {F, A} <- ?OPTIONAL])}.
+
+frame(#{framing := none}) -> none;
+frame(#{framing := Spec}) -> {ok, F} = sluice_frame:new(Spec), F;
+frame(_) -> none.
 
 %% @doc Entry point of a parked connection's new process, spawned (linked)
 %% by sluice_conns_sup when the parked socket has an event: it hands the
@@ -127,7 +142,7 @@ unpark(Parent, Sock, HState, TS, L = #{transport := T}) ->
 resumed({data, Data}, S = #s{active = true}) ->
     case activate(true, S) of
         {ok, S2} -> data(Data, S2);
-        {error, R} -> finish({error, R}, S)
+        {error, R} -> sluice_conn_close:finish({error, R}, S)
     end;
 resumed({data, Data}, S = #s{active = N}) when is_integer(N) ->
     %% This chunk was the one granted: handling it re-arms to N.
@@ -138,7 +153,7 @@ resumed({sluice_drain, Deadline}, S) ->
     drain(Deadline, S);
 resumed(Reason, S) ->
     %% closed, {error, _}, idle_timeout
-    finish(Reason, S).
+    sluice_conn_close:finish(Reason, S).
 
 %%% The loop -----------------------------------------------------------
 
@@ -153,8 +168,8 @@ loop(S = #s{t = T, ts = TS}) ->
                 {data, Data, TS2} -> data(Data, S#s{ts = TS2});
                 {ignore, TS2} -> loop(S#s{ts = TS2});
                 {passive, TS2} -> passive(S#s{ts = TS2});
-                {closed, TS2} -> finish(closed, S#s{ts = TS2});
-                {error, Reason, TS2} -> finish({error, Reason}, S#s{ts = TS2});
+                {closed, TS2} -> sluice_conn_close:finish(closed, S#s{ts = TS2});
+                {error, Reason, TS2} -> sluice_conn_close:finish({error, Reason}, S#s{ts = TS2});
                 other -> control(Msg, S)
             end
     end.
@@ -170,26 +185,37 @@ control({sluice_sweep, hibernate}, S) ->
 control({sluice_sweep, park}, S) ->
     park(S);
 control({sluice_sweep, idle_timeout}, S) ->
-    finish(idle_timeout, S);
-control({'$sluice_send', Data}, S) ->
-    case send(Data, S) of
-        ok -> loop(S);
-        {error, Reason} -> finish({error, Reason}, S)
+    sluice_conn_close:finish(idle_timeout, S);
+control({timeout, Ref, sluice_timeout}, S = #s{timer = Ref}) ->
+    continue(sluice_conn_handler:timeout(S));
+control({'$sluice', From, {send, Data}}, S) ->
+    case sluice_conn_handler:send(Data, S) of
+        ok ->
+            reply(From, ok),
+            loop(S);
+        {error, Reason} ->
+            reply(From, {error, Reason}),
+            sluice_conn_close:finish({error, Reason}, S)
     end;
+control({'$sluice', From, close}, S) ->
+    reply(From, ok),
+    sluice_conn_close:linger_close([], closed_by_api, S);
+control({'$sluice', From, {call, Req}}, S) ->
+    continue(sluice_conn_handler:call(Req, From, S));
 control({system, From, Req}, S) ->
     sys:handle_system_msg(Req, From, S#s.parent, ?MODULE, [], S);
-control(Msg, S = #s{has_info = true, handler = H, hstate = HState}) ->
-    try H:handle_info(Msg, HState) of
-        Result -> after_info(result(handle_info, Result, S))
-    catch Class:Reason:Stack -> crash(Class, Reason, Stack, S)
-    end;
-control(_Msg, S) ->
-    %% No handle_info/2: a stray message must not stop the connection.
-    loop(S).
+control({timeout, _StaleRef, sluice_timeout}, S) ->
+    loop(S);
+control(Msg, S) ->
+    continue(sluice_conn_handler:info(Msg, S)).
 
-after_info({continue, S}) -> loop(S);
-after_info({stop, Reason, S}) -> finish(Reason, S);
-after_info({stop_after, Out, Reason, S}) -> linger_close(Out, Reason, S).
+reply(none, _Reply) -> ok;
+reply(From, Reply) -> gen:reply(From, Reply).
+
+%% After a callback that was not about data: the grant is unchanged.
+continue({continue, S}) -> loop(S);
+continue({stop, Reason, S}) -> sluice_conn_close:finish(Reason, S);
+continue({stop_after, Out, Reason, S}) -> sluice_conn_close:linger_close(Out, Reason, S).
 
 %% @doc Where a hibernated connection resumes when a message arrives: the
 %% sweep stops watching a hibernated connection, so tell it this one is
@@ -206,37 +232,20 @@ wake(S = #s{parent = Parent}) ->
     end.
 
 data(Data, S) ->
-    case handle_data(Data, S) of
+    case sluice_conn_handler:data(Data, S) of
         {continue, S2} -> next(S2);
-        {stop, Reason, S2} -> finish(Reason, S2);
-        {stop_after, Out, Reason, S2} -> linger_close(Out, Reason, S2)
+        {stop, Reason, S2} -> sluice_conn_close:finish(Reason, S2);
+        {stop_after, Out, Reason, S2} -> sluice_conn_close:linger_close(Out, Reason, S2)
     end.
 
-handle_data(Data, S = #s{handler = H, hstate = HState, stats = Stats}) ->
-    sluice_stats:received(Stats, byte_size(Data)),
-    try H:handle_data(Data, HState) of
-        Result -> result(handle_data, Result, S)
-    catch Class:Reason:Stack -> crash(Class, Reason, Stack, S)
+%% The listener drains. A handler that closes then closes gracefully:
+%% what was read is still answered, and the client sees FIN.
+drain(Deadline, S) ->
+    case sluice_conn_handler:drain(S) of
+        {continue, S2} -> loop(S2);
+        {stop, Reason, S2} -> sluice_conn_close:graceful_close(Reason, Deadline, S2);
+        {stop_after, Out, Reason, S2} -> sluice_conn_close:linger_close(Out, Reason, S2)
     end.
-
-%% The one reader of a handler's return value: replies go out here, and
-%% the caller decides what to do next from what comes back. A value that
-%% is not a result is the handler's bug: the connection crashes with its
-%% name, the callback and the value.
-result(_Callback, {ok, HState}, S) ->
-    {continue, S#s{hstate = HState}};
-result(_Callback, {reply, Out, HState}, S) ->
-    S2 = S#s{hstate = HState},
-    case send(Out, S2) of
-        ok -> {continue, S2};
-        {error, Reason} -> {stop, {error, Reason}, S2}
-    end;
-result(_Callback, {close, Reason, HState}, S) ->
-    {stop, Reason, S#s{hstate = HState}};
-result(_Callback, {reply_close, Out, Reason, HState}, S) ->
-    {stop_after, Out, Reason, S#s{hstate = HState}};
-result(Callback, Other, S = #s{handler = H}) ->
-    crash(exit, {bad_return_value, {H, Callback, Other}}, [], S).
 
 %%% Flow control -------------------------------------------------------
 
@@ -262,20 +271,13 @@ passive(S) ->
 rearm(Mode, S) ->
     case activate(Mode, S) of
         {ok, S2} -> loop(S2);
-        {error, Reason} -> finish({error, Reason}, S)
+        {error, Reason} -> sluice_conn_close:finish({error, Reason}, S)
     end.
 
 activate(Mode, S = #s{t = T, ts = TS}) ->
     case T:activate(TS, Mode) of
         {ok, TS} -> {ok, S};
         {ok, TS2} -> {ok, S#s{ts = TS2}};
-        Error -> Error
-    end.
-
-%% Queue Out on the socket; what was queued counts as written.
-send(Out, #s{t = T, ts = TS, stats = Stats}) ->
-    case T:send(TS, Out) of
-        ok -> sluice_stats:sent(Stats, iolist_size(Out));
         Error -> Error
     end.
 
@@ -287,8 +289,8 @@ send(Out, #s{t = T, ts = TS, stats = Stats}) ->
 %% then), and the connection parks only if nothing at all is waiting for
 %% it; otherwise it handles what was delivered, re-arms and carries on
 %% (and tells the conns_sup it is awake). The sweep sends `park' only to a
-%% connection of a parkable listener (sluice_parking:parkable/1).
-park(S = #s{t = T, parent = Parent, hstate = HState}) ->
+%% connection of a listener that parks (sluice_parking:parkable/1).
+park(S = #s{t = T, parent = Parent, hstate = HState, timer = undefined}) ->
     case T:pause(S#s.ts) of
         {ok, TS} ->
             S2 = S#s{ts = TS},
@@ -300,141 +302,38 @@ park(S = #s{t = T, parent = Parent, hstate = HState}) ->
                             Parent ! {sluice_park, self(), Sock, HState, TS},
                             exit(normal);
                         {error, Reason} ->
-                            finish({error, Reason}, S2)
+                            sluice_conn_close:finish({error, Reason}, S2)
                     end;
                 _ ->
                     Parent ! {sluice_woke, self()},
                     resume(S2)
             end;
         {error, Reason} ->
-            finish({error, Reason}, S)
-    end.
+            sluice_conn_close:finish({error, Reason}, S)
+    end;
+park(S = #s{parent = Parent}) ->
+    %% A handler's timer is running: the process it would fire in must stay.
+    Parent ! {sluice_woke, self()},
+    loop(S).
 
 %% Parking was called off: handle what the transport delivered before the
 %% pause, then grant anew (the pause withdrew what was left of the grant).
 resume(S = #s{t = T, ts = TS}) ->
     case T:await(TS, 0) of
         {data, Data, TS2} ->
-            case handle_data(Data, S#s{ts = TS2}) of
+            case sluice_conn_handler:data(Data, S#s{ts = TS2}) of
                 {continue, S2} -> resume(S2);
-                {stop, Reason, S2} -> finish(Reason, S2);
-                {stop_after, Out, Reason, S2} -> linger_close(Out, Reason, S2)
+                {stop, Reason, S2} -> sluice_conn_close:finish(Reason, S2);
+                {stop_after, Out, Reason, S2} -> sluice_conn_close:linger_close(Out, Reason, S2)
             end;
         {timeout, TS2} ->
             #s{active = Mode} = S,
-            rearm(Mode, S#s{ts = TS2, credit = case Mode of
-                                                    N when is_integer(N) -> N;
-                                                    _ -> 0
-                                                end});
+            rearm(Mode, armed(S#s{ts = TS2}));
         {closed, TS2} ->
-            finish(closed, S#s{ts = TS2});
+            sluice_conn_close:finish(closed, S#s{ts = TS2});
         {error, Reason, TS2} ->
-            finish({error, Reason}, S#s{ts = TS2})
+            sluice_conn_close:finish({error, Reason}, S#s{ts = TS2})
     end.
-
-%%% Closing ------------------------------------------------------------
-
-%% Draining: the listener has stopped accepting and asks every connection to
-%% end before a deadline. A handler with handle_drain/1 decides; without,
-%% the connection closes gracefully.
-drain(Deadline, S = #s{has_drain = true, handler = H, hstate = HState}) ->
-    try H:handle_drain(HState) of
-        Result ->
-            case result(handle_drain, Result, S) of
-                {continue, S2} -> loop(S2);
-                {stop, Reason, S2} -> graceful_close(Reason, Deadline, S2);
-                {stop_after, Out, Reason, S2} -> linger_close(Out, Reason, S2)
-            end
-    catch Class:Reason:Stack -> crash(Class, Reason, Stack, S)
-    end;
-drain(Deadline, S) ->
-    graceful_close(drained, Deadline, S).
-
-%% Close without losing what was read and without a reset: pause delivery,
-%% hand every chunk already delivered to the handler so that its replies
-%% go out, send FIN behind them, then read and discard until the peer
-%% closes or the deadline passes (closing with unread bytes would make the
-%% kernel send RST).
-graceful_close(Reason, Deadline, S = #s{t = T}) ->
-    S2 = case T:pause(S#s.ts) of
-             {ok, TS} -> S#s{ts = TS};
-             {error, _} -> S
-         end,
-    flush(Reason, Deadline, S2).
-
-flush(Reason, Deadline, S = #s{t = T, ts = TS}) ->
-    case T:await(TS, 0) of
-        {data, Data, TS2} ->
-            case handle_data(Data, S#s{ts = TS2}) of
-                {continue, S2} -> flush(Reason, Deadline, S2);
-                {stop, _, S2} -> fin_then_discard(Reason, Deadline, S2);
-                {stop_after, Out, _, S2} ->
-                    _ = send(Out, S2),
-                    fin_then_discard(Reason, Deadline, S2)
-            end;
-        {timeout, TS2} ->
-            fin_then_discard(Reason, Deadline, S#s{ts = TS2});
-        {_Closed, TS2} ->
-            finish(Reason, S#s{ts = TS2});
-        {error, _, TS2} ->
-            finish(Reason, S#s{ts = TS2})
-    end.
-
-%% The handler asked to say something and close (a protocol error after
-%% frames that are owed their replies): nothing more is handed to it.
-linger_close(Out, Reason, S) ->
-    case send(Out, S) of
-        ok -> fin_then_discard(Reason, erlang:monotonic_time(millisecond) + ?CLOSE_LINGER_MS, S);
-        {error, _} -> finish(Reason, S)
-    end.
-
-%% Replies already queued, then FIN behind them, then drop whatever the
-%% peer still sends until it closes or the deadline passes. One read is
-%% kept armed, or the peer's close would go unseen until the deadline.
-%% (With active=false a read may still be pending; a second is refused,
-%% harmlessly.)
-fin_then_discard(Reason, Deadline, S = #s{t = T}) ->
-    _ = T:shutdown(S#s.ts, write),
-    discard(Reason, Deadline, S).
-
-discard(Reason, Deadline, S = #s{t = T}) ->
-    Mode = case S#s.active of false -> false; _ -> once end,
-    case T:activate(S#s.ts, Mode) of
-        {ok, TS} ->
-            Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
-            case T:await(TS, Left) of
-                {data, _, TS2} -> discard(Reason, Deadline, S#s{ts = TS2});
-                {timeout, TS2} -> finish(Reason, S#s{ts = TS2});
-                {closed, TS2} -> finish(Reason, S#s{ts = TS2});
-                {error, _, TS2} -> finish(Reason, S#s{ts = TS2})
-            end;
-        {error, _} ->
-            finish(Reason, S)
-    end.
-
--spec finish(term(), #s{}) -> no_return().
-finish(Reason, S = #s{t = T, ts = TS, stats = Stats}) ->
-    T:close(TS),
-    sluice_stats:ended(Stats, Reason),
-    terminate(Reason, S),
-    exit(normal).
-
-%% The handler raised, or returned something that is not a result: as a
-%% gen_server does, terminate/2 is called with the reason and the process
-%% exits with it (a crash report names the handler; the conns_sup counts
-%% it as crashed).
--spec crash(error | exit | throw, term(), list(), #s{}) -> no_return().
-crash(Class, Reason, Stack, S = #s{t = T, ts = TS}) ->
-    T:close(TS),
-    terminate(Reason, S),
-    erlang:raise(Class, Reason, Stack).
-
-terminate(Reason, #s{has_terminate = true, handler = H, hstate = HState}) ->
-    try H:terminate(Reason, HState)
-    catch _:_ -> ok
-    end;
-terminate(_Reason, _S) ->
-    ok.
 
 %%% sys callbacks, so that sys:get_state/1 and friends work on a connection.
 
@@ -444,7 +343,7 @@ system_continue(_Parent, _Debug, S) ->
 
 -spec system_terminate(term(), pid(), [sys:dbg_opt()], #s{}) -> no_return().
 system_terminate(Reason, _Parent, _Debug, S) ->
-    finish({shutdown, Reason}, S).
+    sluice_conn_close:finish({shutdown, Reason}, S).
 
 -spec system_code_change(#s{}, module(), term(), term()) -> {ok, #s{}}.
 system_code_change(S, _Module, _OldVsn, _Extra) ->

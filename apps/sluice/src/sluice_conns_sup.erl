@@ -69,11 +69,14 @@ drain(Sup, Deadline) ->
 -spec init(pid(), sluice_listener_sup:listener(), pos_integer()) -> no_return().
 init(Parent, Listener = #{name := Name, transport := T, stats := Stats}, Index) ->
     process_flag(trap_exit, true),
-    %% Load the connection module now: in an interactive-mode VM it would
+    %% Load what a connection runs now: in an interactive-mode VM it would
     %% otherwise be loaded by the first connection, and if the descriptors
     %% have run out by then (emfile) the code server cannot open the .beam
     %% and every connection dies with undef.
-    {module, sluice_conn} = code:ensure_loaded(sluice_conn),
+    _ = [{module, M} = code:ensure_loaded(M)
+         || M <- [sluice_conn, sluice_conn_handler, sluice_conn_close, sluice_proxy,
+                  sluice_telemetry, sluice_log, sluice_stats, sluice_frame, T]],
+    _ = sluice_telemetry:refresh(),
     ok = sluice_stats:sup_reset(Stats, Index),
     ok = sluice_registry:set_conns_sup(Name, Index, self()),
     proc_lib:init_ack(Parent, {ok, self()}),

@@ -21,7 +21,7 @@
 -export([received/2, sent/2, ended/2, crashed/1]).
 %% admission (acceptors)
 -export([admit/1, release/1, rejected/1, shedding/1, set_shedding/2,
-         set_max_connections/2, log_due/3]).
+         set_max_connections/2, log_due/4]).
 %% connection supervisors
 -export([sup_reset/2, sup_started/2, sup_gone/2, parked/3, parked_reset/2]).
 %% reading
@@ -57,10 +57,12 @@
 %% connection supervisor, then NumSups slots of parked ones.
 -define(CONNS, 1).
 -define(MAX_CONNS, 2).
--define(LAST_LOG, 3).
--define(SUPPRESSED, 4).
--define(SHEDDING, 5).
--define(FIXED_ATOMICS, 5).
+-define(SHEDDING, 3).
+%% The log throttle of each kind of repeated fault (sluice_log): when its
+%% last line was written, and how many were not written since.
+-define(LAST_LOG(Kind), case Kind of accept -> 4; refused -> 6 end).
+-define(SUPPRESSED(Kind), (?LAST_LOG(Kind) + 1)).
+-define(FIXED_ATOMICS, 7).
 %% atomics are signed 64-bit; `infinity' is stored as the largest.
 -define(INFINITY, 16#7fffffffffffffff).
 
@@ -72,8 +74,9 @@ new(NumSups, Max) ->
                 a = atomics:new(?FIXED_ATOMICS + 2 * NumSups, [{signed, true}]),
                 sups = NumSups},
     ok = set_max_connections(St, Max),
-    %% The first accept error is always logged.
-    atomics:put(St#stats.a, ?LAST_LOG, erlang:monotonic_time(millisecond) - 3600000),
+    %% The first fault of each kind is always logged.
+    Long = erlang:monotonic_time(millisecond) - 3600000,
+    _ = [atomics:put(St#stats.a, ?LAST_LOG(K), Long) || K <- [accept, refused]],
     St.
 
 -spec num_conns_sups(stats()) -> pos_integer().
@@ -168,19 +171,20 @@ set_shedding(#stats{a = A}, On) ->
 set_max_connections(#stats{a = A}, infinity) -> atomics:put(A, ?MAX_CONNS, ?INFINITY);
 set_max_connections(#stats{a = A}, Max) -> atomics:put(A, ?MAX_CONNS, Max).
 
-%% @doc Whether a line about an accept error is due at `Now' (ms): at most
-%% one per `Interval' per listener however many acceptors fail, with the
-%% number of errors not logged since the last line. A caller told `false'
-%% has been counted among those.
--spec log_due(stats(), integer(), pos_integer()) -> {true, non_neg_integer()} | false.
-log_due(#stats{a = A}, Now, Interval) ->
-    Last = atomics:get(A, ?LAST_LOG),
+%% @doc Whether a log line about a fault of `Kind' is due at `Now' (ms): at
+%% most one per `Interval' per listener however many processes see it,
+%% with the number of faults not logged since the last line. A caller told
+%% `false' has been counted among those.
+-spec log_due(stats(), accept | refused, integer(), pos_integer()) ->
+          {true, non_neg_integer()} | false.
+log_due(#stats{a = A}, Kind, Now, Interval) ->
+    Last = atomics:get(A, ?LAST_LOG(Kind)),
     case Now - Last >= Interval andalso
-        atomics:compare_exchange(A, ?LAST_LOG, Last, Now) =:= ok of
+        atomics:compare_exchange(A, ?LAST_LOG(Kind), Last, Now) =:= ok of
         true ->
-            {true, atomics:exchange(A, ?SUPPRESSED, 0)};
+            {true, atomics:exchange(A, ?SUPPRESSED(Kind), 0)};
         false ->
-            atomics:add(A, ?SUPPRESSED, 1),
+            atomics:add(A, ?SUPPRESSED(Kind), 1),
             false
     end.
 
