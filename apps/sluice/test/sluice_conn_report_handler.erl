@@ -7,7 +7,11 @@
 -export([init/2, handle_data/2]).
 
 init(Conn, Opts = #{test_pid := Pid}) ->
-    Pid ! {sluice_conn, self(), Conn, logger:get_process_metadata()},
+    Meta = case logger:get_process_metadata() of
+               undefined -> #{};
+               M -> M
+           end,
+    Pid ! {sluice_conn, self(), Conn, Meta},
     {ok, Opts}.
 
 handle_data(Data, State) ->

@@ -11,6 +11,7 @@
 -export([connect/2, connect/3, tcp_connect/1, reset/1, ack_pipeline/3, recv_exactly/3,
          recv_until_closed/2, echo_check/3]).
 -export([start_relay/1, relay_result/2]).
+-export([start_lb/3]).
 -export([capture_all_logs/0, captured/0, stop_capture/0, log/2]).
 -export([vm_snapshot/0, settle/0]).
 
@@ -182,6 +183,54 @@ records(Rest, Types) ->
 relay_result(Pid, Timeout) ->
     receive {relay_done, Pid, Types, Partial} -> {Types, Partial}
     after Timeout -> error(relay_no_fin)
+    end.
+
+%%% A load balancer that speaks the PROXY protocol --------------------------
+
+%% A TCP proxy on loopback in front of ServerPort, for one connection: it
+%% sends Header to the server, then relays both ways. Mode says how the
+%% header goes out:
+%% <ul>
+%%  <li>`joined': in one write with the client's first bytes (for TLS, the
+%%      ClientHello), as a load balancer that buffers does;</li>
+%%  <li>`alone': in a write of its own, the client's bytes after it;</li>
+%%  <li>`bytewise': one byte per write, 5 ms apart, then the client's
+%%      bytes.</li>
+%% </ul>
+%% Returns the port to connect to.
+start_lb(ServerPort, Header, Mode) ->
+    Parent = self(),
+    Pid = spawn_link(fun() ->
+                             {ok, L} = gen_tcp:listen(0, [binary, {ip, ?LOOPBACK}, {active, false}]),
+                             {ok, LP} = inet:port(L),
+                             Parent ! {lb_port, self(), LP},
+                             {ok, C} = gen_tcp:accept(L, 10000),
+                             ok = inet:setopts(C, [{nodelay, true}]),
+                             {ok, S} = gen_tcp:connect(?LOOPBACK, ServerPort,
+                                                       [binary, {active, false}, {nodelay, true}]),
+                             lb_header(Mode, Header, C, S),
+                             ok = inet:setopts(C, [{active, true}]),
+                             ok = inet:setopts(S, [{active, true}]),
+                             lb_pump(C, S)
+                     end),
+    receive {lb_port, Pid, LP} -> LP after 5000 -> error(lb_not_started) end.
+
+lb_header(joined, Header, C, S) ->
+    {ok, First} = gen_tcp:recv(C, 0, 10000),
+    ok = gen_tcp:send(S, [Header, First]);
+lb_header(alone, Header, _C, S) ->
+    ok = gen_tcp:send(S, Header),
+    timer:sleep(50);
+lb_header(bytewise, Header, _C, S) ->
+    [begin ok = gen_tcp:send(S, <<B>>), timer:sleep(5) end || <<B>> <= Header],
+    ok.
+
+lb_pump(C, S) ->
+    receive
+        {tcp, C, Data} -> _ = gen_tcp:send(S, Data), lb_pump(C, S);
+        {tcp, S, Data} -> _ = gen_tcp:send(C, Data), lb_pump(C, S);
+        {tcp_closed, _} -> gen_tcp:close(C), gen_tcp:close(S);
+        {tcp_error, _, _} -> gen_tcp:close(C), gen_tcp:close(S)
     end.
 
 %%% Logs --------------------------------------------------------------------
