@@ -8,6 +8,7 @@
 -include_lib("stdlib/include/assert.hrl").
 
 -export([certs/0, server_opts/1, client_opts/1, write_pem/2]).
+-export([client_hello/2]).
 -export([connect/2, connect/3, tcp_connect/1, reset/1, ack_pipeline/3, recv_exactly/3,
          recv_until_closed/2, echo_check/3]).
 -export([start_relay/1, relay_result/2]).
@@ -56,6 +57,22 @@ write_pem(Dir, ServerOpts) ->
     ok = file:write_file(CAFile, public_key:pem_encode([{'Certificate', C, not_encrypted}
                                                         || C <- CAs])),
     [{certfile, CertFile}, {keyfile, KeyFile}, {cacertfile, CAFile}].
+
+%% The first record a TLS client sends (its ClientHello), as it would send
+%% it to this server (Extra: more client options, e.g. versions), caught
+%% by a listener that never answers.
+client_hello(Config, Extra) ->
+    {ok, L} = gen_tcp:listen(0, [binary, {ip, ?LOOPBACK}, {active, false}]),
+    {ok, P} = inet:port(L),
+    Opts = Extra ++ client_opts(Config) ++ [binary, {active, false}],
+    Client = spawn(fun() -> ssl:connect(?LOOPBACK, P, Opts, 5000) end),
+    {ok, A} = gen_tcp:accept(L, 5000),
+    {ok, <<22, _:16, Len:16>> = Head} = gen_tcp:recv(A, 5, 5000),
+    {ok, Body} = gen_tcp:recv(A, Len, 5000),
+    exit(Client, kill),
+    gen_tcp:close(A),
+    gen_tcp:close(L),
+    <<Head/binary, Body/binary>>.
 
 %%% Clients ---------------------------------------------------------------
 
