@@ -152,7 +152,7 @@ bad_cluster_options_exit_2_with_one_line(Config) ->
 %% not_found.
 cluster_info_sums_over_peer_nodes(_Config) ->
     ok = ensure_distributed(),
-    Ebins = [filename:dirname(code:which(M)) || M <- [sluice, sluice_metrics]],
+    Ebins = [filename:dirname(code:which(M)) || M <- [sluice, sluice_cluster]],
     Peers = [begin
                  {ok, P, N} = peer:start_link(#{name => peer:random_name(?MODULE),
                                                host => "127.0.0.1",
@@ -164,7 +164,7 @@ cluster_info_sums_over_peer_nodes(_Config) ->
         Counts = lists:zip([N || {_, N} <- Peers], [3, 5]),
         Socks = lists:append(
                   [begin
-                       {ok, Port} = erpc:call(N, sluice_cli_cluster, start_node_listener,
+                       {ok, Port} = erpc:call(N, sluice_serve_cluster, start_node_listener,
                                               [#{ip => {127, 0, 0, 1}, port => 0,
                                                  handler => {sluice_proto_ping, []}}]),
                        [ping_connect(Port) || _ <- lists:seq(1, C)]
@@ -194,7 +194,7 @@ telemetry_events_carry_the_figures(_Config) ->
     #{port := Port} = sluice:info(Name),
     S = ping_connect(Port),
     register(sluice_telemetry_test, self()),
-    {ok, Pid} = sluice_metrics:start_telemetry(Name, ?MODULE),
+    {ok, Pid} = sluice_telemetry:start(Name, ?MODULE),
     try
         Events = [receive {telemetry, E, M, Meta} -> {E, M, Meta} after 3000 -> none end
                   || _ <- [1, 2]],
@@ -214,7 +214,7 @@ telemetry_events_carry_the_figures(_Config) ->
 
 %% Without telemetry on the code path nothing is started.
 no_telemetry_no_process(_Config) ->
-    ?assertEqual(ignore, sluice_metrics:start_telemetry(x, sluice_no_such_module)).
+    ?assertEqual(ignore, sluice_telemetry:start(x, sluice_no_such_module)).
 
 %% Stands in for telemetry:execute/3.
 -spec execute(list(), map(), map()) -> ok.

@@ -1,5 +1,5 @@
 %% Tests of `bin/sluice load' across several engine processes and nodes
-%% (sluice_cli_load, sluice_load_coord, sluice_load_merge): runs the real
+%% (sluice_cmd_load, sluice_load_run, sluice_load_coord, sluice_load_merge): runs the real
 %% command against the C reference server (ping protocol) on loopback.
 -module(sluice_load_coord_SUITE).
 
@@ -251,7 +251,7 @@ engine_starts_its_window_on_go(Config) ->
     ?assert(lists:any(fun(L) -> binary:match(L, <<"\"phase\":\"window\"">>) =/= nomatch end, Lines)),
     ?assertMatch([_, _ | _], [L || <<"{\"round\":", _/binary>> = L <- Lines]),
     [Result] = [L || <<"{\"scenario\"", _/binary>> = L <- Lines],
-    {ok, J} = sluice_bench_json:decode(Result),
+    {ok, J} = sluice_json:decode(Result),
     ?assertEqual(0, get(exit_code, J)),
     ?assert(abs(get(duration_s, J) - 0.6) < 0.1),
     ?assertEqual(3, length(get(rounds, J))).
@@ -283,7 +283,7 @@ json_path(Config) -> filename:join(?config(priv_dir, Config), "load.json").
 
 read_json(Config) ->
     {ok, Bin} = file:read_file(json_path(Config)),
-    {ok, J} = sluice_bench_json:decode(Bin),
+    {ok, J} = sluice_json:decode(Bin),
     J.
 
 get(K, M) -> maps:get(atom_to_binary(K), M).

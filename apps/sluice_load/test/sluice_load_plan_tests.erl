@@ -91,11 +91,11 @@ prometheus_text_test() ->
     ?assertEqual([{<<"sluice_connections">>, #{<<"node">> => <<"a@h">>, <<"backend">> => <<"inet">>}, 3.0},
                   {<<"sluice_connections">>, #{<<"node">> => <<"all">>}, 5.0},
                   {<<"sluice_beam_memory_bytes">>, #{}, 1.5e6}],
-                 sluice_load_metrics:parse(T)).
+                 sluice_server_metrics:parse(T)).
 
 per_conn_test() ->
     B = #{connections => 10.0, beam_memory => 1000.0, resident_memory => 2000.0, t_ms => 0},
     H = #{connections => 110.0, beam_memory => 201000.0, resident_memory => 402000.0, t_ms => 1},
     ?assertMatch(#{connections := 100.0, beam_bytes_per_conn := 2000.0,
-                   resident_bytes_per_conn := 4000.0}, sluice_load_metrics:per_conn(B, H)),
-    ?assertMatch(#{beam_bytes_per_conn := null}, sluice_load_metrics:per_conn(B, B)).
+                   resident_bytes_per_conn := 4000.0}, sluice_server_metrics:per_conn(B, H)),
+    ?assertMatch(#{beam_bytes_per_conn := null}, sluice_server_metrics:per_conn(B, B)).

@@ -62,8 +62,9 @@ reap(Config, OsPid) ->
     proplists:get_value(reaper, Config) ! {add, OsPid},
     ok.
 
-%% @doc Kills every registered OS process and its children (call from
-%% end_per_testcase): a VM started by bin/sluice is a child of sluice-run.
+%% @doc Kills every registered OS process and all its descendants (call
+%% from end_per_testcase): a VM started by bin/sluice is a child of
+%% sluice-run, and the C programs or VMs it runs are its descendants.
 -spec stop_reaper(list()) -> ok.
 stop_reaper(Config) ->
     Reaper = proplists:get_value(reaper, Config),
@@ -75,9 +76,8 @@ reaper(Pids) ->
         {add, Pid} ->
             reaper([Pid | Pids]);
         {kill_all, From} ->
-            _ = [os:cmd("for c in $(ps -o pid= --ppid " ++ P ++ "); do kill -9 $c; done; "
-                        "kill -9 " ++ P ++ " 2>/dev/null")
-                 || P <- [integer_to_list(N) || N <- Pids]],
+            Tree = lists:usort(lists:append([sluice_procfs:process_tree(P) || P <- Pids])),
+            _ = [os:cmd("kill -9 " ++ integer_to_list(P) ++ " 2>/dev/null") || P <- Tree],
             From ! {reaped, self()}
     end.
 

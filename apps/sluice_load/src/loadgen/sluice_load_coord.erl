@@ -16,9 +16,9 @@
                     conns := pos_integer()}.
 -type outcome() :: #{results := [{non_neg_integer(), integer(), binary() | none}],
                      texts := [{non_neg_integer(), binary()}],
-                     baseline := sluice_load_metrics:sample() | none,
-                     held := sluice_load_metrics:sample() | none,
-                     held_all := [sluice_load_metrics:sample()],
+                     baseline := sluice_server_metrics:sample() | none,
+                     held := sluice_server_metrics:sample() | none,
+                     held_all := [sluice_server_metrics:sample()],
                      metrics_error := string() | none,
                      interrupted := boolean()}.
 
@@ -26,10 +26,10 @@
 -spec run(#{bin := file:filename(), engines := [engine()], progress := boolean(),
             server_metrics := string() | undefined}) -> outcome().
 run(#{bin := Bin, engines := Engines, progress := Progress, server_metrics := Url}) ->
-    ok = sluice_cli_signal:install(self()),
+    ok = sluice_signal:install(self()),
     {Baseline, MErr} = case Url of
                            undefined -> {none, none};
-                           _ -> case sluice_load_metrics:sample(Url) of
+                           _ -> case sluice_server_metrics:sample(Url) of
                                     {ok, Sample} -> {Sample, none};
                                     {error, E} -> {none, E}
                                 end
@@ -65,12 +65,12 @@ loop(S) ->
 receive_one(#{runners := Runners} = S) ->
     receive
         {engine_progress, Id, Line} ->
-            case sluice_bench_json:decode(Line) of
+            case sluice_json:decode(Line) of
                 {ok, P} -> S#{progress := (maps:get(progress, S))#{Id => P}};
                 _ -> S
             end;
         {engine_round, Id, Line} ->
-            case sluice_bench_json:decode(Line) of
+            case sluice_json:decode(Line) of
                 {ok, R} -> live_round(Id, R, S);
                 _ -> S
             end;
@@ -160,7 +160,7 @@ scrape(#{go := false} = S) -> S;
 scrape(#{scraping := true} = S) -> S;
 scrape(#{url := Url} = S) ->
     Self = self(),
-    _ = spawn_link(fun() -> Self ! {scraped, sluice_load_metrics:sample(Url)} end),
+    _ = spawn_link(fun() -> Self ! {scraped, sluice_server_metrics:sample(Url)} end),
     S#{scraping := true}.
 
 show(#{show := false} = S) -> S;
@@ -194,7 +194,7 @@ reasons(Prog) ->
 
 server_line(#{baseline := B, held := H}) when is_map(B), is_map(H) ->
     #{connections := C, beam_bytes_per_conn := Beam, resident_bytes_per_conn := Rss} =
-        sluice_load_metrics:per_conn(B, H),
+        sluice_server_metrics:per_conn(B, H),
     case Beam of
         null -> "";
         _ -> io_lib:format("  server: ~b conns, ~.2f KiB BEAM, ~.2f KiB RSS per conn",

@@ -1,10 +1,10 @@
-%% @doc `--metrics-port': OTP's inets httpd serving sluice_metrics' text at
+%% @doc `--metrics-port': OTP's inets httpd serving sluice_prometheus' text at
 %% GET /metrics (404 elsewhere). The figures are gathered from every node
 %% at each request, so a scrape always sees the live values.
 %%
 %% This module is also the httpd callback (do/1): one module, no files to
 %% serve, no document root in use.
--module(sluice_metrics_httpd).
+-module(sluice_prometheus_httpd).
 
 -export([start/3, port/1, do/1]).
 
@@ -38,7 +38,7 @@ port(Pid) ->
 -spec do(#mod{}) -> {proceed, list()}.
 do(#mod{method = "GET", request_uri = "/metrics" ++ Rest}) when Rest =:= ""; hd(Rest) =:= $? ->
     Body = unicode:characters_to_binary(
-             sluice_metrics:scrape(persistent_term:get({?MODULE, listener}))),
+             sluice_prometheus:scrape(persistent_term:get({?MODULE, listener}))),
     reply(200, Body);
 do(#mod{}) ->
     reply(404, <<"not found: try /metrics\n">>).

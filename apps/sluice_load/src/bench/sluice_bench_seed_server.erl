@@ -17,7 +17,7 @@
 main([PortStr]) ->
     %% OTP's own SIGTERM handler (init:stop/0) takes a second; nothing here
     %% needs an orderly stop, and the benchmark waits for the exit.
-    ok = sluice_cli_signal:install(spawn(fun halt_on_signal/0)),
+    ok = sluice_signal:install(spawn(fun halt_on_signal/0)),
     {ok, Port} = start(list_to_integer(PortStr)),
     io:format("listening on 0.0.0.0:~b~n", [Port]),
     ok.

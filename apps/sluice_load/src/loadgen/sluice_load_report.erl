@@ -8,7 +8,7 @@
 -define(G(K, M), maps:get(K, M, 0)).
 
 %% @doc The human summary. `Info' holds `engines', `nodes', `memory'
-%% (sluice_load_metrics:per_conn/2 or none) and `server_metrics'.
+%% (sluice_server_metrics:per_conn/2 or none) and `server_metrics'.
 -spec text(map(), map()) -> iolist().
 text(R, Info) ->
     Sc = ?G(<<"scenario">>, R),
@@ -104,7 +104,7 @@ json(R, Info) ->
               none -> null;
               M -> M
           end,
-    sluice_bench_json:encode(R#{<<"server_memory">> => Mem,
+    sluice_json:encode(R#{<<"server_memory">> => Mem,
                                 <<"server_metrics">> => case maps:get(server_metrics, Info) of
                                                             undefined -> null;
                                                             U -> list_to_binary(U)

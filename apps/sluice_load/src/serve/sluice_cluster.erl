@@ -10,13 +10,14 @@
 %% explicitly when other nodes are connected too.
 -module(sluice_cluster).
 
--export([info/2, node_stats/1, resident_memory/0]).
+-export([info/2, node_stats/1, set_serving_nodes/1, serving_nodes/0, serving_info/1]).
 
 %% Figures that are summed; the rest of info/1 (ip, port, options) is
 %% taken from the first node.
 -define(SUMMED, [connections, parked, accepted, rejected, closed, protocol_errors,
                  messages, bytes_in, bytes_out, max_connections]).
 -define(TIMEOUT, 5000).
+-define(SERVING_KEY, {?MODULE, serving_nodes}).
 
 %% @doc The listener's figures summed over `Nodes', with each node's own
 %% under `nodes' (node => info map with `beam_memory' and
@@ -55,42 +56,29 @@ add(Values) ->
 
 %% @doc This node's figures for listener `Name': sluice:info/1 plus the
 %% node's BEAM memory (erlang:memory(total)) and resident set size in bytes
-%% (0 where /proc is not there). Called on each node by info/2.
+%% (0 where there is no /proc). Called on each node by info/2.
 -spec node_stats(sluice:name()) -> map() | {error, not_found}.
 node_stats(Name) ->
     case sluice:info(Name) of
         Info = #{} ->
             Info#{beam_memory => erlang:memory(total),
-                  resident_memory => resident_memory()};
+                  resident_memory => sluice_procfs:rss_bytes()};
         Error ->
             Error
     end.
 
-%% @doc The resident set size of this OS process in bytes, from Linux's
-%% /proc/self/statm (its second field, in pages); 0 elsewhere.
--spec resident_memory() -> non_neg_integer().
-resident_memory() ->
-    case file:read_file("/proc/self/statm") of
-        {ok, Statm} ->
-            case string:lexemes(binary_to_list(Statm), " \n") of
-                [_Size, Resident | _] -> list_to_integer(Resident) * page_size();
-                _ -> 0
-            end;
-        {error, _} ->
-            0
-    end.
+%% @doc The nodes `bin/sluice serve' runs its listener on (default: this
+%% one); what /metrics and the telemetry events sum over. A node that dies
+%% is taken out by the cluster's loop.
+-spec set_serving_nodes([node()]) -> ok.
+set_serving_nodes(Nodes) ->
+    persistent_term:put(?SERVING_KEY, Nodes).
 
-%% The kernel's page size: 4 KiB on the machines this runs on; /proc does
-%% not say it, and asking getconf costs an OS process per call.
-page_size() ->
-    case persistent_term:get({?MODULE, page_size}, undefined) of
-        undefined ->
-            Size = case string:to_integer(os:cmd("getconf PAGESIZE")) of
-                       {N, _} when is_integer(N), N > 0 -> N;
-                       _ -> 4096
-                   end,
-            persistent_term:put({?MODULE, page_size}, Size),
-            Size;
-        Size ->
-            Size
-    end.
+-spec serving_nodes() -> [node()].
+serving_nodes() ->
+    persistent_term:get(?SERVING_KEY, [node()]).
+
+%% @doc info/2 over serving_nodes().
+-spec serving_info(sluice:name()) -> map() | {error, not_found}.
+serving_info(Name) ->
+    info(Name, serving_nodes()).

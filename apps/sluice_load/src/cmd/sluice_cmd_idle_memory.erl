@@ -7,53 +7,61 @@
 %% set (which also holds what the socket NIF allocates outside the Erlang
 %% allocators' view). Per connection = (after - before) / N, read once every
 %% connection has gone to sleep as an idle connection does: parked on inet
-%% (quiet for `park_after', here 300 ms by default: the process exits, its
-%% socket waits in the conns_sup), hibernated on socket (quiet for
-%% `hibernate_after', here 200 ms).
--module(sluice_bench_memory).
+%% (quiet for `--park-after': the process exits, its socket waits in its
+%% supervisor), hibernated on socket (quiet for ?HIBERNATE_MS). Both are
+%% short here so that the measurement does not wait for the library's
+%% defaults.
+-module(sluice_cmd_idle_memory).
 
 -export([run/1, specs/0, measure/4]).
 
+-define(HIBERNATE_MS, 200).
 -define(ABOUT, "Memory per idle connection on the inet and the socket backend: a ping\n"
         "listener in this VM, N connections from the C load engine, each idle after\n"
         "one Ping/Pong; the VM's memory before and after, divided by N.").
 
 -spec specs() -> [sluice_cli_args:spec()].
 specs() ->
-    [{conns, "conns", {integer, 1, 15000}, 1000, "idle connections per backend"},
-     {backend, "backend", {enum, [both, inet, socket]}, both, "backend(s) to measure"},
-     {park_after, "park-after", timeout, 300,
-      "park inet connections quiet this long (infinity: they hibernate, as on socket)"}].
+    O = fun sluice_cli_args:opt/4,
+    [O(conns, {integer, 1, 15000}, 1000, "idle connections per backend"),
+     O(backend, {enum, [both, inet, socket]}, both, "backend(s) to measure"),
+     O(park_after, timeout, 300,
+       "park inet connections quiet this long (infinity: they hibernate, as on socket)")].
 
--spec run([string()]) -> non_neg_integer().
+-spec run([string()]) -> sluice_cli:result().
 run(Args) ->
     case sluice_cli_args:parse(specs(), Args) of
         help ->
             io:put_chars(sluice_cli_args:usage("idle-memory", ?ABOUT, specs())),
             0;
         {error, Msg} ->
-            sluice_cli:fail(2, Msg);
-        {ok, #{conns := N, backend := B, park_after := Park}} ->
-            {ok, _} = application:ensure_all_started(sluice),
-            Engine = filename:join(code:priv_dir(sluice_load), "sluice-load"),
-            Backends = case B of both -> [inet, socket]; _ -> [B] end,
-            Results = [measure(Backend, N, Engine, Park) || Backend <- Backends],
-            Cols = [total, processes, processes_used, conn_procs, socket_registry, system,
-                    ports, rss],
-            io:format("~-8s ~6s~s~n", ["backend", "conns",
-                                       [io_lib:format(" ~15s", [C]) || C <- Cols]]),
-            [io:format("~-8s ~6b~s~n", [Bk, C, [io_lib:format(" ~15b", [maps:get(K, R)])
-                                                 || K <- Cols]])
-             || #{backend := Bk, conns := C} = R <- Results],
-            io:format("bytes per idle connection, after a garbage collection of every process:~n"
-                      "total, processes, processes_used, system: erlang:memory/0 (processes less "
-                      "processes_used: freed process\nstructures the allocator keeps for reuse; "
-                      "parked connections leave theirs there); conn_procs: the connection "
-                      "processes;~nsocket_registry: OTP's registry of socket NIF sockets; "
-                      "ports: inet driver ports;~nrss: the VM's resident set "
-                      "(/proc/self/status VmRSS), which also sees the NIF's own allocations~n"),
-            0
+            {error, 2, Msg};
+        {ok, Opts} ->
+            case sluice_build:program("sluice-load") of
+                {ok, Engine} -> measure_all(Opts, Engine);
+                {error, Msg} -> {error, 1, Msg}
+            end
     end.
+
+measure_all(#{conns := N, backend := B, park_after := Park}, Engine) ->
+    {ok, _} = application:ensure_all_started(sluice),
+    Backends = case B of both -> [inet, socket]; _ -> [B] end,
+    Results = [measure(Backend, N, Engine, Park) || Backend <- Backends],
+    Cols = [total, processes, processes_used, conn_procs, socket_registry, system,
+            ports, rss],
+    io:format("~-8s ~6s~s~n", ["backend", "conns",
+                               [io_lib:format(" ~15s", [C]) || C <- Cols]]),
+    [io:format("~-8s ~6b~s~n", [Bk, C, [io_lib:format(" ~15b", [maps:get(K, R)])
+                                         || K <- Cols]])
+     || #{backend := Bk, conns := C} = R <- Results],
+    io:format("bytes per idle connection, after a garbage collection of every process:~n"
+              "total, processes, processes_used, system: erlang:memory/0 (processes less "
+              "processes_used: freed process\nstructures the allocator keeps for reuse; "
+              "parked connections leave theirs there); conn_procs: the connection "
+              "processes;~nsocket_registry: OTP's registry of socket NIF sockets; "
+              "ports: inet driver ports;~nrss: the VM's resident set "
+              "(/proc/self/status VmRSS), which also sees the NIF's own allocations~n"),
+    0.
 
 %% @doc Measure one backend: a map of bytes per connection.
 -spec measure(inet | socket, pos_integer(), file:filename(), timeout()) -> map().
@@ -61,7 +69,8 @@ measure(Backend, N, Engine, Park) ->
     Name = {?MODULE, Backend},
     {ok, _} = sluice:start_listener(Name, #{ip => {127, 0, 0, 1}, port => 0,
                                             transport => Backend, idle_timeout => infinity,
-                                            hibernate_after => 200, park_after => Park,
+                                            hibernate_after => ?HIBERNATE_MS,
+                                            park_after => Park,
                                             max_connections => infinity,
                                             handler => {sluice_proto_ping, []}}),
     #{port := Port} = sluice:info(Name),
@@ -128,11 +137,4 @@ snapshot(Name) ->
                          end,
       system => proplists:get_value(system, M),
       ports => Ports,
-      rss => rss()}.
-
-rss() ->
-    {ok, Bin} = file:read_file("/proc/self/status"),
-    [Kb] = [binary_to_integer(hd(string:lexemes(V, " \t")))
-            || L <- binary:split(Bin, <<"\n">>, [global]),
-               [<<"VmRSS">>, V] <- [binary:split(L, <<":">>)]],
-    Kb * 1024.
+      rss => sluice_procfs:rss_bytes()}.

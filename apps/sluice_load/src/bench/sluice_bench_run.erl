@@ -56,7 +56,7 @@ start_server(#{taskset := Taskset}, Args) ->
     case wait_listening(Port, Deadline, []) of
         {ok, TcpPort} ->
             {ok, #{port => Port, os_pid => OsPid, tcp_port => TcpPort,
-                   tree => sluice_bench_proc:tree(OsPid)}};
+                   tree => sluice_procfs:process_tree(OsPid)}};
         {error, Why} ->
             kill(OsPid, "KILL"),
             _ = wait_exit(Port, 1000),
@@ -128,7 +128,7 @@ measure(#{scenario := Sc, ack := Ack, paths := #{priv := Priv}, tmpdir := Tmp,
     Base1 = Base#{engine_cmd => [list_to_binary(A) || A <- EngineCmd],
                   engine_exit => Code, server_pids => Tree},
     Decoded = case file:read_file(Json) of
-                  {ok, Text} -> _ = file:delete(Json), sluice_bench_json:decode(Text);
+                  {ok, Text} -> _ = file:delete(Json), sluice_json:decode(Text);
                   {error, E} -> {error, E}
               end,
     case Decoded of
@@ -159,7 +159,7 @@ engine_loop(EPort, Tree, Deadline, Out, Samples) ->
 
 %% {wall clock in microseconds, cumulative ticks}
 sample(Tree) ->
-    {os:system_time(microsecond), sluice_bench_proc:ticks(Tree)}.
+    {os:system_time(microsecond), sluice_procfs:cpu_ticks(Tree)}.
 
 trimmed(Out) ->
     B = string:trim(iolist_to_binary(Out)),

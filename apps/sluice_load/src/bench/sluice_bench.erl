@@ -1,6 +1,6 @@
-%% @doc `bin/sluice bench': run the benchmark matrix (or a part of it),
-%% print the table and the speed targets, and write the results as JSON
-%% and as a self-contained HTML page under bench/results/.
+%% @doc The benchmark runner behind `bin/sluice bench': run the cells of
+%% the matrix, print the progress, the table and the speed targets, and
+%% write the results as JSON and as a self-contained HTML page.
 %%
 %% Order of the runs: round by round, and in each round every cell's sluice
 %% run immediately followed by its C reference run (A B A B ...), so that
@@ -9,141 +9,7 @@
 %% each figure means and how to read it.
 -module(sluice_bench).
 
--export([run/1, bench/1, specs/0]).
-
--define(ABOUT,
-        "Run the benchmark matrix: every sluice figure beside the C reference server's,\n"
-        "measured in the same round. Prints a table and the speed targets, and writes\n"
-        "bench/results/<timestamp>.json and .html. Builds nothing: run `make' first.\n"
-        "--scenario and --server pick cells: both together run that one cell.").
-
--define(DEFAULT_WARMUP, "1 (--quick: 0.5)").
--define(DEFAULT_DURATION, "1.25 (--quick: 1)").
-
--spec specs() -> [sluice_cli_args:spec()].
-specs() ->
-    [{quick, "quick", boolean, false, "the smaller matrix (make bench QUICK=1)"},
-     {scenario, "scenario", string, "all",
-      "only this scenario: " ++ names(sluice_bench_matrix:scenarios())},
-     {server, "server", string, "all",
-      "only this server: " ++ names(sluice_bench_matrix:servers())},
-     {backend, "backend", {enum, [inet, socket]}, inet,
-      "socket layer of every sluice server (the -socket servers always use socket)"},
-     {rounds, "rounds", {integer, 1, 100}, 3, "rounds (each cell is measured once per round)"},
-     {warmup, "warmup", string, ?DEFAULT_WARMUP, "seconds of load before each measurement"},
-     {duration, "duration", string, ?DEFAULT_DURATION, "seconds measured per run"},
-     {out, "out", string, "bench/results",
-      "directory for the results (the default is in the repository)"}].
-
-names(Atoms) -> lists:join("|", [atom_to_list(A) || A <- Atoms]).
-
-%% @doc The command line; returns the exit code: 0 every run succeeded, 1
-%% some run failed or the benchmark could not start, 2 bad usage, 130
-%% interrupted (the runs done are reported and written all the same). Speed
-%% targets that fail do not change the exit code: benchmarks are not tests.
--spec run([string()]) -> non_neg_integer().
-run(Args) ->
-    case sluice_cli_args:parse(specs(), Args) of
-        help ->
-            io:put_chars(sluice_cli_args:usage("bench", ?ABOUT, specs())),
-            0;
-        {error, Msg} ->
-            usage_error(Msg);
-        {ok, Opts} ->
-            case config(Opts, Args) of
-                {error, Msg} ->
-                    usage_error(Msg);
-                {ok, Config} ->
-                    install_interrupt(),
-                    case bench(Config) of
-                        {ok, #{interrupted := true}} -> 130;
-                        {ok, #{failed_runs := 0}} -> 0;
-                        {ok, _} -> 1;
-                        {error, Msg} ->
-                            io:format(standard_error, "sluice bench: ~ts~n", [Msg]),
-                            1
-                    end
-            end
-    end.
-
-usage_error(Msg) ->
-    io:format(standard_error, "sluice bench: ~ts (try bin/sluice bench --help)~n", [Msg]),
-    2.
-
-%%% ------------------------------------------------------------------
-%%% Options
-%%% ------------------------------------------------------------------
-
-config(#{quick := Quick, rounds := Rounds} = O, Args) ->
-    try
-        Warmup = seconds(warmup, maps:get(warmup, O), ?DEFAULT_WARMUP,
-                         if Quick -> 0.5; true -> 1 end, 0, 60),
-        Duration = seconds(duration, maps:get(duration, O), ?DEFAULT_DURATION,
-                           if Quick -> 1; true -> 1.25 end, 0.1, 600),
-        Cells = cells(Quick, pick(scenario, maps:get(scenario, O)),
-                      pick(server, maps:get(server, O))),
-        {ok, #{cells => Cells, rounds => Rounds, warmup => Warmup, duration => Duration,
-               backend => maps:get(backend, O),
-               quick => Quick, out => out_dir(maps:get(out, O)),
-               command => iolist_to_binary(lists:join(" ", ["bin/sluice", "bench" | Args]))}}
-    catch throw:{usage, Msg} -> {error, Msg}
-    end.
-
-seconds(_Key, Default, Default, Value, _Min, _Max) -> Value;
-seconds(Key, S, _Default, _Value, Min, Max) ->
-    V = case {string:to_float(S), string:to_integer(S)} of
-            {{F, []}, _} -> F;
-            {_, {I, []}} -> I;
-            _ -> bad(Key, S, Min, Max)
-        end,
-    case V >= Min andalso V =< Max of
-        true -> V;
-        false -> bad(Key, S, Min, Max)
-    end.
-
--spec bad(atom(), string(), number(), number()) -> no_return().
-bad(Key, S, Min, Max) ->
-    throw({usage, lists:flatten(io_lib:format("bad value for --~s: ~s (expected seconds, ~p..~p)",
-                                              [Key, S, Min, Max]))}).
-
-pick(_, "all") -> all;
-pick(Key, Name) ->
-    All = case Key of
-              scenario -> sluice_bench_matrix:scenarios();
-              server -> sluice_bench_matrix:servers()
-          end,
-    case [A || A <- All, atom_to_list(A) =:= Name] of
-        [A] -> A;
-        [] -> throw({usage, lists:flatten(io_lib:format("unknown ~s ~s (one of ~s)",
-                                                        [Key, Name, names(All)]))})
-    end.
-
-cells(_Quick, Sc, Sv) when Sc =/= all, Sv =/= all ->
-    case sluice_bench_matrix:check_cell(Sc, Sv) of
-        ok -> [{Sc, Sv}];
-        {error, Msg} -> throw({usage, Msg})
-    end;
-cells(Quick, Sc, Sv) ->
-    Match = fun(Cells) -> [C || {S, V} = C <- Cells, Sc =:= all orelse S =:= Sc,
-                                Sv =:= all orelse V =:= Sv] end,
-    Base = case Quick of
-               true -> sluice_bench_matrix:quick();
-               false -> sluice_bench_matrix:default()
-           end,
-    case {Match(Base), Match(sluice_bench_matrix:default())} of
-        {[_ | _] = Cells, _} -> Cells;
-        {[], [_ | _] = Cells} -> Cells;
-        {[], []} -> throw({usage, "no cell of the matrix has that server: "
-                                  "name a scenario as well (--scenario S --server X)"})
-    end.
-
-out_dir("bench/results") -> filename:join([root(), "bench", "results"]);
-out_dir(Dir) -> filename:absname(Dir).
-
-%% The repository: this module lives in ROOT/_build/PROFILE/lib/sluice_load/ebin.
-root() ->
-    Beam = code:which(?MODULE),
-    filename:join(lists:sublist(filename:split(Beam), length(filename:split(Beam)) - 6)).
+-export([bench/1, stop_on_signal/0]).
 
 %%% ------------------------------------------------------------------
 %%% Running the matrix
@@ -174,24 +40,20 @@ bench(#{cells := Cells, rounds := Rounds} = Config) ->
     end.
 
 environment() ->
-    Root = root(),
-    Priv = filename:join([Root, "apps", "sluice_load", "priv"]),
-    Missing = [F || F <- ["sluice-load", "sluice-ref"],
-                    not filelib:is_regular(filename:join(Priv, F))],
     Taskset = os:find_executable("taskset"),
     Cores = erlang:system_info(logical_processors_available),
-    if Missing =/= [] ->
-           {error, "not built: " ++ lists:join(", ", Missing) ++ " missing in " ++ Priv
-                   ++ " (run make)"};
-       Taskset =:= false ->
-           {error, "taskset not found (Debian package util-linux): runs are pinned to cores"};
-       is_integer(Cores), Cores < 2 ->
-           {error, "needs 2 cores (server on core 0, engine on core 1)"};
-       true ->
-           {ok, #{paths => #{root => Root, priv => Priv,
-                             erl => filename:join([code:root_dir(), "bin", "erl"]),
-                             seed_ebin => filename:dirname(code:which(sluice_bench_seed_server))},
-                  taskset => Taskset, clk_tck => sluice_bench_proc:clk_tck()}}
+    case [sluice_build:program(P) || P <- ["sluice-load", "sluice-ref"]] of
+        [{error, _} = E, _] -> E;
+        [_, {error, _} = E] -> E;
+        _ when Taskset =:= false ->
+            {error, "taskset not found (Debian package util-linux): runs are pinned to cores"};
+        _ when is_integer(Cores), Cores < 2 ->
+            {error, "needs 2 cores (server on core 0, engine on core 1)"};
+        [{ok, Engine}, _] ->
+            {ok, #{paths => #{root => sluice_build:root(), priv => filename:dirname(Engine),
+                              erl => sluice_build:erl(),
+                              seed_ebin => filename:dirname(code:which(sluice_bench_seed_server))},
+                   taskset => Taskset, clk_tck => sluice_procfs:clk_tck()}}
     end.
 
 tmpdir() ->
@@ -263,7 +125,7 @@ finish(#{cells := Cells} = Config, #{paths := #{root := Root}}, {Status, Runs}, 
             date => list_to_binary(calendar:system_time_to_rfc3339(
                                      erlang:system_time(second), [{offset, "Z"}])),
             command => maps:get(command, Config),
-            machine => sluice_bench_proc:machine(),
+            machine => machine(),
             settings => #{rounds => maps:get(rounds, Config),
                           warmup_s => maps:get(warmup, Config),
                           duration_s => maps:get(duration, Config),
@@ -313,7 +175,7 @@ write_files(Dir, Doc) ->
     Html = Base ++ ".html",
     case filelib:ensure_dir(Json) of
         ok ->
-            case {file:write_file(Json, sluice_bench_json:encode(Doc)),
+            case {file:write_file(Json, sluice_json:encode(Doc)),
                   file:write_file(Html, sluice_bench_html:page(Doc))} of
                 {ok, ok} -> {ok, [Json, Html]};
                 {E, _} when E =/= ok -> {error, io_lib:format("cannot write ~ts: ~p", [Json, E])};
@@ -336,16 +198,33 @@ relative(File, Root) ->
         Rest -> Rest
     end.
 
+%% The machine, for the reports.
+machine() ->
+    {Family, Name} = os:type(),
+    #{nproc => erlang:system_info(logical_processors_available),
+      nproc_online => erlang:system_info(logical_processors_online),
+      cpu_model => sluice_procfs:cpu_model(),
+      otp_release => list_to_binary(erlang:system_info(otp_release)),
+      erts_version => list_to_binary(erlang:system_info(version)),
+      kernel => iolist_to_binary([atom_to_list(Family), "/", atom_to_list(Name), " ",
+                                  sluice_procfs:kernel_release()]),
+      clk_tck => sluice_procfs:clk_tck(),
+      open_file_limit => sluice_procfs:open_file_limit(),
+      erl_flags => list_to_binary(os:getenv("SLUICE_ERL_FLAGS", ""))}.
+
 %%% ------------------------------------------------------------------
 %%% Ctrl-C: bin/sluice turns SIGINT into SIGTERM for the VM. The run in
 %%% progress ends normally (its server is stopped), then the results so
 %%% far are reported.
 %%% ------------------------------------------------------------------
 
-install_interrupt() ->
+%% @doc From now on SIGTERM makes bench/1, called from this process, stop
+%% after the run in progress and report what it has.
+-spec stop_on_signal() -> ok.
+stop_on_signal() ->
     Main = self(),
     Watcher = spawn_link(fun() -> watch(Main) end),
-    sluice_cli_signal:install(Watcher).
+    sluice_signal:install(Watcher).
 
 watch(Main) ->
     receive

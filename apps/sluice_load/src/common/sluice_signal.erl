@@ -1,8 +1,11 @@
-%% @doc Turns SIGTERM into a message for `bin/sluice serve', replacing OTP's
-%% default handler (which calls init:stop/0 and would cut connections
-%% instead of draining them). bin/sluice forwards SIGINT as SIGTERM, since
-%% the VM keeps SIGINT for its break handler.
--module(sluice_cli_signal).
+%% @doc Turns SIGTERM into a message, replacing OTP's default handler (which
+%% calls init:stop/0 and would cut connections or runs short instead of
+%% letting them end in order). `bin/sluice' starts the VM under sluice-run,
+%% which forwards SIGINT as SIGTERM: the VM keeps SIGINT for its break
+%% handler. Used by every command that has something to finish on a signal:
+%% serve drains, load reports, bench stops after the current run, and a C
+%% program or VM run in the foreground gets the signal passed on.
+-module(sluice_signal).
 -behaviour(gen_event).
 
 -export([install/1]).
@@ -13,7 +16,7 @@
 install(Pid) ->
     ok = os:set_signal(sigterm, handle),
     ok = gen_event:swap_handler(erl_signal_server,
-                                    {erl_signal_handler, []}, {?MODULE, Pid}),
+                                {erl_signal_handler, []}, {?MODULE, Pid}),
     ok.
 
 -spec init(term()) -> {ok, pid()}.

@@ -1,12 +1,13 @@
-%% @doc A minimal JSON encoder and decoder for the benchmark: OTP 25 has no
-%% json module and the project takes no dependencies. The decoder reads the
-%% load engine's `--json' output; the encoder writes the result files.
+%% @doc The tooling's JSON codec: OTP 25 has no json module and the project
+%% takes no dependencies. It decodes what the C programs write (the load
+%% engine's results, progress and rounds, their option tables) and encodes
+%% the benchmark's result files and the coordinator's merged report.
 %%
 %% Terms: objects are maps (keys atoms, binaries or strings when encoding,
 %% binaries when decoding), arrays are lists, strings are binaries, numbers
 %% are integers or floats, and `true', `false', `null' are atoms. Any other
 %% atom encodes as a string. Non-finite numbers cannot occur in Erlang.
--module(sluice_bench_json).
+-module(sluice_json).
 
 -export([encode/1, decode/1]).
 

@@ -5,51 +5,70 @@
 %%
 %% The CLI node starts Erlang distribution itself (bin/sluice runs `erl'
 %% without a name), then starts the nodes with `peer', over ssh for the
-%% hosts of `--hosts'; every node gets this node's cookie, code path and
-%% SLUICE_ERL_FLAGS. The first node binds the port (the real one when 0 was
-%% asked), the others that same port. `listening on IP:PORT' is printed once
+%% hosts of `--hosts'; every node gets this node's cookie, code path,
+%% SLUICE_ERL_FLAGS and the emulator flags of --io-poll-threads,
+%% --io-poll-sets and --scheduler-bind. The first node binds the port (the
+%% real one when 0 was asked), the others that same port. `listening on IP:PORT' is printed once
 %% every node accepts. A node that dies is reported on stderr and the
 %% others keep serving; when none is left the command exits 1. SIGTERM
 %% (SIGINT through bin/sluice) drains every node at once, stops them and
 %% exits 0.
--module(sluice_cli_cluster).
+-module(sluice_serve_cluster).
 
--export([serve/2, start_node_listener/1]).
+-export([run/2, start_node_listener/1]).
 
 -define(LISTENER, sluice_cli).
 -define(PEER_TIMEOUT, 30000).
 -define(CALL_TIMEOUT, 15000).
 
-%% @doc Run the cluster until a signal; returns the exit code. `O' is the
-%% parsed `serve' options, `ListenerOpts' the library options they stand
-%% for.
--spec serve(map(), map()) -> non_neg_integer().
-serve(O, ListenerOpts) ->
-    K = maps:get(nodes, O),
-    Hosts = sluice_cli_cluster_opts:hosts(O),
-    ok = start_distribution(Hosts),
-    case start_peers(K, Hosts) of
-        {ok, Peers} ->
-            Nodes = [N || {_, N} <- Peers],
-            case start_listeners(Nodes, ListenerOpts#{reuseport => true}) of
-                {ok, Port} ->
-                    [monitor_node(N, true) || N <- Nodes],
-                    ok = sluice_metrics:set_nodes(Nodes),
-                    ok = sluice_cli_serve:started(O, maps:get(ip, ListenerOpts), Port),
-                    io:format("listening on ~s:~b~n", [inet:ntoa(maps:get(ip, ListenerOpts)), Port]),
-                    Code = run(Nodes),
-                    Alive = alive(Nodes),
-                    Left = drain(Alive, maps:get(drain_timeout, O)),
-                    stop_peers(Peers),
-                    io:format(standard_error, "sluice: drained ~b nodes (~b connections "
-                              "closed at the deadline)~n", [length(Alive), Left]),
-                    Code;
-                {error, Reason} ->
-                    stop_peers(Peers),
-                    sluice_cli:fail(1, Reason)
-            end;
-        {error, Reason} ->
-            sluice_cli:fail(1, Reason)
+%% @doc Run the cluster until a signal; the exit code or an error. `O' is
+%% the parsed `serve' options, `ListenerOpts' the library options they
+%% stand for.
+-spec run(map(), map()) -> sluice_cli:result().
+run(O, ListenerOpts) ->
+    {ok, _} = application:ensure_all_started(sluice),
+    ok = sluice_signal:install(self()),
+    Hosts = hosts(O),
+    case start_distribution(Hosts) of
+        ok -> with_peers(O, ListenerOpts, start_peers(maps:get(nodes, O), Hosts, O));
+        {error, Reason} -> {error, 1, Reason}
+    end.
+
+with_peers(_O, _ListenerOpts, {error, Reason}) ->
+    {error, 1, Reason};
+with_peers(O, ListenerOpts, {ok, Peers}) ->
+    Nodes = [N || {_, N} <- Peers],
+    IP = maps:get(ip, ListenerOpts),
+    Started = case start_listeners(Nodes, ListenerOpts#{reuseport => true}) of
+                  {ok, Port} ->
+                      ok = sluice_cluster:set_serving_nodes(Nodes),
+                      case sluice_serve:start_metrics(O, IP, ?LISTENER) of
+                          ok -> {ok, Port};
+                          {error, _, Reason} -> {error, Reason}
+                      end;
+                  {error, _} = E -> E
+              end,
+    case Started of
+        {ok, P} ->
+            [monitor_node(N, true) || N <- Nodes],
+            io:format("listening on ~s:~b~n", [inet:ntoa(IP), P]),
+            Code = wait(Nodes),
+            Alive = alive(Nodes),
+            Left = drain(Alive, maps:get(drain_timeout, O)),
+            stop_peers(Peers),
+            io:format(standard_error, "sluice: drained ~b nodes (~b connections "
+                      "closed at the deadline)~n", [length(Alive), Left]),
+            Code;
+        {error, Why} ->
+            stop_peers(Peers),
+            {error, 1, Why}
+    end.
+
+%% The hosts of --hosts, [] for this host only.
+hosts(O) ->
+    case string:lexemes(maps:get(hosts, O), ", ") of
+        ["local"] -> [];
+        Hosts -> Hosts
     end.
 
 %% Distribution with long names: 127.0.0.1 when every node is local (no
@@ -67,8 +86,7 @@ start_distribution(Hosts) ->
         {ok, _} -> ok;
         {error, {already_started, _}} -> ok;
         {error, Reason} ->
-            sluice_cli:fail(1, lists:flatten(io_lib:format(
-                                                "cannot start Erlang distribution: ~p", [Reason])))
+            {error, lists:flatten(io_lib:format("cannot start Erlang distribution: ~p", [Reason]))}
     end.
 
 epmd() ->
@@ -80,10 +98,10 @@ epmd() ->
 
 %% All peers at once (each takes a second or two to boot); any failure
 %% stops those that did start.
-start_peers(K, Hosts) ->
+start_peers(K, Hosts, O) ->
     Self = self(),
     Specs = [{I, host(I, Hosts)} || I <- lists:seq(1, K)],
-    Pids = [spawn(fun() -> Self ! {peer_started, self(), start_peer(I, Host)} end)
+    Pids = [spawn(fun() -> Self ! {peer_started, self(), start_peer(I, Host, O)} end)
             || {I, Host} <- Specs],
     Results = [receive {peer_started, P, R} -> R end || P <- Pids],
     case [Why || {error, Why} <- Results] of
@@ -97,23 +115,29 @@ start_peers(K, Hosts) ->
 host(_I, []) -> local;
 host(I, Hosts) -> lists:nth((I - 1) rem length(Hosts) + 1, Hosts).
 
-start_peer(I, Host) ->
+start_peer(I, Host, O) ->
     Name = list_to_atom("sluice_serve_" ++ os:getpid() ++ "_" ++ integer_to_list(I)),
     Erl = os:find_executable("erl"),
-    Flags = string:lexemes(os:getenv("SLUICE_ERL_FLAGS", ""), " "),
+    Flags = string:lexemes(os:getenv("SLUICE_ERL_FLAGS", ""), " ")
+        ++ sluice_vm_flags:emulator_args(O),
     %% +Bi: Ctrl-C in a terminal reaches the whole process group; the nodes
     %% ignore it and are drained by the CLI node like the rest.
     %% -connect_all false: the nodes only need the CLI node, not each other;
     %% a full mesh also makes `global' warn about overlapping partitions
     %% as they stop one after the other.
     Args = ["+Bi", "-connect_all", "false", "-setcookie", atom_to_list(erlang:get_cookie())
-            | lists:append([["-pa", D] || D <- code_path()])] ++ Flags,
+            | lists:append([["-pa", D] || D <- sluice_build:code_path()])] ++ Flags,
     Opts = #{name => Name, args => Args, wait_boot => ?PEER_TIMEOUT},
-    Opts2 = case Host of
-                local -> Opts#{host => "127.0.0.1", exec => Erl};
-                _ -> Opts#{host => Host, exec => {ssh(), ["-T", Host, Erl]}}
-            end,
-    try peer:start(Opts2) of
+    case Host of
+        local -> boot_peer(Host, Opts#{host => "127.0.0.1", exec => Erl});
+        _ -> case ssh() of
+                 {ok, Ssh} -> boot_peer(Host, Opts#{host => Host, exec => {Ssh, ["-T", Host, Erl]}});
+                 {error, _} = E -> E
+             end
+    end.
+
+boot_peer(Host, Opts) ->
+    try peer:start(Opts) of
         {ok, Peer, Node} -> {ok, Peer, Node};
         {error, Reason} -> {error, peer_error(Host, Reason)}
     catch
@@ -123,21 +147,16 @@ start_peer(I, Host) ->
 %% $SLUICE_SSH (a wrapper, or a stand-in in tests), else ssh from $PATH.
 ssh() ->
     case os:getenv("SLUICE_SSH") of
-        Ssh when is_list(Ssh), Ssh =/= "" -> Ssh;
+        Ssh when is_list(Ssh), Ssh =/= "" -> {ok, Ssh};
         _ -> case os:find_executable("ssh") of
-                 false -> sluice_cli:fail(1, "--hosts needs ssh, and there is none in PATH");
-                 Ssh -> Ssh
+                 false -> {error, "--hosts needs ssh, and there is none in PATH"};
+                 Ssh -> {ok, Ssh}
              end
     end.
 
 peer_error(Host, Reason) ->
     lists:flatten(io_lib:format("cannot start a node on ~s: ~p",
                                 [case Host of local -> "this host"; _ -> Host end, Reason])).
-
-%% The directories of sluice and sluice_load: the same paths on every host
-%% (a shared or identical checkout, as for connscale).
-code_path() ->
-    [filename:dirname(code:which(M)) || M <- [sluice, ?MODULE]].
 
 start_listeners([First | Rest], Opts) ->
     case call(First, Opts) of
@@ -159,7 +178,7 @@ call(Node, Opts) ->
 listen_error(Node, #{ip := IP, port := Port}, {error, Reason}) ->
     lists:flatten(io_lib:format("cannot listen on ~s:~b on node ~s: ~s",
                                 [inet:ntoa(IP), Port, Node,
-                                 sluice_cli_serve:describe(Reason)])).
+                                 sluice_serve:describe_error(Reason)])).
 
 %% @doc Runs on each node: start sluice and the listener; its real port.
 -spec start_node_listener(map()) -> {ok, inet:port_number()} | {error, term()}.
@@ -175,21 +194,21 @@ start_node_listener(Opts) ->
 
 %% Serve until SIGTERM; a node going down is reported, and when none is
 %% left there is nothing to serve.
-run(Nodes) ->
+wait(Nodes) ->
     receive
         {sluice_signal, sigterm} ->
             0;
         {nodedown, Node} ->
             Left = alive(Nodes),
-            ok = sluice_metrics:set_nodes(Left),
+            ok = sluice_cluster:set_serving_nodes(Left),
             io:format(standard_error, "sluice: node ~s is down, its connections are lost; "
                       "~b of ~b nodes still serving~n", [Node, length(Left), length(Nodes)]),
             case Left of
                 [] -> io:format(standard_error, "sluice: no node left~n", []), 1;
-                _ -> run(Nodes)
+                _ -> wait(Nodes)
             end;
         _ ->
-            run(Nodes)
+            wait(Nodes)
     end.
 
 alive(Nodes) ->

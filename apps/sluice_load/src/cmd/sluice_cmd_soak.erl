@@ -4,11 +4,12 @@
 %% baseline, no connection is left, no well-behaved client lost an ack.
 %%
 %% Load: the C engine pipelining (restarted if it ends) and long-lived
-%% bystander connections checked every round. Abuse, from sluice_abuse, in
-%% a few worker processes picking at random: oversized Len, random bytes,
+%% bystander connections checked every round. Abuse, from the library's
+%% test-support clients (sluice_abuse_client), in a few worker processes
+%% picking at random: oversized Len, random bytes,
 %% one-byte writes, a trickled frame, resets mid-frame, connect/close
 %% storms, half-closed clients, silent clients, clients that never read.
--module(sluice_soak).
+-module(sluice_cmd_soak).
 
 -export([run/1, specs/0]).
 
@@ -28,23 +29,29 @@
 
 -spec specs() -> [sluice_cli_args:spec()].
 specs() ->
-    [{minutes, "minutes", {integer, 1, 1440}, 10, "how long to run"},
-     {seconds, "seconds", {integer, 0, 86400}, 0, "how long to run in seconds (overrides --minutes)"},
-     {transport, "transport", {enum, [inet, socket]}, inet, "listener transport"},
-     {engine_conns, "engine-conns", {integer, 0, 1000}, 4,
-      "pipelining connections from the C engine (0: none)"}].
+    O = fun sluice_cli_args:opt/4,
+    [O(minutes, {integer, 1, 1440}, 10, "how long to run"),
+     O(seconds, {integer, 0, 86400}, 0, "how long to run in seconds (overrides --minutes)"),
+     O(transport, {enum, [inet, socket]}, inet, "listener transport"),
+     O(engine_conns, {integer, 0, 1000}, 4, "pipelining connections from the C engine (0: none)")].
 
--spec run([string()]) -> non_neg_integer().
+-spec run([string()]) -> sluice_cli:result().
 run(Args) ->
     case sluice_cli_args:parse(specs(), Args) of
         help ->
             io:put_chars(sluice_cli_args:usage("soak", ?ABOUT, specs())), 0;
         {error, Msg} ->
-            sluice_cli:fail(2, Msg);
+            {error, 2, Msg};
         {ok, O} ->
             Secs = case maps:get(seconds, O) of 0 -> 60 * maps:get(minutes, O); S -> S end,
-            soak(Secs, O)
+            case engine(maps:get(engine_conns, O)) of
+                {ok, Exe} -> soak(Secs, O#{engine => Exe});
+                {error, Msg} -> {error, 1, Msg}
+            end
     end.
+
+engine(0) -> {ok, none};
+engine(_) -> sluice_build:program("sluice-load").
 
 soak(Secs, O) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -69,7 +76,7 @@ soak(Secs, O) ->
     _ = spawn_link(fun() -> Self ! {bystanders, bystanders(Port, Deadline)} end),
     Started = erlang:monotonic_time(millisecond),
     _ = spawn_link(fun() -> progress(Started, Deadline) end),
-    Engine = engine_loop(Port, Deadline, maps:get(engine_conns, O)),
+    Engine = engine_loop(maps:get(engine, O), Port, Deadline, maps:get(engine_conns, O)),
     Counts = [receive {worker, W, C} -> C end || W <- Workers],
     BystanderResult = receive {bystanders, B} -> B end,
     EngineResult = stop_engine(Engine),
@@ -132,13 +139,7 @@ snapshot() ->
     _ = [erlang:garbage_collect(P) || P <- processes()],
     timer:sleep(200),
     #{memory => erlang:memory(total), processes => erlang:system_info(process_count),
-      ports => erlang:system_info(port_count), fds => fds()}.
-
-fds() ->
-    case file:list_dir("/proc/self/fd") of
-        {ok, L} -> length(L);
-        _ -> 0
-    end.
+      ports => erlang:system_info(port_count), fds => sluice_procfs:open_fds()}.
 
 show(#{memory := M, processes := P, ports := Po, fds := F}) ->
     io_lib:format("memory ~.1f MB, ~b processes, ~b ports, ~b descriptors", [M / 1048576, P, Po, F]).
@@ -231,10 +232,9 @@ bystander_rounds(Socks, Deadline, Rounds) ->
 
 %% Runs the engine for the whole soak in a process of its own, restarting
 %% it if it ends early; returns that process.
-engine_loop(_Port, _Deadline, 0) ->
+engine_loop(none, _Port, _Deadline, _Conns) ->
     none;
-engine_loop(Port, Deadline, Conns) ->
-    Exe = filename:join(code:priv_dir(sluice_load), "sluice-load"),
+engine_loop(Exe, Port, Deadline, Conns) ->
     spawn_link(fun() -> engine_runs(Exe, Port, Deadline, Conns, []) end).
 
 engine_runs(Exe, Port, Deadline, Conns, Results) ->

@@ -5,7 +5,7 @@
 %% for the BEAM's memory (erlang:memory(total)) and the resident size of
 %% the OS process(es). A server on several nodes labels each series with
 %% `node="..."' and gives the sum as `node="all"'; that sum is used.
--module(sluice_load_metrics).
+-module(sluice_server_metrics).
 
 -export([fetch/1, parse/1, sample/1, per_conn/2, range/2]).
 
