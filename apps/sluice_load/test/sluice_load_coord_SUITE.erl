@@ -60,8 +60,10 @@ engines_merge_counts_and_histograms(Config) ->
     ?assertEqual(sum_buckets([buckets(get(latency_hist, E)) || E <- Es]), Merged),
     Lat = get(latency_us, J),
     ?assertEqual(lists:sum([N || {_, N} <- Merged]), get(samples, Lat)),
-    Max = get(max, Lat),
-    [?assertEqual(min(Max * 1000, rank_value(Merged, Q)) / 1000, get(K, Lat))
+    H = get(latency_hist, J),
+    ?assertEqual(lists:min([get(min, get(latency_hist, E)) || E <- Es]), get(min, H)),
+    ?assertEqual(lists:max([get(max, get(latency_hist, E)) || E <- Es]), get(max, H)),
+    [?assertEqual(max(get(min, H), min(get(max, H), rank_value(H, Q))) / 1000, get(K, Lat))
      || {Q, K} <- [{50, p50}, {90, p90}, {99, p99}]],
     %% per round too: each merged round adds up its engines' rounds
     [R0 | _] = get(rounds, J),
@@ -294,19 +296,21 @@ sum_buckets(Lists) ->
     lists:sort(maps:to_list(lists:foldl(fun({Lo, N}, A) -> maps:update_with(Lo, fun(X) -> X + N end, N, A) end,
                                         #{}, lists:append(Lists)))).
 
-%% The hist.c rule: midpoint of the bucket holding the ceil(q% n)-th value.
-rank_value(Buckets, Q) ->
+%% The hist.c rule: midpoint of the bucket holding the ceil(q% n)-th value,
+%% each bucket's width from the histogram's own sub_bucket_bits.
+rank_value(H, Q) ->
+    Buckets = buckets(H),
     N = lists:sum([C || {_, C} <- Buckets]),
-    walk(Buckets, max(1, ceil(Q / 100 * N)), 0).
+    walk(Buckets, max(1, ceil(Q / 100 * N)), 0, get(sub_bucket_bits, H)).
 
-walk([{Lo, C} | Rest], Rank, Seen) ->
+walk([{Lo, C} | Rest], Rank, Seen, Bits) ->
     case Seen + C >= Rank of
-        true -> Lo + (width(Lo) - 1) div 2;
-        false -> walk(Rest, Rank, Seen + C)
+        true -> Lo + (width(Lo, Bits) - 1) div 2;
+        false -> walk(Rest, Rank, Seen + C, Bits)
     end.
 
-width(Lo) when Lo < 128 -> 1;
-width(Lo) -> 1 bsl (length(integer_to_list(Lo, 2)) - 1 - 7).
+width(Lo, Bits) when Lo < 1 bsl Bits -> 1;
+width(Lo, Bits) -> 1 bsl (length(integer_to_list(Lo, 2)) - 1 - Bits).
 
 sluice(Config, Args) ->
     P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
