@@ -48,8 +48,8 @@ servers() -> [sluice | ?ACTIVE_MODES] ++ ?IO_VARIANTS ++ [seed, c].
 %% lock-step client and a pipelined client meet it, sluice's defaults on
 %% the rest; the socket backend beside the inet one where the issue 5
 %% targets judge them (pipeline, lockstep) and on flood and connrate, and
-%% the poll-set rows on 200 connections. About 6 minutes at the default 3
-%% rounds of 1 + 1.25 s.
+%% the poll-set rows on 200 connections. bench/README.md gives how long it
+%% takes.
 -spec default() -> [cell()].
 default() ->
     dedupe([{lockstep, sluice}, {lockstep, seed}]

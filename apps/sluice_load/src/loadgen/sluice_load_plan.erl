@@ -29,10 +29,9 @@ max_conns_per_engine() -> 19000.
 %% @doc Connections planned per source address per server address and port.
 %% The range has ~28,000 ports, but connect() tries ports of one parity
 %% first (the other half is kept for bind()) and scans that whole half
-%% before it looks at the rest: past ~14,000 connections on one address
-%% every connect() walks 14,000 ports, and the ramp fell from 5,000 to
-%% ~600 connections/s here at 85,000 connections over 6 addresses. So stay
-%% under half the range.
+%% before it looks at the rest: past half the range on one address every
+%% connect() walks the used half first, and the ramp crawls (docs/load.md
+%% has the measurement). So stay under half the range.
 -spec conns_per_address() -> pos_integer().
 conns_per_address() -> 12000.
 
