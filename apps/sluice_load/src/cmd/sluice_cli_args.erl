@@ -5,7 +5,7 @@
 %% the parsed values back into their command lines.
 -module(sluice_cli_args).
 
--export([opt/4, parse/2, usage/3, option_lines/1, help_line/0, to_args/2]).
+-export([opt/4, parse/2, with_options/5, usage/3, option_lines/1, help_line/0, to_args/2]).
 
 -export_type([spec/0, type/0]).
 
@@ -34,6 +34,22 @@ parse(Specs, Args) ->
     case lists:member("--help", Args) orelse lists:member("-h", Args) of
         true -> help;
         false -> parse(Specs, Args, maps:from_list([{K, D} || #{key := K, default := D} <- Specs]))
+    end.
+
+%% @doc A command's usual start: `--help' prints its help (exit 0), a bad
+%% option is a usage error (exit 2), and otherwise `Fun' runs with the
+%% parsed options.
+-spec with_options(string(), string(), [spec()], [string()],
+                   fun((map()) -> sluice_cli:result())) -> sluice_cli:result().
+with_options(Command, About, Specs, Args, Fun) ->
+    case parse(Specs, Args) of
+        help ->
+            io:put_chars(usage(Command, About, Specs)),
+            0;
+        {error, Msg} ->
+            {error, 2, Msg};
+        {ok, Opts} ->
+            Fun(Opts)
     end.
 
 parse(_Specs, [], Acc) ->

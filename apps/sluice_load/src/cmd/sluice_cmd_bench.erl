@@ -31,29 +31,22 @@ specs() ->
 
 -spec run([string()]) -> sluice_cli:result().
 run(Args) ->
-    case sluice_cli_args:parse(specs(), Args) of
-        help ->
-            io:put_chars(sluice_cli_args:usage("bench", ?ABOUT, specs())),
-            0;
+    sluice_cli_args:with_options("bench", ?ABOUT, specs(), Args,
+                                 fun(Opts) -> bench(Opts, Args) end).
+
+bench(Opts, Args) ->
+    case cells(Opts) of
         {error, Msg} ->
-            usage_error(Msg);
-        {ok, Opts} ->
-            case cells(Opts) of
-                {error, Msg} ->
-                    usage_error(Msg);
-                {ok, Cells} ->
-                    sluice_bench:stop_on_signal(),
-                    case sluice_bench:bench(config(Opts, Cells, Args)) of
-                        {ok, #{interrupted := true}} -> 130;
-                        {ok, #{failed_runs := 0}} -> 0;
-                        {ok, _} -> 1;
-                        {error, Msg} -> {error, 1, Msg}
-                    end
+            {error, 2, Msg};
+        {ok, Cells} ->
+            sluice_bench:stop_on_signal(),
+            case sluice_bench:bench(config(Opts, Cells, Args)) of
+                {ok, #{interrupted := true}} -> 130;
+                {ok, #{failed_runs := 0}} -> 0;
+                {ok, _} -> 1;
+                {error, Msg} -> {error, 1, Msg}
             end
     end.
-
-usage_error(Msg) ->
-    {error, 2, Msg ++ " (try bin/sluice bench --help)"}.
 
 config(#{quick := Quick} = O, Cells, Args) ->
     Pick = fun(K, Normal, Short) ->

@@ -30,18 +30,13 @@ specs() ->
 
 -spec run([string()]) -> sluice_cli:result().
 run(Args) ->
-    case sluice_cli_args:parse(specs(), Args) of
-        help ->
-            io:put_chars(sluice_cli_args:usage("idle-memory", ?ABOUT, specs())),
-            0;
-        {error, Msg} ->
-            {error, 2, Msg};
-        {ok, Opts} ->
-            case sluice_build:program("sluice-load") of
-                {ok, Engine} -> measure_all(Opts, Engine);
-                {error, Msg} -> {error, 1, Msg}
-            end
-    end.
+    sluice_cli_args:with_options("idle-memory", ?ABOUT, specs(), Args,
+                                 fun(Opts) ->
+                                         case sluice_build:program("sluice-load") of
+                                             {ok, Engine} -> measure_all(Opts, Engine);
+                                             {error, Msg} -> {error, 1, Msg}
+                                         end
+                                 end).
 
 measure_all(#{conns := N, backend := B, park_after := Park}, Engine) ->
     {ok, _} = application:ensure_all_started(sluice),

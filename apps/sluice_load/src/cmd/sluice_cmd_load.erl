@@ -53,14 +53,9 @@ own_specs() ->
 
 -spec run([string()]) -> sluice_cli:result().
 run(Args) ->
-    case sluice_build:program("sluice-load") of
-        {error, Msg} ->
-            {error, 1, Msg};
-        {ok, Bin} ->
-            case sluice_cprog:options(Bin) of
-                {ok, #{specs := EngineSpecs}} -> run(Bin, EngineSpecs, Args);
-                {error, Msg} -> {error, 1, Msg}
-            end
+    case sluice_cprog:table("sluice-load") of
+        {ok, Bin, #{specs := EngineSpecs}} -> run(Bin, EngineSpecs, Args);
+        {error, Msg} -> {error, 1, Msg}
     end.
 
 run(Bin, EngineSpecs, Args) ->
@@ -80,10 +75,14 @@ run(Bin, EngineSpecs, Args) ->
 %% Every option once: the coordinator's, then the engine's it does not
 %% replace.
 specs(EngineSpecs) ->
-    Own = own_specs(),
-    Own ++ [S || #{key := K} = S <- EngineSpecs, not lists:keymember(K, 1, keys(Own))].
+    own_specs() ++ engine_only(EngineSpecs).
 
-keys(Specs) -> [{K} || #{key := K} <- Specs].
+%% The engine's options that the coordinator does not replace.
+engine_only(EngineSpecs) ->
+    Own = keys(own_specs()),
+    [S || #{key := K} = S <- EngineSpecs, not lists:member(K, Own)].
+
+keys(Specs) -> [K || #{key := K} <- Specs].
 
 coordinated(O) ->
     lists:any(fun(K) -> maps:get(K, O) =/= undefined end, [engines, nodes, server_metrics])
@@ -94,16 +93,13 @@ one_engine(Bin, EngineSpecs, O) ->
                undefined -> Bin;
                Given -> Given
            end,
-    Specs = [S || #{key := K} = S <- specs(EngineSpecs), lists:keymember(K, 1, keys(EngineSpecs))],
-    case sluice_cprog:run(Path, sluice_cli_args:to_args(Specs, O), []) of
-        {ok, Status} -> Status;
-        {error, Msg} -> {error, 1, Msg}
-    end.
+    Engine = keys(EngineSpecs),
+    Specs = [S || #{key := K} = S <- specs(EngineSpecs), lists:member(K, Engine)],
+    sluice_cprog:run(Path, sluice_cli_args:to_args(Specs, O), []).
 
 help(EngineSpecs) ->
-    Own = own_specs(),
-    Engine = [S || #{key := K} = S <- EngineSpecs, not lists:keymember(K, 1, keys(Own))],
     ["usage: bin/sluice load [options]\n\n", ?ABOUT, "\n",
      "coordinator options (several engines, nodes, server metrics):\n",
-     sluice_cli_args:option_lines(Own), "\n",
-     ?ENGINE_HEADING, sluice_cli_args:option_lines(Engine), sluice_cli_args:help_line()].
+     sluice_cli_args:option_lines(own_specs()), "\n",
+     ?ENGINE_HEADING, sluice_cli_args:option_lines(engine_only(EngineSpecs)),
+     sluice_cli_args:help_line()].

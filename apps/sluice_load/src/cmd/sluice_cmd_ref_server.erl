@@ -9,30 +9,14 @@
 
 -spec run([string()]) -> sluice_cli:result().
 run(Args) ->
-    case sluice_build:program("sluice-ref") of
+    case sluice_cprog:table("sluice-ref") of
+        {ok, Bin, #{summary := About, specs := Table}} ->
+            Specs = [like_serve(S) || S <- Table],
+            sluice_cli_args:with_options(
+              "ref-server", About, Specs, Args,
+              fun(O) -> sluice_cprog:run(Bin, sluice_cli_args:to_args(Specs, O), []) end);
         {error, Msg} ->
-            {error, 1, Msg};
-        {ok, Bin} ->
-            case sluice_cprog:options(Bin) of
-                {ok, #{summary := About, specs := Specs}} ->
-                    run(Bin, About, [like_serve(S) || S <- Specs], Args);
-                {error, Msg} ->
-                    {error, 1, Msg}
-            end
-    end.
-
-run(Bin, About, Specs, Args) ->
-    case sluice_cli_args:parse(Specs, Args) of
-        help ->
-            io:put_chars(sluice_cli_args:usage("ref-server", About, Specs)),
-            0;
-        {error, Msg} ->
-            {error, 2, Msg};
-        {ok, O} ->
-            case sluice_cprog:run(Bin, sluice_cli_args:to_args(Specs, O), []) of
-                {ok, Status} -> Status;
-                {error, Msg} -> {error, 1, Msg}
-            end
+            {error, 1, Msg}
     end.
 
 like_serve(#{key := protocol} = S) ->

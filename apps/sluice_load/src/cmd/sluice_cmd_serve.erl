@@ -54,18 +54,13 @@ specs() ->
 
 -spec run([string()]) -> sluice_cli:result().
 run(Args) ->
-    case sluice_cli_args:parse(specs(), Args) of
-        help ->
-            io:put_chars(sluice_cli_args:usage("serve", ?ABOUT, specs())),
-            0;
-        {error, Msg} ->
-            {error, 2, Msg};
-        {ok, Opts} ->
-            case sluice_vm_flags:check(Opts) of
-                ok -> serve(Opts, Args);
-                {error, Msg} -> {error, 2, Msg}
-            end
-    end.
+    sluice_cli_args:with_options("serve", ?ABOUT, specs(), Args,
+                                 fun(Opts) ->
+                                         case sluice_vm_flags:check(Opts) of
+                                             ok -> serve(Opts, Args);
+                                             {error, Msg} -> {error, 2, Msg}
+                                         end
+                                 end).
 
 %% Emulator flags this VM lacks: the same command in a VM that has them
 %% (once: a relaunched VM serves with what it got, and says so).

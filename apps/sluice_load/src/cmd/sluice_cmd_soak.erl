@@ -37,17 +37,13 @@ specs() ->
 
 -spec run([string()]) -> sluice_cli:result().
 run(Args) ->
-    case sluice_cli_args:parse(specs(), Args) of
-        help ->
-            io:put_chars(sluice_cli_args:usage("soak", ?ABOUT, specs())), 0;
-        {error, Msg} ->
-            {error, 2, Msg};
-        {ok, O} ->
-            Secs = case maps:get(seconds, O) of 0 -> 60 * maps:get(minutes, O); S -> S end,
-            case engine(maps:get(engine_conns, O)) of
-                {ok, Exe} -> soak(Secs, O#{engine => Exe});
-                {error, Msg} -> {error, 1, Msg}
-            end
+    sluice_cli_args:with_options("soak", ?ABOUT, specs(), Args, fun start/1).
+
+start(O) ->
+    Secs = case maps:get(seconds, O) of 0 -> 60 * maps:get(minutes, O); S -> S end,
+    case engine(maps:get(engine_conns, O)) of
+        {ok, Exe} -> soak(Secs, O#{engine => Exe});
+        {error, Msg} -> {error, 1, Msg}
     end.
 
 engine(0) -> {ok, none};

@@ -12,7 +12,23 @@
 %% makes it one), so the VM is what passes a terminal's Ctrl-C on.
 -module(sluice_cprog).
 
--export([options/1, specs/1, run/3, output/2]).
+-export([table/1, options/1, specs/1, run/3, output/2]).
+
+%% @doc The path of the C program `Name' of this build and its option
+%% table (options/1).
+-spec table(string()) -> {ok, file:filename(), #{summary := string(),
+                                                  specs := [sluice_cli_args:spec()]}}
+                         | {error, string()}.
+table(Name) ->
+    case sluice_build:program(Name) of
+        {ok, Path} ->
+            case options(Path) of
+                {ok, Table} -> {ok, Path, Table};
+                {error, _} = E -> E
+            end;
+        {error, _} = E ->
+            E
+    end.
 
 %% @doc The option table of the C program at `Path': its summary and its
 %% options as sluice_cli_args specs.
@@ -63,19 +79,18 @@ type(<<"choice">>, #{<<"choices">> := Cs}) -> {choice, [binary_to_list(C) || C <
 type(<<"string">>, _) -> string.
 
 %% @doc Run `Path' with `Args' and the extra environment `Env' in the
-%% foreground (see the module doc); its exit status (128+N when signal N
-%% killed it).
--spec run(file:filename(), [string()], [{string(), string()}]) ->
-          {ok, non_neg_integer()} | {error, string()}.
+%% foreground (see the module doc): the command's result is the program's
+%% exit status (128+N when signal N killed it).
+-spec run(file:filename(), [string()], [{string(), string()}]) -> sluice_cli:result().
 run(Path, Args, Env) ->
     ok = sluice_signal:install(self()),
     try open_port({spawn_executable, Path}, [{args, Args}, {env, Env}, nouse_stdio,
                                              exit_status, hide]) of
         Port ->
             {os_pid, OsPid} = erlang:port_info(Port, os_pid),
-            {ok, wait(Port, OsPid)}
+            wait(Port, OsPid)
     catch error:Reason ->
-            {error, lists:flatten(io_lib:format("cannot run ~s: ~p", [Path, Reason]))}
+            {error, 1, lists:flatten(io_lib:format("cannot run ~s: ~p", [Path, Reason]))}
     end.
 
 wait(Port, OsPid) ->

@@ -84,10 +84,7 @@ relaunch(O, Args) ->
     ErlArgs = ["+Bi", "-noshell", "-noinput" | Flags] ++ emulator_args(O)
         ++ lists:append([["-pa", D] || D <- sluice_build:code_path()])
         ++ ["-run", "sluice_cli", "main", "-extra", "serve" | Args],
-    case sluice_cprog:run(sluice_build:erl(), ErlArgs, [{?RELAUNCHED_ENV, "1"}]) of
-        {ok, Status} -> Status;
-        {error, Msg} -> {error, 1, Msg}
-    end.
+    sluice_cprog:run(sluice_build:erl(), ErlArgs, [{?RELAUNCHED_ENV, "1"}]).
 
 %% @doc In a VM started by relaunch/2: true, and from now on this VM halts
 %% when the VM that started it goes (its end of the port, descriptors 3
