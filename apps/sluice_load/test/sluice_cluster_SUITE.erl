@@ -193,8 +193,8 @@ telemetry_events_carry_the_figures(_Config) ->
                                            handler => {sluice_proto_ping, []}}),
     #{port := Port} = sluice:info(Name),
     S = ping_connect(Port),
-    register(sluice_telemetry_test, self()),
-    {ok, Pid} = sluice_telemetry:start(Name, ?MODULE),
+    register(sluice_serve_telemetry_test, self()),
+    {ok, Pid} = sluice_serve_telemetry:start(Name, ?MODULE),
     try
         Events = [receive {telemetry, E, M, Meta} -> {E, M, Meta} after 3000 -> none end
                   || _ <- [1, 2]],
@@ -207,19 +207,19 @@ telemetry_events_carry_the_figures(_Config) ->
          || E <- Events]
     after
         unlink(Pid), exit(Pid, kill),
-        unregister(sluice_telemetry_test),
+        unregister(sluice_serve_telemetry_test),
         gen_tcp:close(S),
         sluice:stop_listener(Name)
     end.
 
 %% Without telemetry on the code path nothing is started.
 no_telemetry_no_process(_Config) ->
-    ?assertEqual(ignore, sluice_telemetry:start(x, sluice_no_such_module)).
+    ?assertEqual(ignore, sluice_serve_telemetry:start(x, sluice_no_such_module)).
 
 %% Stands in for telemetry:execute/3.
 -spec execute(list(), map(), map()) -> ok.
 execute(Event, Measurements, Meta) ->
-    sluice_telemetry_test ! {telemetry, Event, Measurements, Meta},
+    sluice_serve_telemetry_test ! {telemetry, Event, Measurements, Meta},
     ok.
 
 %%% ------------------------------------------------------------------

@@ -10,7 +10,7 @@
 -export([series/0, format/1, scrape/1]).
 
 %% @doc The series: {Name, info key, type, help}. The telemetry events
-%% carry the same figures (sluice_telemetry).
+%% carry the same figures (sluice_serve_telemetry).
 -spec series() -> [{string(), atom(), gauge | counter, string()}].
 series() ->
     [{"sluice_connections", connections, gauge, "Open connections."},

@@ -53,7 +53,7 @@ serve(O, IP, Port) ->
 %% endpoint if --metrics-port asks for it (where it is said on stderr).
 -spec start_metrics(map(), inet:ip_address(), sluice:name()) -> ok | {error, 1, string()}.
 start_metrics(O, IP, Name) ->
-    _ = sluice_telemetry:start(Name),
+    _ = sluice_serve_telemetry:start(Name),
     case maps:get(metrics_port, O) of
         undefined ->
             ok;

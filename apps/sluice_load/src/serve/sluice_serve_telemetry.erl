@@ -7,7 +7,7 @@
 %%
 %% telemetry is no dependency: it is called through erlang:apply/3, and
 %% only when `code:which(telemetry)' finds it.
--module(sluice_telemetry).
+-module(sluice_serve_telemetry).
 
 -export([start/1, start/2]).
 
