@@ -59,26 +59,17 @@ end_per_testcase(_Case, Config) ->
 %%% Running bin/sluice
 %%% ------------------------------------------------------------------
 
-start(Config, Args) ->
-    Port = open_port({spawn_executable, ?config(bin, Config)},
-                     [{args, Args}, exit_status, binary, {line, 4096}, stderr_to_stdout,
-                      use_stdio, hide]),
-    {os_pid, OsPid} = erlang:port_info(Port, os_pid),
-    sluice_load_test_lib:reap(Config, OsPid),
-    {Port, OsPid}.
-
 run(Config, Args) ->
-    {Port, _} = start(Config, Args),
-    sluice_load_test_lib:wait_exit(Port, 15000).
+    sluice_load_test_lib:sluice_exit(Config, Args).
 
 serve(Config, Extra) ->
-    {Port, OsPid} = start(Config, ["serve", "--ip", ?LOOPBACK, "--port", "0" | Extra]),
+    {Port, OsPid} = sluice_load_test_lib:sluice(Config, ["serve", "--ip", ?LOOPBACK, "--port", "0"
+                                                         | Extra]),
     {[Ip, TcpPort], Before} = sluice_load_test_lib:wait_line(Port, "^listening on ([0-9.]+):([0-9]+)$", 15000),
     {Port, OsPid, Ip, list_to_integer(TcpPort), Before}.
 
 signal(Sig, OsPid) ->
-    _ = os:cmd("kill -" ++ Sig ++ " " ++ integer_to_list(OsPid)),
-    ok.
+    sluice_load_test_lib:signal(Sig, OsPid).
 
 listening_lines(Lines) ->
     [L || L <- Lines, binary:match(L, <<"listening on">>) =/= nomatch].

@@ -241,31 +241,19 @@ serve(Config, Extra) ->
     serve(Config, Extra, []).
 
 serve(Config, Extra, Env) ->
-    {Port, OsPid} = start(Config, Env, ["serve", "--ip", ?LOOPBACK, "--port", "0", "--protocol",
-                                   "ping", "--metrics-port", "0" | Extra]),
+    {Port, OsPid} = sluice_load_test_lib:sluice(
+                      Config, ["serve", "--ip", ?LOOPBACK, "--port", "0", "--protocol", "ping",
+                               "--metrics-port", "0" | Extra], Env),
     {[MPort], L1} = sluice_load_test_lib:wait_line(Port, "metrics at http://127.0.0.1:([0-9]+)/metrics", 30000),
     {[TcpPort], L2} = sluice_load_test_lib:wait_line(Port, "^listening on [0-9.]+:([0-9]+)$", 10000),
     Url = "http://127.0.0.1:" ++ MPort ++ "/metrics",
     {Port, OsPid, list_to_integer(TcpPort), Url, L1 ++ L2}.
 
-start(Config, Args) ->
-    start(Config, [], Args).
-
-start(Config, Env, Args) ->
-    Port = open_port({spawn_executable, ?config(bin, Config)},
-                     [{args, Args}, {env, Env}, exit_status, binary, {line, 4096}, stderr_to_stdout,
-                      use_stdio, hide]),
-    {os_pid, OsPid} = erlang:port_info(Port, os_pid),
-    sluice_load_test_lib:reap(Config, OsPid),
-    {Port, OsPid}.
-
 run(Config, Args) ->
-    {Port, _} = start(Config, Args),
-    sluice_load_test_lib:wait_exit(Port, 15000).
+    sluice_load_test_lib:sluice_exit(Config, Args).
 
 signal(Sig, OsPid) ->
-    _ = os:cmd("kill -" ++ Sig ++ " " ++ integer_to_list(OsPid)),
-    ok.
+    sluice_load_test_lib:signal(Sig, OsPid).
 
 %% A connection that has had its Pong: counted by the server.
 ping_connect(TcpPort) ->

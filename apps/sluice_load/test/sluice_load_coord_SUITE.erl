@@ -176,16 +176,7 @@ bad_options_exit_2_with_one_line(Config) ->
 %% SIGTERM during the hold ends the run early, and the merged report of
 %% what was measured still comes out (exit 0).
 sigterm_ends_the_run_with_a_report(Config) ->
-    Port = start_ref(Config),
-    Json = json_path(Config),
-    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
-                  [{args, ["load", "--scenario", "scale", "--engines", "2", "--port", Port,
-                           "--conns", "20", "--interval", "100", "--duration", "30",
-                           "--progress", "--json", Json]},
-                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
-    {os_pid, OsPid} = erlang:port_info(P, os_pid),
-    sluice_load_test_lib:reap(Config, OsPid),
-    wait_line(P, <<"hold">>, 10000),
+    {P, OsPid, _Port} = scale_in_hold(Config, "100", "30"),
     _ = os:cmd("kill -TERM " ++ integer_to_list(OsPid)),
     ?assertEqual(0, wait_exit(P, 10000)),
     J = read_json(Config),
@@ -196,16 +187,7 @@ sigterm_ends_the_run_with_a_report(Config) ->
 %% report merges what they measured, says which engine gave nothing, and
 %% the exit code is 1.
 a_lost_engine_is_reported_and_the_rest_merged(Config) ->
-    Port = start_ref(Config),
-    Json = json_path(Config),
-    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
-                  [{args, ["load", "--scenario", "scale", "--engines", "2", "--port", Port,
-                           "--conns", "20", "--interval", "200", "--duration", "2",
-                           "--progress", "--json", Json]},
-                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
-    {os_pid, OsPid} = erlang:port_info(P, os_pid),
-    sluice_load_test_lib:reap(Config, OsPid),
-    wait_line(P, <<"hold">>, 10000),
+    {P, _OsPid, Port} = scale_in_hold(Config, "200", "2"),
     %% one of the two engines: the sluice-load process aimed at this port
     [Victim | _] = [Pid || L <- string:lexemes(os:cmd("ps -eo pid=,args="), "\n"),
                            [Pid, Args] <- [string:split(string:trim(L), " ")],
@@ -219,6 +201,21 @@ a_lost_engine_is_reported_and_the_rest_merged(Config) ->
     J = read_json(Config),
     ?assertEqual(1, length(get(engine_results, J))),
     ?assertEqual(10, get(conns_up_at_end, J)).
+
+%% `load --scenario scale' with 2 engines and 20 connections against a
+%% fresh reference server, once its hold has started: {Port, OsPid, the
+%% server's TCP port}.
+scale_in_hold(Config, Interval, Duration) ->
+    TcpPort = start_ref(Config),
+    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
+                  [{args, ["load", "--scenario", "scale", "--engines", "2", "--port", TcpPort,
+                           "--conns", "20", "--interval", Interval, "--duration", Duration,
+                           "--progress", "--json", json_path(Config)]},
+                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    wait_line(P, <<"hold">>, 10000),
+    {P, OsPid, TcpPort}.
 
 collect_lines(P, Acc) ->
     receive
