@@ -8,7 +8,8 @@
 main(Args) ->
     Rounds = case Args of [N] -> list_to_integer(N); [] -> 5 end,
     Dir = filename:dirname(escript:script_name()),
-    true = code:add_patha(filename:join([Dir, "..", "..", "_build", "default", "lib", "sluice", "ebin"])),
+    Ebin = filename:join([Dir, "..", "..", "_build", "default", "lib", "sluice", "ebin"]),
+    true = code:add_patha(Ebin),
     {module, _} = code:ensure_loaded(sluice_frame),
     {ok, Mod, Beam} = compile:file(filename:join(Dir, "frame_bench.erl"), [binary, report]),
     {module, Mod} = code:load_binary(Mod, "frame_bench.erl", Beam),
