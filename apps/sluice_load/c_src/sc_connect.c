@@ -21,7 +21,7 @@ static void connect_connected(struct worker *w, struct conn *c, uint64_t now)
     conn_want(w, c, EPOLLIN | EPOLLRDHUP);
     if (c->state == CS_PROBING) {
         c->match = 0;
-        ssize_t r = write(c->fd, PING, sizeof PING);
+        ssize_t r = conn_write(c, PING, sizeof PING);
         if (r != (ssize_t)sizeof PING)
             conn_lost(w, c, r < 0 ? errno : EIO, now);
     } else {
