@@ -145,6 +145,10 @@ static void configure(struct cfg *cfg, struct opt *opts, int argc,
             cfg->probe = PROBE_PING; /* back = served, not just queued */
         if (!opts_given(opts, "duration"))
             cfg->duration = 1;       /* the hold between the two waves */
+        /* wait out SYN retransmits (1, 3, 7, 15 s): a straggler is a
+         * figure of the storm, not a failure */
+        if (!opts_given(opts, "connect-timeout"))
+            cfg->connect_timeout_ms = 30000;
         if (cfg->go_stdin)
             usage_error(PROG, "--go-stdin does not apply to storm");
     }
@@ -257,7 +261,8 @@ int main(int argc, char **argv)
         {"timeout", OPT_INT, &cfg.timeout_ms, "MS", "5000",
          "ping: a Pong later than this is a timeout (connection kept)", NULL,
          1, 86400000, 0},
-        {"connect-timeout", OPT_INT, &cfg.connect_timeout_ms, "MS", "5000",
+        {"connect-timeout", OPT_INT, &cfg.connect_timeout_ms, "MS",
+         "5000 (storm: 30000)",
          "give up a connect (and a --probe) after this long", NULL, 1,
          86400000, 0},
         {"connect-concurrency", OPT_INT, &cfg.connect_concurrency, "N",
