@@ -33,13 +33,13 @@ num() { grep -o "\"$1\":[0-9.e+-]*" "$2" | head -1 | cut -d: -f2; }
 run() {
     local cell=$1 mode=$2 sc=$3 ec=$4 rargs=$5 eargs=$6
     taskset -c "$sc" "$priv/sluice-ref" --port 0 --threads 1 $rargs \
-        >"$tmp/ref.out" 2>/dev/null &
+        >"$tmp/ref.out" 2>"$tmp/ref.err" &
     local pid=$!
     for _ in $(seq 200); do grep -qs listening "$tmp/ref.out" && break; sleep 0.05; done
     local port
     port=$(sed -n 's/.*://p' "$tmp/ref.out")
     if [ -z "$port" ]; then
-        echo "$cell $mode: sluice-ref did not start" >&2
+        echo "$cell $mode: sluice-ref did not start: $(cat "$tmp/ref.err")" >&2
         kill $pid 2>/dev/null || true
         return
     fi
