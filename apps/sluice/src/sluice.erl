@@ -11,21 +11,22 @@
 %% '''
 -module(sluice).
 
--include("sluice_counters.hrl").
-
 -export([start_listener/2, stop_listener/1, stop_listener/2, drain/2,
          suspend/1, resume/1, info/1, set_max_connections/2, child_spec/2,
          listeners/0, connections/1, format_error/1]).
--export([send/2, peername/1, sockname/1]).
+-export([child_spec/1, send/2, close/1, call/3, reply/2, peername/1, sockname/1]).
 
 -export_type([conn/0, name/0]).
 
 -type name() :: term().
-%% What a handler's init/2 gets: enough to talk to the socket outside the
-%% reply path (sluice:send/2, peername/1).
--type conn() :: #{listener := name(), socket := term(), transport := module()}.
-
--define(MAX_ATOMIC, 16#7fffffffffffffff).
+%% What a handler's init/2 gets: which listener, the connection process
+%% (for send/2, close/1 and call/3 from other processes), the raw socket
+%% with its transport module (for peername/1, sockname/1); with the PROXY
+%% protocol, the header the load balancer sent (`proxy': the client's
+%% `source' and `destination' addresses, TLVs); under TLS, `tls':
+%% `protocol', `cipher', `sni' and `alpn'.
+-type conn() :: #{listener := name(), pid := pid(), socket := term(), transport := module(),
+                  proxy => sluice_proxy_header:header(), tls => map()}.
 
 %% @doc Start a listener under sluice's own supervisor. Options are
 %% documented in docs/listener-options.md and checked by sluice_opts; a bad
@@ -49,6 +50,19 @@ start_error({shutdown, {failed_to_start_child, _, Reason}}) -> start_error(Reaso
 start_error({Reason, Child}) when element(1, Child) =:= child -> start_error(Reason);
 start_error({bad_return, {_, init, {stop, Reason}}}) -> start_error(Reason);
 start_error(Reason) -> Reason.
+
+%% @doc child_spec/2 with the name in the options (`name'; the default is
+%% `{sluice, Port}'), for supervisors that take a module and one argument:
+%% `{sluice, Opts}' in a child list, as Elixir's `{:sluice, opts}' does.
+-spec child_spec(map() | list()) -> supervisor:child_spec().
+child_spec(Opts) when is_list(Opts) ->
+    child_spec(maps:from_list([case O of {_, _} -> O; K -> {K, true} end || O <- Opts]));
+child_spec(Opts) when is_map(Opts) ->
+    {Name, Rest} = case maps:take(name, Opts) of
+                       {N, R} -> {N, R};
+                       error -> {{sluice, maps:get(port, Opts, 0)}, Opts}
+                   end,
+    child_spec(Name, Rest).
 
 %% @doc A child spec to embed a listener in the caller's own supervision
 %% tree. Raises `error({badarg, Reason})' on bad options.
@@ -91,14 +105,14 @@ stop_listener(Name, DrainMs) ->
 -spec drain(name(), non_neg_integer()) -> {ok, non_neg_integer()} | {error, not_found}.
 drain(Name, DrainMs) ->
     case sluice_registry:lookup(Name) of
-        {ok, #{atomics := A, opts := #{num_conns_sups := NS}}} ->
+        {ok, #{stats := Stats, opts := #{num_conns_sups := NS}}} ->
             Deadline = erlang:monotonic_time(millisecond) + DrainMs,
             case suspend(Name) of
                 ok ->
                     _ = [sluice_conns_sup:drain(Sup, Deadline)
                          || I <- lists:seq(1, NS),
                             Sup <- [sluice_registry:conns_sup(Name, I)], is_pid(Sup)],
-                    {ok, wait_empty(A, Deadline)};
+                    {ok, wait_empty(Stats, Deadline)};
                 Error ->
                     Error
             end;
@@ -106,54 +120,44 @@ drain(Name, DrainMs) ->
             {error, not_found}
     end.
 
-wait_empty(A, Deadline) ->
-    case atomics:get(A, ?A_CONNS) of
+wait_empty(Stats, Deadline) ->
+    case sluice_stats:live(Stats) of
         0 -> 0;
         N ->
             case erlang:monotonic_time(millisecond) >= Deadline of
                 true -> N;
-                false -> receive after 10 -> wait_empty(A, Deadline) end
+                false -> receive after 10 -> wait_empty(Stats, Deadline) end
             end
     end.
 
 %% @doc Stop accepting: the listen sockets close (new connects are refused
-%% by the kernel), connections already open carry on.
+%% by the kernel once this returns), connections already open carry on.
 -spec suspend(name()) -> ok | {error, not_found}.
 suspend(Name) ->
     with_sup(Name, fun(Sup) ->
-                           case supervisor:terminate_child(Sup, sluice_acceptors_sup) of
-                               ok -> wait_closed(Name);
+                           _ = supervisor:terminate_child(Sup, sluice_acceptors_sup),
+                           case supervisor:terminate_child(Sup, sluice_listen_sockets) of
+                               ok -> ok;
                                {error, not_found} -> ok
                            end
                    end).
-
-%% The listen sockets close with the supervisor that owns them, but a port
-%% closes a moment after its owner is gone; until then the kernel still
-%% completes connects (then resets them). Wait, briefly, so that new
-%% connects are refused once suspend/1 returns.
-wait_closed(Name) ->
-    Ports = case sluice_registry:lookup(Name) of
-                {ok, #{listen_sockets := Socks}} -> [S || S <- Socks, is_port(S)];
-                _ -> []
-            end,
-    wait_ports(Ports, 200).
-
-wait_ports(Ports, Tries) ->
-    case [P || P <- Ports, erlang:port_info(P, id) =/= undefined] of
-        Open when Open =/= [], Tries > 0 -> receive after 5 -> wait_ports(Open, Tries - 1) end;
-        _ -> ok
-    end.
 
 %% @doc Accept again, on the same port.
 -spec resume(name()) -> ok | {error, term()}.
 resume(Name) ->
     with_sup(Name, fun(Sup) ->
-                           case supervisor:restart_child(Sup, sluice_acceptors_sup) of
-                               {ok, _} -> ok;
-                               {error, running} -> ok;
-                               {error, Reason} -> {error, start_error(Reason)}
+                           case restart(Sup, sluice_listen_sockets) of
+                               ok -> restart(Sup, sluice_acceptors_sup);
+                               Error -> Error
                            end
                    end).
+
+restart(Sup, Child) ->
+    case supervisor:restart_child(Sup, Child) of
+        {ok, _} -> ok;
+        {error, running} -> ok;
+        {error, Reason} -> {error, start_error(Reason)}
+    end.
 
 %% A listener that is being stopped is still in the registry for a moment
 %% after its supervisor has gone (or while it is going): calling into it
@@ -184,39 +188,15 @@ info(Name) ->
             {error, not_found}
     end.
 
-info(Name, Status, #{opts := Opts, counters := C, atomics := A} = Info) ->
-    Max = atomics:get(A, ?A_MAX_CONNS),
-    #{ip => maps:get(ip, Opts),
-      port => maps:get(port, Info, maps:get(port, Opts)),
-      status => Status,
-      max_connections => case Max of ?MAX_ATOMIC -> infinity; _ -> Max end,
-      connections => atomics:get(A, ?A_CONNS),
-      %% of which parked: idle, no process (sluice_conns_sup)
-      parked => parked(A, maps:get(num_conns_sups, Opts)),
-      accepted => counters:get(C, ?C_ACCEPTED),
-      rejected => counters:get(C, ?C_REJECTED),
-      closed => counters:get(C, ?C_CLOSED),
-      protocol_errors => counters:get(C, ?C_PROTOCOL_ERRORS),
-      messages => counters:get(C, ?C_MESSAGES),
-      close_reasons => close_reasons(C),
-      bytes_in => counters:get(C, ?C_BYTES_IN),
-      bytes_out => counters:get(C, ?C_BYTES_OUT),
-      accept_errors => sluice_registry:accept_errors(Name),
-      active => maps:get(active, Opts),
-      transport => maps:get(transport, Opts),
-      handler => maps:get(handler, Opts)}.
-
-parked(A, NS) ->
-    lists:sum([atomics:get(A, ?A_SUP_BASE + NS + I) || I <- lists:seq(1, NS)]).
-
-%% Why connections ended, one count per connection (protocol errors are
-%% also `protocol_errors' above).
-close_reasons(C) ->
-    maps:map(fun(_, Slot) -> counters:get(C, Slot) end,
-             #{peer_closed => ?C_CLOSE_PEER, idle_timeout => ?C_CLOSE_IDLE,
-               frame_timeout => ?C_CLOSE_FRAME_TIMEOUT, socket_error => ?C_CLOSE_ERROR,
-               protocol_error => ?C_PROTOCOL_ERRORS, drained => ?C_CLOSE_DRAINED,
-               handler => ?C_CLOSE_HANDLER, crashed => ?C_CLOSE_CRASHED}).
+info(Name, Status, #{opts := Opts, stats := Stats} = Info) ->
+    maps:merge(sluice_stats:read(Stats),
+               #{ip => maps:get(ip, Opts),
+                 port => maps:get(port, Info, maps:get(port, Opts)),
+                 status => Status,
+                 accept_errors => sluice_registry:accept_errors(Name),
+                 active => maps:get(active, Opts),
+                 transport => maps:get(transport, Opts),
+                 handler => maps:get(handler, Opts)}).
 
 %% The registry drops a listener's row only once it sees the supervisor go
 %% down, so a listener that is stopping can still be looked up: gone.
@@ -237,8 +217,8 @@ status(Sup) ->
 -spec set_max_connections(name(), non_neg_integer() | infinity) -> ok | {error, term()}.
 set_max_connections(Name, Max) when Max =:= infinity; is_integer(Max), Max >= 0 ->
     case sluice_registry:lookup(Name) of
-        {ok, #{atomics := A}} ->
-            atomics:put(A, ?A_MAX_CONNS, case Max of infinity -> ?MAX_ATOMIC; _ -> Max end);
+        {ok, #{stats := Stats}} ->
+            sluice_stats:set_max_connections(Stats, Max);
         error ->
             {error, not_found}
     end;
@@ -268,11 +248,54 @@ listeners() ->
 format_error(Reason) ->
     sluice_opts:format_error(Reason).
 
-%% @doc Send outside the reply path (e.g. from handle_info/2), in order with
-%% the replies.
--spec send(conn(), iodata()) -> ok | {error, term()}.
-send(#{socket := Sock, transport := T}, Data) ->
-    T:send_async(Sock, Data).
+%% @doc Send on a connection from any process, in order with its own
+%% replies. The connection process sends it and counts it in bytes_out;
+%% the caller waits until it is queued on the socket (as gen_tcp:send/2
+%% does) and gets `{error, closed}' if the connection is gone. Called from
+%% the connection's own handler, it returns at once and the data goes out
+%% after the callback's own reply.
+-spec send(conn() | pid(), iodata()) -> ok | {error, term()}.
+send(#{pid := Pid}, Data) ->
+    send(Pid, Data);
+send(Pid, Data) when Pid =:= self() ->
+    Pid ! {'$sluice', none, {send, Data}},
+    ok;
+send(Pid, Data) ->
+    request(Pid, {send, Data}, infinity).
+
+%% @doc Close a connection from any process: what it has queued goes out,
+%% then FIN; the handler gets nothing more (terminate/2 with reason
+%% `closed_by_api'). Returns without waiting for the close.
+-spec close(conn() | pid()) -> ok.
+close(#{pid := Pid}) ->
+    close(Pid);
+close(Pid) ->
+    Pid ! {'$sluice', none, close},
+    ok.
+
+%% @doc A request to a connection's handler (handle_call/3), answered with
+%% reply/2. Fails like gen_server:call/3: an exit if the connection is gone
+%% or does not answer within Timeout. A handler without handle_call/3
+%% answers `{error, not_supported}'.
+-spec call(conn() | pid(), term(), timeout()) -> term().
+call(#{pid := Pid}, Request, Timeout) ->
+    call(Pid, Request, Timeout);
+call(Pid, Request, Timeout) ->
+    try gen:call(Pid, '$sluice', {call, Request}, Timeout) of
+        {ok, Reply} -> Reply
+    catch exit:Reason -> exit({Reason, {?MODULE, call, [Pid, Request, Timeout]}})
+    end.
+
+%% @doc Answer a call/3, from handle_call/3 or later.
+-spec reply(sluice_handler:from(), term()) -> ok.
+reply(From, Reply) ->
+    gen:reply(From, Reply).
+
+request(Pid, Req, Timeout) ->
+    try gen:call(Pid, '$sluice', Req, Timeout) of
+        {ok, Reply} -> Reply
+    catch exit:_ -> {error, closed}
+    end.
 
 -spec peername(conn()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
 peername(#{socket := Sock, transport := T}) ->

@@ -18,8 +18,6 @@
 %% Clients over the limit see their connection closed at once, not silence.
 -module(sluice_acceptor).
 
--include("sluice_counters.hrl").
-
 -export([start_link/3, init/4]).
 
 -include_lib("kernel/include/logger.hrl").
@@ -27,7 +25,6 @@
 %% Pause after an accept error such as emfile, so that a listener out of
 %% descriptors does not spin; short, to accept again soon after they free.
 -define(ERROR_BACKOFF_MS, 10).
--define(LOG_INTERVAL_MS, 1000).
 %% Attempts, 2 ms apart, to reopen the spare descriptor after shedding.
 -define(SPARE_RETRIES, 50).
 -define(START_TIMEOUT, 5000).
@@ -36,7 +33,7 @@
 -define(SHED_MAX, 1000).
 -define(SHED_MS, 20).
 
--spec start_link(map(), sluice_transport:socket(), pos_integer()) -> {ok, pid()}.
+-spec start_link(sluice_listener_sup:listener(), sluice_transport:lsock(), pos_integer()) -> {ok, pid()}.
 start_link(Listener, LSock, Index) ->
     %% Synchronous: the listener counts as started only once its spare
     %% descriptor is open. (Started asynchronously, the spare was opened
@@ -45,8 +42,12 @@ start_link(Listener, LSock, Index) ->
     %% was shed and the excess waited silently; one test run in six.)
     proc_lib:start_link(?MODULE, init, [self(), Listener, LSock, Index]).
 
--spec init(pid(), map(), sluice_transport:socket(), pos_integer()) -> no_return().
+-spec init(pid(), sluice_listener_sup:listener(), sluice_transport:lsock(), pos_integer()) -> no_return().
 init(Parent, Listener = #{opts := #{num_conns_sups := NS, num_listen_sockets := NL}}, LSock, Index) ->
+    %% What an accept error calls must be loaded before descriptors run out:
+    %% with none left, the code server cannot open a .beam file.
+    _ = [{module, M} = code:ensure_loaded(M) || M <- [sluice_log, sluice_telemetry,
+                                                       sluice_registry, sluice_stats]],
     Spare = case Index =< NL of
                 true -> open_spare();
                 false -> none
@@ -73,7 +74,7 @@ loop(L = #{transport := T}, LSock, SupIndex, Spare) ->
                              %% take the acceptor (and so the port) down.
                              ?LOG_ERROR("sluice acceptor: shedding failed: ~p:~p ~p",
                                         [Class, Why, Stack]),
-                             atomics:put(maps:get(atomics, L), ?A_SHEDDING, 0),
+                             ok = sluice_stats:set_shedding(maps:get(stats, L), false),
                              lost
                      end,
             loop(L, LSock, SupIndex, Spare2)
@@ -98,11 +99,11 @@ open_spare_retry(N) ->
 reopen(lost) -> open_spare();
 reopen(Spare) -> Spare.
 
-shed(Reason, #{transport := T, counters := C, atomics := A}, LSock, Spare)
+shed(Reason, #{transport := T, stats := Stats}, LSock, Spare)
   when (Reason =:= emfile orelse Reason =:= enfile), Spare =/= none, Spare =/= lost ->
-    atomics:put(A, ?A_SHEDDING, 1),
+    ok = sluice_stats:set_shedding(Stats, true),
     ok = file:close(Spare),
-    shed_waiting(T, LSock, C, ?SHED_MAX),
+    shed_waiting(T, LSock, Stats, ?SHED_MAX),
     %% The other acceptors shed too meanwhile.
     receive after ?SHED_MS -> ok end,
     %% Still shedding, so another acceptor that has just taken a freed
@@ -110,43 +111,34 @@ shed(Reason, #{transport := T, counters := C, atomics := A}, LSock, Spare)
     %% spare: without it nothing is shed again while descriptors stay
     %% exhausted.
     Spare2 = open_spare_retry(?SPARE_RETRIES),
-    atomics:put(A, ?A_SHEDDING, 0),
+    ok = sluice_stats:set_shedding(Stats, false),
     Spare2;
 shed(_Reason, _L, _LSock, Spare) ->
     reopen(Spare).
 
 %% Accept and close whatever is waiting, using the one free descriptor.
-shed_waiting(_T, _LSock, _C, 0) ->
+shed_waiting(_T, _LSock, _Stats, 0) ->
     ok;
-shed_waiting(T, LSock, C, N) ->
+shed_waiting(T, LSock, Stats, N) ->
     case T:accept(LSock, 0) of
         {ok, Sock} ->
-            reject(C, T, Sock),
-            shed_waiting(T, LSock, C, N - 1);
+            reject(Stats, T, Sock),
+            shed_waiting(T, LSock, Stats, N - 1);
         {error, _} ->
             ok
     end.
 
-admit(#{atomics := A, counters := C, transport := T, name := Name}, Sock, SupIndex) ->
-    case atomics:get(A, ?A_SHEDDING) of
-        0 ->
-            case atomics:add_get(A, ?A_CONNS, 1) =< atomics:get(A, ?A_MAX_CONNS) of
-                true ->
-                    counters:add(C, ?C_ACCEPTED, 1),
-                    start(Name, A, T, Sock, SupIndex);
-                false ->
-                    atomics:sub(A, ?A_CONNS, 1),
-                    reject(C, T, Sock)
-            end;
-        _ ->
-            reject(C, T, Sock)
+admit(#{stats := Stats, transport := T, name := Name}, Sock, SupIndex) ->
+    case sluice_stats:admit(Stats) of
+        admitted -> start(Name, Stats, T, Sock, SupIndex);
+        _ -> reject(Stats, T, Sock)
     end.
 
-reject(C, T, Sock) ->
-    counters:add(C, ?C_REJECTED, 1),
-    T:close(Sock).
+reject(Stats, T, Sock) ->
+    ok = sluice_stats:rejected(Stats),
+    T:close_socket(Sock).
 
-start(Name, A, T, Sock, SupIndex) ->
+start(Name, Stats, T, Sock, SupIndex) ->
     Result = case sluice_registry:conns_sup(Name, SupIndex) of
                  undefined -> {error, no_conns_sup};
                  Sup -> sluice_conns_sup:start_connection(Sup, Sock, ?START_TIMEOUT)
@@ -158,34 +150,19 @@ start(Name, A, T, Sock, SupIndex) ->
             %% conns_sup gives the slot back.
             case T:controlling_process(Sock, Pid) of
                 ok -> Pid ! {sluice_go, Sock}, ok;
-                {error, _} -> T:close(Sock)
+                {error, _} -> T:close_socket(Sock)
             end;
         {error, _} ->
-            atomics:sub(A, ?A_CONNS, 1),
-            T:close(Sock)
+            ok = sluice_stats:release(Stats),
+            T:close_socket(Sock)
     end.
 
-accept_error(#{name := Name, atomics := A}, Reason) ->
+accept_error(#{name := Name, stats := Stats}, Reason) ->
     ok = sluice_registry:count_accept_error(Name, Reason),
-    maybe_log(Name, A, Reason),
+    ok = sluice_log:accept_failed(Name, Stats, Reason),
+    ok = sluice_telemetry:accept_error(Name, Reason),
     case Reason of
         timeout -> ok;
         econnaborted -> ok;
         _ -> receive after ?ERROR_BACKOFF_MS -> ok end
-    end.
-
-%% At most one line a second per listener, however many acceptors fail,
-%% with the number of errors that were not logged since the previous line.
-maybe_log(Name, A, Reason) ->
-    Now = erlang:monotonic_time(millisecond),
-    Last = atomics:get(A, ?A_LAST_LOG),
-    case Now - Last >= ?LOG_INTERVAL_MS andalso
-        atomics:compare_exchange(A, ?A_LAST_LOG, Last, Now) =:= ok of
-        true ->
-            Suppressed = atomics:exchange(A, ?A_SUPPRESSED, 0),
-            ?LOG_WARNING("sluice listener ~p: accept failed: ~p "
-                         "(~b more accept errors since the last report)",
-                         [Name, Reason, Suppressed]);
-        false ->
-            atomics:add(A, ?A_SUPPRESSED, 1)
     end.

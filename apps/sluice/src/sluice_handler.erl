@@ -1,43 +1,89 @@
 %% @doc The behaviour a protocol implements. The library owns the socket and
-%% the receive loop (active modes, flow control, idle timeout, counting,
-%% draining); a handler only turns bytes into replies. Buffering of partial
-%% messages belongs to the handler.
+%% the receive loop (active modes and flow control, framing, the idle
+%% timeout, counting, draining, TLS); a handler turns bytes into replies.
 %%
-%% Return values of the data and info callbacks:
+%% A connection is one process, and a handler's callbacks all run in it:
+%% `self()' is the connection's pid for its whole life, timers and monitors
+%% a handler sets are its own. (Parking, which ends that process while the
+%% connection is quiet, happens only on a listener that asks for it with
+%% `park_after', and never to a handler with handle_info/2.)
+%%
+%% == Results ==
+%% handle_data/2, handle_info/2, handle_call/3, handle_timeout/1 and
+%% handle_drain/1 return one of:
 %% <ul>
 %%  <li>`{ok, State}': nothing to send;</li>
-%%  <li>`{reply, IoData, State}': send IoData (asynchronously, in order);</li>
+%%  <li>`{reply, IoData, State}': send IoData (in order with every other
+%%      reply);</li>
 %%  <li>`{close, Reason, State}': close the connection; a Reason of
 %%      `{protocol_error, Why}' is counted in the listener's
-%%      `protocol_errors'.</li>
+%%      `protocol_errors';</li>
 %%  <li>`{reply_close, IoData, Reason, State}': send IoData, then close
 %%      without a reset (FIN after the data; what the peer still sends is
 %%      read and dropped for a moment) and without handing the handler
-%%      anything more: e.g. the acks owed for the frames before a bad one.
-%%      Counted like `close'.</li>
+%%      anything more: e.g. the replies owed for the requests before a bad
+%%      one.</li>
 %% </ul>
+%% `{ok, State, Timeout}' and `{reply, IoData, State, Timeout}' also ask
+%% for handle_timeout/1 if no other callback runs within Timeout ms
+%% (`infinity': none). Every result replaces the timeout of the one before.
+%% Anything else is a bug in the handler: the connection crashes with
+%% `{bad_return_value, {Module, Callback, Value}}'.
+%%
+%% init/2 returns `{ok, State}', `{ok, State, Timeout}', `{reply, IoData,
+%% State}' (the server speaks first, e.g. a greeting), `{reply, IoData,
+%% State, Timeout}' or `{close, Reason}'.
+%%
+%% == Ending ==
 %% Close reasons the library counts by name in info/1's `close_reasons':
-%% `{protocol_error, _}', `frame_timeout' (a partial message that took too
-%% long), `idle_timeout', `drained'; any other counts as `handler'.
+%% `{protocol_error, _}', `frame_timeout', `idle_timeout', `drained',
+%% `handshake_error', `proxy_error', `peer_closed' (the client closed),
+%% `socket_error'; any other reason a handler closes with counts as
+%% `handler', and a handler that raises as `crashed'. Before terminate/2:
+%% handle_close/1 when the client closed, handle_error/2 on a socket error
+%% or when the handler raised.
 -module(sluice_handler).
 
+-type timeout_ms() :: non_neg_integer() | infinity.
 -type result(State) :: {ok, State}
+                     | {ok, State, timeout_ms()}
                      | {reply, iodata(), State}
+                     | {reply, iodata(), State, timeout_ms()}
                      | {close, term(), State}
                      | {reply_close, iodata(), term(), State}.
--export_type([result/1]).
+-type init_result(State) :: {ok, State}
+                          | {ok, State, timeout_ms()}
+                          | {reply, iodata(), State}
+                          | {reply, iodata(), State, timeout_ms()}
+                          | {close, term()}.
+-type from() :: gen:from().
+-export_type([result/1, init_result/1, from/0, timeout_ms/0]).
 
--callback init(sluice:conn(), Opts :: term()) ->
-    {ok, State :: term()} | {close, Reason :: term()}.
+-callback init(sluice:conn(), Opts :: term()) -> init_result(State :: term()).
+%% A chunk as read from the socket or, with the listener's `framing'
+%% option, one whole frame.
 -callback handle_data(binary(), State) -> result(State).
-%% Any message that is not the socket's, e.g. from other processes.
+%% Any message that is not the library's, e.g. from other processes.
 -callback handle_info(term(), State) -> result(State).
-%% The listener is draining (sluice:stop_listener/2). `{close, Reason, State}'
-%% (what happens when the callback is absent) makes the library finish
-%% what it has read, send a FIN and wait for the peer to close up to the
-%% drain deadline; `{ok, State}' keeps the connection going until the
-%% handler closes it or the deadline passes.
+%% sluice:call/3 from another process; answer with sluice:reply(From,
+%% Reply), now or later.
+-callback handle_call(Request :: term(), From :: from(), State) -> result(State).
+%% No callback ran within the Timeout of the last result. Without this
+%% callback the connection closes with reason `timeout'.
+-callback handle_timeout(State) -> result(State).
+%% The listener is draining (sluice:stop_listener/2, drain/2). `{close,
+%% Reason, State}' (what happens when the callback is absent) makes the
+%% library finish what it has read, send a FIN and wait for the peer to
+%% close up to the drain deadline; `{ok, State}' keeps the connection
+%% going until the handler closes it or the deadline passes.
 -callback handle_drain(State) -> result(State).
+%% The client closed the connection. The return value is ignored.
+-callback handle_close(State :: term()) -> any().
+%% The connection failed: `{socket_error, Why}', or `{crash, Class,
+%% Reason, Stacktrace}' when a callback raised. The return value is
+%% ignored.
+-callback handle_error(Reason :: term(), State :: term()) -> any().
 -callback terminate(Reason :: term(), State :: term()) -> any().
 
--optional_callbacks([handle_info/2, handle_drain/1, terminate/2]).
+-optional_callbacks([handle_info/2, handle_call/3, handle_timeout/1, handle_drain/1,
+                     handle_close/1, handle_error/2, terminate/2]).

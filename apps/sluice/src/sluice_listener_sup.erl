@@ -1,45 +1,42 @@
-%% @doc One listener's supervisor (rest_for_one): the connection supervisors
-%% first, then the acceptors with their listen sockets. The shared counters
-%% and atomics are made here and published in the registry, so that they
-%% survive the restart of any child below.
+%% @doc One listener's supervisor (rest_for_one): the connection
+%% supervisors first, then the owner of the listen sockets, then the
+%% acceptors. Suspending the listener stops the last two (the sockets
+%% close, new connects are refused) and leaves the connections running.
+%% The listener's figures (sluice_stats) are made here and published in the
+%% registry, so that they survive the restart of any child below.
 -module(sluice_listener_sup).
 -behaviour(supervisor).
 
--include("sluice_counters.hrl").
-
 -export([start_link/2, init/1]).
 
--define(MAX_ATOMIC, 16#7fffffffffffffff).
+-export_type([listener/0]).
 
--spec start_link(term(), sluice_opts:opts()) -> {ok, pid()} | ignore | {error, term()}.
+%% What every process of a listener is started with: its name, its
+%% validated options (every default filled in by sluice_opts), the
+%% transport's callback module and its figures.
+-type listener() :: #{name := sluice:name(),
+                      opts := sluice_opts:opts(),
+                      transport := module(),
+                      stats := sluice_stats:stats()}.
+
+-spec start_link(sluice:name(), sluice_opts:opts()) -> {ok, pid()} | ignore | {error, term()}.
 start_link(Name, Opts) ->
     supervisor:start_link(?MODULE, {Name, Opts}).
 
--spec init({term(), sluice_opts:opts()}) ->
+-spec init({sluice:name(), sluice_opts:opts()}) ->
           {ok, {supervisor:sup_flags(), [supervisor:child_spec()]}}.
-init({Name, Opts}) ->
-    #{num_conns_sups := NS, max_connections := Max, transport := Transport} = Opts,
-    C = counters:new(?C_SIZE, [write_concurrency]),
-    A = atomics:new(?A_SUP_BASE + 2 * NS, [{signed, true}]),
-    atomics:put(A, ?A_MAX_CONNS, max_to_int(Max)),
-    atomics:put(A, ?A_LAST_LOG, erlang:monotonic_time(millisecond) - 60000),
-    ok = sluice_registry:register_listener(Name, self(),
-                                           #{opts => Opts, counters => C, atomics => A}),
-    Listener = #{name => Name, opts => Opts, counters => C, atomics => A,
-                 transport => sluice_transport:module(Transport),
-                 handler => maps:get(handler, Opts),
-                 active => maps:get(active, Opts),
-                 idle_timeout => maps:get(idle_timeout, Opts),
-                 hibernate_after => maps:get(hibernate_after, Opts),
-                 park_after => maps:get(park_after, Opts),
-                 shutdown_timeout => maps:get(shutdown_timeout, Opts)},
+init({Name, Opts = #{num_conns_sups := NS, max_connections := Max, transport := T}}) ->
+    Stats = sluice_stats:new(NS, Max),
+    ok = sluice_registry:register_listener(Name, self(), #{opts => Opts, stats => Stats}),
+    Listener = #{name => Name, opts => Opts, stats => Stats,
+                 transport => sluice_transport:module(T)},
     Children = [#{id => sluice_conns_sup_sup,
                   start => {sluice_conns_sup_sup, start_link, [Listener]},
                   type => supervisor, shutdown => infinity},
+                #{id => sluice_listen_sockets,
+                  start => {sluice_listen_sockets, start_link, [Listener]},
+                  type => worker},
                 #{id => sluice_acceptors_sup,
                   start => {sluice_acceptors_sup, start_link, [Listener]},
                   type => supervisor, shutdown => infinity}],
     {ok, {#{strategy => rest_for_one, intensity => 10, period => 10}, Children}}.
-
-max_to_int(infinity) -> ?MAX_ATOMIC;
-max_to_int(N) -> N.

@@ -10,7 +10,7 @@
 -type opts() :: #{ip := inet:ip_address(),
                   port := inet:port_number(),
                   handler := {module(), term()},
-                  transport := inet | socket,
+                  transport := inet | socket | ssl | module(),
                   num_acceptors := pos_integer(),
                   num_listen_sockets := pos_integer(),
                   num_conns_sups := pos_integer(),
@@ -22,7 +22,13 @@
                   idle_timeout := timeout(),
                   hibernate_after := timeout(),
                   park_after := timeout(),
-                  shutdown_timeout := timeout()}.
+                  shutdown_timeout := timeout(),
+                  tls_opts := [ssl:tls_server_option()],
+                  handshake_timeout := timeout(),
+                  proxy_protocol := boolean(),
+                  proxy_timeout := timeout(),
+                  proxy_max_size := pos_integer(),
+                  framing := none | sluice_frame:spec()}.
 -type error() :: {unknown_option, term()}
                | {missing_option, atom()}
                | {bad_option, atom(), term()}
@@ -41,6 +47,21 @@
                       high_watermark, low_watermark, high_msgq_watermark,
                       low_msgq_watermark, delay_send, raw]).
 
+%% The socket options every listener gets unless it sets them itself; both
+%% backends read them from here.
+%% <ul>
+%%  <li>`buffer': the most one read returns, so one handler call per read
+%%      rather than per packet (bench/README.md, "Defaults");</li>
+%%  <li>`send_timeout' (ms): a client that never reads its replies fills
+%%      the socket's send queue, and the connection would wait in its next
+%%      send where neither the idle timeout nor a drain can reach it: after
+%%      this long the send fails and the connection ends;</li>
+%%  <li>`send_timeout_close': and the socket is closed (inet driver);</li>
+%%  <li>`nodelay': replies are small and go out at once.</li>
+%% </ul>
+-define(SOCKET_DEFAULTS, [{buffer, 262144}, {send_timeout, 30000},
+                          {send_timeout_close, true}, {nodelay, true}]).
+
 -spec defaults() -> map().
 defaults() ->
     #{ip => {0, 0, 0, 0},
@@ -52,28 +73,33 @@ defaults() ->
       reuseport => false,
       backlog => 1024,
       max_connections => default_max_connections(),
-      %% {active, 10} with 256 KiB reads: the mailbox of a connection whose
-      %% client outruns its handler holds at most 10 reads (2.5 MiB). 20
-      %% clients sending 32 MB each without reading their acks grew the
-      %% server by 21 MB at 10 and by 129 MB at 100, while pipelined server
-      %% CPU per frame was the same for both (6.5-7.4 ns, noisy); see
-      %% bench/README.md, "Defaults".
+      %% The mailbox of a connection whose client outruns its handler
+      %% holds at most this many reads (bench/README.md, "Defaults").
       active => 10,
       socket_opts => [],
       idle_timeout => 60000,
-      %% A connection quiet this long hibernates (see sluice_sweep): an idle
-      %% connection then holds about 1 KB of process memory instead of 3.
+      %% A connection quiet this long hibernates (sluice_sweep): its heap
+      %% goes back until the next message.
       hibernate_after => 1000,
-      %% Quiet this long, a connection that can (inet, an active mode, a
-      %% handler without handle_info/2; sluice_conns_sup:parkable/1) hands
-      %% its socket and state to its conns_sup and exits: 1.9 KB per idle
-      %% connection in all instead of 3.4 KB hibernated. Waking a parked
-      %% connection costs a process start and an owner change in the
-      %% conns_sup, so only long-quiet ones park: parking at 1 s, 100,000
-      %% connections pinged every 10 s got their Pongs with a p99 of
-      %% 200-250 ms against 13-47 ms hibernated (docs/cluster-and-metrics.md).
-      park_after => 30000,
-      shutdown_timeout => 5000}.
+      %% Off unless asked for: a parked connection's next event starts a
+      %% new process, so its pid changes (sluice_parking:parkable/1 says
+      %% which handlers can park; docs/listener-options.md has the memory
+      %% it saves and what it costs).
+      park_after => infinity,
+      shutdown_timeout => 5000,
+      %% ssl server options (certificates, ALPN, SNI, versions...), passed
+      %% to ssl:handshake/3 as they are; needed with transport ssl.
+      tls_opts => [],
+      %% A TLS handshake not done in this long ends the connection.
+      handshake_timeout => 5000,
+      %% A PROXY protocol header (v1 or v2) before anything else, from a
+      %% load balancer (sluice_proxy): read within proxy_timeout, no larger
+      %% than proxy_max_size, or the connection ends.
+      proxy_protocol => false,
+      proxy_timeout => 5000,
+      proxy_max_size => 4096,
+      %% Whole frames to handle_data/2 instead of chunks (sluice_frame).
+      framing => none}.
 
 %% @doc The VM's own descriptor limit less a reserve: the connection limit
 %% then bites before accept(2) fails with emfile.
@@ -105,6 +131,7 @@ validate(Opts) when is_map(Opts) ->
             Merged = maps:merge(defaults(), Opts),
             try
                 maps:foreach(fun check/2, Merged),
+                ok = check_tls(Merged),
                 {ok, normalize(Merged)}
             catch throw:Error -> {error, Error}
             end
@@ -114,10 +141,10 @@ validate(_) ->
 
 normalize(Opts = #{socket_opts := SO}) when is_map(SO) ->
     normalize(Opts#{socket_opts := maps:to_list(SO)});
-normalize(Opts = #{num_listen_sockets := N}) when N > 1 ->
-    Opts#{reuseport := true};
-normalize(Opts) ->
-    Opts.
+normalize(Opts = #{socket_opts := SO, num_listen_sockets := N}) ->
+    Defaults = [D || D = {K, _} <- ?SOCKET_DEFAULTS, not lists:keymember(K, 1, SO)],
+    Opts#{socket_opts := SO ++ Defaults,
+          reuseport := N > 1 orelse maps:get(reuseport, Opts)}.
 
 check(ip, IP) ->
     is_ip(IP) orelse bad(ip, IP);
@@ -131,7 +158,7 @@ check(handler, H = {M, _}) when is_atom(M) ->
 check(handler, H) ->
     bad(handler, H);
 check(transport, T) ->
-    T =:= inet orelse T =:= socket orelse bad(transport, T);
+    sluice_transport:is_transport(T) orelse bad(transport, T);
 check(K, N) when K =:= num_acceptors; K =:= num_listen_sockets;
                  K =:= num_conns_sups; K =:= backlog ->
     (is_integer(N) andalso N > 0 andalso N =< 65535) orelse bad(K, N);
@@ -151,11 +178,42 @@ check(socket_opts, SO) when is_list(SO) ->
     lists:foreach(fun check_socket_opt/1, SO);
 check(socket_opts, SO) ->
     bad(socket_opts, SO);
+check(tls_opts, L) ->
+    is_list(L) orelse bad(tls_opts, L);
+check(proxy_protocol, B) ->
+    is_boolean(B) orelse bad(proxy_protocol, B);
+check(proxy_max_size, N) ->
+    (is_integer(N) andalso N >= 16 andalso N =< 65551) orelse bad(proxy_max_size, N);
+check(framing, none) ->
+    true;
+check(framing, Spec) ->
+    case sluice_frame:new(Spec) of
+        {ok, _} -> true;
+        {error, _} -> bad(framing, Spec)
+    end;
 check(K, T) when K =:= idle_timeout; K =:= shutdown_timeout; K =:= hibernate_after;
-                 K =:= park_after ->
+                 K =:= park_after; K =:= handshake_timeout; K =:= proxy_timeout ->
     T =:= infinity orelse (is_integer(T) andalso T > 0) orelse bad(K, T);
 check(K, _) ->
     throw({unknown_option, K}).
+
+%% TLS needs a certificate and its key; ssl checks the rest of tls_opts at
+%% the handshake, so a missing file is named here, at start, not in every
+%% connection's failure.
+check_tls(#{transport := ssl, tls_opts := L}) ->
+    Has = fun(K) -> lists:keymember(K, 1, L) end,
+    (Has(certs_keys) orelse ((Has(certfile) orelse Has(cert)) andalso (Has(keyfile) orelse Has(key))))
+        orelse bad(tls_opts, {missing, "certfile and keyfile (or cert and key, or certs_keys)"}),
+    [readable(K, F) || {K, F} <- L, K =:= certfile orelse K =:= keyfile orelse K =:= cacertfile],
+    ok;
+check_tls(_) ->
+    ok.
+
+readable(K, F) ->
+    case file:read_file_info(F) of
+        {ok, _} -> ok;
+        {error, Why} -> bad(tls_opts, {K, F, Why})
+    end.
 
 check_socket_opt(O = {raw, P, N, V}) ->
     (is_integer(P) andalso is_integer(N) andalso is_binary(V))
@@ -197,7 +255,7 @@ format_error({unknown_option, K}) ->
 format_error({missing_option, K}) ->
     lists:flatten(io_lib:format("missing option ~p", [K]));
 format_error({bad_option, K, V}) ->
-    lists:flatten(io_lib:format("bad value for option ~p: ~p (expected ~s)",
+    lists:flatten(io_lib:format("bad value for option ~p: ~0p (expected ~s)",
                                 [K, V, expected(K)]));
 format_error(not_a_map) ->
     "options must be a map or a proplist";
@@ -208,13 +266,21 @@ expected(ip) -> "an IPv4 or IPv6 address tuple";
 expected(port) -> "an integer 0..65535 (0: any free port)";
 expected(handler) -> "{Module, Opts} where Module implements the sluice_handler "
                      "behaviour (init/2 and handle_data/2 exported)";
-expected(transport) -> "inet (gen_tcp, the inet driver) or socket (OTP's socket NIF)";
+expected(transport) -> "inet (gen_tcp, the inet driver), socket (OTP's socket NIF), ssl "
+                         "(TLS) or a module implementing the sluice_transport behaviour";
 expected(reuseport) -> "a boolean";
 expected(max_connections) -> "a non-negative integer or infinity";
 expected(active) -> "false, once, true or an integer 1..32767";
 expected(socket_opts) -> "a list of {Key, Value} with Key one of " ++
                              lists:flatten(io_lib:format("~w", [?SOCKET_OPTS]));
+expected(proxy_protocol) -> "true or false";
+expected(proxy_max_size) -> "an integer 16..65551 (bytes)";
+expected(framing) -> "none, or a framing spec of sluice_frame: {length, 1 | 2 | 4} "
+                     "or {length, N, Opts}, line or {line, Opts}, {split, Fun} or "
+                     "{split, Fun, Opts}";
+expected(tls_opts) -> "a list of ssl server options with a certificate and its key "
+                     "(certfile and keyfile, cert and key, or certs_keys) whose files exist";
 expected(K) when K =:= idle_timeout; K =:= shutdown_timeout; K =:= hibernate_after;
-                 K =:= park_after ->
+                 K =:= park_after; K =:= handshake_timeout; K =:= proxy_timeout ->
     "a positive integer (ms) or infinity";
 expected(_) -> "a positive integer".

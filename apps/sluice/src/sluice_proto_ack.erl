@@ -147,15 +147,12 @@ each(Buf, Max, Acc) ->
 
 %% `last' and `counted' need only the last frame's id, so the walk over
 %% the chunk reads nothing but each Len; the last whole frame's id is read
-%% once at the end. (Reading the id of every frame cost ~20% more per frame
-%% here: OTP 25 JIT, 17-byte frames.) The walk carries only the last Len:
-%% where that frame begins follows from what is left after it,
-%% byte_size(Buf) - byte_size(R) - 12 - LastLen, so no offset is summed per
-%% frame. It also takes two frames per step. Together: 4.0 ns per 17-byte
-%% frame against 4.4-4.5 ns for a walk that summed the offset, one frame a
-%% step (1,000-frame chunks, pinned, three alternating runs); four frames a
-%% step were no faster than two. On the `conns200' bench cell the walk is
-%% ~30% of the server's CPU (perf), on `pipeline' over half.
+%% once at the end. The walk carries only the last Len: where that frame
+%% begins follows from what is left after it, byte_size(Buf) -
+%% byte_size(R) - 12 - LastLen, so no offset is summed per frame; and it
+%% takes two frames per step. Each of these was measured faster on the
+%% pipelined cells, where this walk is most of the server's work
+%% (bench/README.md, "The ack codec's walk").
 last(Buf, Max, Acc, Hi, Lo, N0) ->
     case walk(Buf, Max, -1) of
         {-1, R} when N0 =:= 0 -> tail(R, Max, Acc);
@@ -178,7 +175,7 @@ counted(Buf, Max, Acc, Hi, Lo, N0) ->
 
 %% Returns the Len of the last whole frame (-1: none) and what follows the
 %% whole frames. The `=< Max' guards also let the compiler treat Len as a
-%% small integer (without them the walk was 40% slower).
+%% small integer, which the walk's speed depends on.
 walk(<<_:64, L1:32, _:L1/binary, _:64, Len:32, _:Len/binary, R/binary>>, Max, _Last)
   when L1 =< Max, Len =< Max ->
     walk(R, Max, Len);

@@ -1,10 +1,11 @@
-%% @doc Owner of the public `sluice_registry` ETS table, where each listener
-%% publishes what the API needs to find it (its supervisor, counters, atomics,
-%% real port, connection supervisors) and where rare events such as accept
-%% errors are counted by reason. The table outlives listener restarts; this
-%% process removes a listener's rows when its supervisor goes down. It is
-%% also the heir of every conns_sup's table of parked connections, whose
-%% sockets it closes if that conns_sup dies (sluice_conns_sup).
+%% @doc Owner of the public `sluice_registry' ETS table, where each listener
+%% publishes what the API needs to find it (its supervisor, options,
+%% figures (sluice_stats), real port, listen sockets, connection
+%% supervisors) and where rare events such as accept errors are counted by
+%% reason. The table outlives listener restarts; this process removes a
+%% listener's rows when its supervisor goes down. It is also the heir of
+%% every connection supervisor's table of parked connections, whose sockets
+%% it closes if that supervisor dies (sluice_parking).
 -module(sluice_registry).
 -behaviour(gen_server).
 
@@ -114,8 +115,7 @@ handle_info({'ETS-TRANSFER', Tab, _DeadConnsSup, {sluice_parked, T}}, Monitors) 
     %% A conns_sup died with parked connections (their sockets are not
     %% linked to it, to save memory): close them, or they would stay open
     %% with nobody to read them.
-    _ = [T:close(Sock) || Sock <- sluice_conns_sup:parked_sockets(Tab)],
-    true = ets:delete(Tab),
+    ok = sluice_parking:close_orphans(Tab, T),
     {noreply, Monitors};
 handle_info(_Msg, Monitors) ->
     {noreply, Monitors}.

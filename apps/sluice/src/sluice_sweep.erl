@@ -1,51 +1,57 @@
 %% @doc The idle sweep of one connection supervisor: it notices connections
-%% that have been quiet, tells them to hibernate, and closes those quiet for
-%% longer than the listener's `idle_timeout'.
+%% that have been quiet, tells them to hibernate or park, and closes those
+%% that have received nothing from their client for `idle_timeout'.
 %%
 %% Why here and not in the connection: a per-connection timer (an `after'
 %% clause in the receive loop) is set and cancelled on every message, which
-%% the lock-step path pays per round trip, and it cannot make an idle process
-%% give its heap back. One sweep per `sluice_conns_sup', every `tick/2' ms,
-%% costs nothing on the per-message path:
+%% the lock-step path pays per round trip, and it cannot make an idle
+%% process give its heap back. One sweep per `sluice_conns_sup', every
+%% tick/2 ms, costs nothing on the per-message path.
+%%
+%% Two measures of quiet, for two different questions:
 %% <ul>
-%%  <li>an awake connection is quiet when its reduction count has not moved
-%%      since it was last seen to move (`process_info/2' reads it without waking or
-%%      scheduling the process). A process only runs when it gets a message,
-%%      so this is "no message for a tick", the idle timeout's old meaning,
-%%      whatever the transport;</li>
-%%  <li>quiet for `hibernate_after' ms: sent `{sluice_sweep, hibernate}'.
-%%      From then on the sweep does not look at its reductions (handling the
-%%      nudge ran it); the connection reports `{sluice_woke, Pid}' to its
-%%      supervisor on the first message that wakes it;</li>
-%%  <li>quiet (awake or asleep) for `park_after' ms (infinity unless the
-%%      listener's connections can park, sluice_conns_sup:parkable/1): sent
-%%      `{sluice_sweep, park}', once; the connection either hands its
-%%      socket to the conns_sup or reports `{sluice_woke, Pid}';</li>
-%%  <li>quiet (awake or asleep) for `idle_timeout' ms: sent
-%%      `{sluice_sweep, idle_timeout}', once.</li>
+%%  <li>Idle (the idle timeout): no bytes from the client. The socket's own
+%%      count of bytes received (sluice_transport:bytes_received/1) is read
+%%      without involving the connection process. A process only runs when
+%%      it has a message, and a byte from the client always brings one, so
+%%      the count is read only after the process has been seen running:
+%%      a quiet connection costs one cheap read a tick. Messages from other
+%%      processes, sys calls and observer reads do not make a connection
+%%      any less idle.</li>
+%%  <li>Quiet (hibernation, parking): the process has not run. Its
+%%      reduction count is read (`process_info/2', which neither wakes nor
+%%      schedules it); a connection quiet for `hibernate_after' is sent
+%%      `{sluice_sweep, hibernate}', one quiet for `park_after' (infinity
+%%      unless the listener's connections can park) `{sluice_sweep, park}'.
+%%      A hibernated connection is not read at all until it reports
+%%      `{sluice_woke, Pid}' (woke/3).</li>
 %% </ul>
 %% Activity is noticed at the tick after it, so the idle timeout fires
 %% between `idle_timeout' and `idle_timeout' plus two ticks after the last
-%% message, and a hibernated connection costs the
-%% sweep nothing until it wakes.
+%% byte.
 -module(sluice_sweep).
 
--export([tick/2, new_entry/1, woke/3, sweep/3]).
+-export([config/2, tick/1, new_entry/3, woke/3, sweep/3, idle_since/1, closing/1]).
 
 -export_type([entry/0, children/0, config/0]).
 
-%% {Baseline, Since}: Since is when the connection was last seen active
-%% (erlang:monotonic_time(millisecond)); Baseline is the reduction count
-%% seen then (awake), `unknown' (awake, not read yet), `asleep' (told to
-%% hibernate, not woken since), `parking' (told to park) or `closing' (told
-%% to close). A quiet
-%% connection's entry does not change from tick to tick, so a sweep rewrites
-%% only the entries of connections that did something: an idle listener's
-%% map is not copied at every tick.
--type entry() :: {non_neg_integer() | unknown | asleep | parking | closing, integer()}.
+%% What the process was last seen doing, or was last told to do.
+-type run() :: awake | asleep | parking | closing.
+
+-record(entry, {sock :: sluice_transport:socket(),
+                run = awake :: run(),
+                %% awake: the reduction count when last seen running
+                reds = unread :: non_neg_integer() | unread,
+                %% when the process was last seen running (monotonic ms)
+                quiet_since :: integer(),
+                %% the socket's bytes received when last read
+                bytes = 0 :: non_neg_integer(),
+                %% when that count last moved (monotonic ms)
+                idle_since :: integer()}).
+-opaque entry() :: #entry{}.
 -type children() :: #{pid() => entry()}.
--type config() :: #{idle := timeout(), hibernate_after := timeout(),
-                    park_after := timeout()}.
+-type config() :: #{transport := module(), idle := timeout(),
+                    hibernate_after := timeout(), park_after := timeout()}.
 
 %% Ticks are at least this long, so that a tiny idle_timeout cannot turn the
 %% sweep into a busy loop; at most this long, so that hibernation and the
@@ -53,36 +59,61 @@
 -define(MIN_TICK, 10).
 -define(MAX_TICK, 5000).
 
-%% @doc The sweep period for a listener, or `infinity' when there is
-%% nothing to sweep for. A quarter of the idle timeout bounds how late the
-%% timeout fires to 25 %.
--spec tick(timeout(), timeout()) -> pos_integer() | infinity.
-tick(infinity, infinity) ->
+%% @doc The sweep's settings for a listener; `park_after' only applies when
+%% its connections can park (`Parkable').
+-spec config(sluice_listener_sup:listener(), boolean()) -> config().
+config(#{transport := T, opts := Opts}, Parkable) ->
+    #{idle_timeout := Idle, hibernate_after := HibAfter, park_after := ParkAfter} = Opts,
+    #{transport => T, idle => Idle, hibernate_after => HibAfter,
+      park_after => case Parkable of
+                        true -> ParkAfter;
+                        false -> infinity
+                    end}.
+
+%% @doc The sweep period, or `infinity' when there is nothing to sweep for.
+%% A quarter of the idle timeout bounds how late the timeout fires to 25 %.
+-spec tick(config()) -> pos_integer() | infinity.
+tick(#{idle := infinity, hibernate_after := infinity, park_after := infinity}) ->
     infinity;
-tick(Idle, HibAfter) ->
-    T = min(quarter(Idle), HibAfter),
+tick(#{idle := Idle, hibernate_after := HibAfter, park_after := ParkAfter}) ->
+    T = lists:min([quarter(Idle), HibAfter, ParkAfter]),
     max(?MIN_TICK, min(?MAX_TICK, T)).
 
 quarter(infinity) -> infinity;
 quarter(Ms) -> Ms div 4.
 
-%% @doc The entry of a connection started at `Now' (monotonic ms).
--spec new_entry(integer()) -> entry().
-new_entry(Now) ->
-    {unknown, Now}.
+%% @doc The entry of a connection on `Sock' started at `Now' (monotonic
+%% ms), idle since `IdleSince' (`Now' for a new connection; a connection
+%% woken from parking carries its own).
+-spec new_entry(sluice_transport:socket(), integer(), integer()) -> entry().
+new_entry(Sock, Now, IdleSince) ->
+    #entry{sock = Sock, quiet_since = Now, idle_since = IdleSince}.
+
+%% @doc When the connection last received a byte (monotonic ms).
+-spec idle_since(entry()) -> integer().
+idle_since(#entry{idle_since = Since}) ->
+    Since.
+
+%% @doc Whether the connection has been told to close (idle timeout).
+-spec closing(entry()) -> boolean().
+closing(#entry{run = Run}) ->
+    Run =:= closing.
 
 %% @doc A hibernated connection woke up (it had a message at `Now'): awake
-%% again, quiet from now.
+%% again. The message may not have been the client's, so the idle clock
+%% is left alone; the next tick reads the byte count.
 -spec woke(pid(), integer(), children()) -> children().
 woke(Pid, Now, Children) ->
     case Children of
-        #{Pid := {closing, _}} -> Children;
-        #{Pid := _} -> Children#{Pid := {unknown, Now}};
+        #{Pid := #entry{run = closing}} -> Children;
+        #{Pid := E} -> Children#{Pid := E#entry{run = awake, reds = unread, quiet_since = Now}};
         _ -> Children
     end.
 
 %% @doc One tick over every connection at `Now' (monotonic ms); sends the
-%% nudges and returns the updated entries.
+%% nudges and returns the updated entries. A quiet connection's entry does
+%% not change from tick to tick, so only the entries of connections that
+%% did something are rewritten: an idle listener's map is not copied.
 -spec sweep(children(), integer(), config()) -> children().
 sweep(Children, Now, Cfg) ->
     maps:fold(fun(Pid, Entry, Acc) ->
@@ -92,36 +123,58 @@ sweep(Children, Now, Cfg) ->
                       end
               end, Children, Children).
 
-step(_Pid, Entry = {closing, _}, _Now, _Cfg) ->
-    Entry;
-%% Told to park: only the idle timeout is left to send.
-step(Pid, Entry = {parking, Since}, Now, #{idle := Idle}) ->
-    nudge(Pid, Entry, Now - Since, Idle, infinity, infinity);
-%% Asleep: the sweep no longer reads its reductions (it ran to take the
-%% nudge); it may still be told to park or to close.
-step(Pid, Entry = {asleep, Since}, Now, #{idle := Idle, park_after := ParkAfter}) ->
-    nudge(Pid, Entry, Now - Since, Idle, ParkAfter, infinity);
-step(Pid, Entry = {Seen, Since}, Now, #{idle := Idle, hibernate_after := HibAfter,
-                                        park_after := ParkAfter}) ->
+step(_Pid, E = #entry{run = closing}, _Now, _Cfg) ->
+    E;
+step(Pid, E = #entry{run = awake, reds = Seen}, Now, Cfg) ->
     case erlang:process_info(Pid, reductions) of
         {reductions, Seen} ->
-            nudge(Pid, Entry, Now - Since, Idle, ParkAfter, HibAfter);
+            nudge(Pid, E, Now, Cfg);
         {reductions, Reds} ->
-            {Reds, Now};
+            nudge(Pid, bytes(E#entry{reds = Reds, quiet_since = Now}, Now, Cfg), Now, Cfg);
         undefined ->
             %% Dead; its 'EXIT' is on the way and removes it.
-            Entry
+            E
+    end;
+step(Pid, E, Now, Cfg) ->
+    %% asleep or parking: not running, so nothing from the client either
+    %% (its first byte would have woken it).
+    nudge(Pid, E, Now, Cfg).
+
+%% The process ran: was it the client?
+bytes(E = #entry{sock = Sock, bytes = Before}, Now, #{transport := T}) ->
+    case T:bytes_received(Sock) of
+        Before -> E;
+        After -> E#entry{bytes = After, idle_since = Now}
     end.
 
-%% The strongest nudge a connection quiet for Quiet ms is due, if any:
-%% close, then park, then hibernate.
-nudge(Pid, Entry = {_, Since}, Quiet, Idle, ParkAfter, HibAfter) ->
-    case {over(Quiet, Idle), over(Quiet, ParkAfter), over(Quiet, HibAfter)} of
-        {true, _, _} -> Pid ! {sluice_sweep, idle_timeout}, {closing, Since};
-        {false, true, _} -> Pid ! {sluice_sweep, park}, {parking, Since};
-        {false, false, true} -> Pid ! {sluice_sweep, hibernate}, {asleep, Since};
-        {false, false, false} -> Entry
+%% The strongest nudge a connection is due, if any: close, then park, then
+%% hibernate. Parking and hibernating only concern a process that is not
+%% already doing so.
+nudge(Pid, E = #entry{run = Run, quiet_since = Quiet, idle_since = Idle}, Now,
+      #{idle := IdleTimeout, park_after := ParkAfter, hibernate_after := HibAfter}) ->
+    case over(Now - Idle, IdleTimeout) of
+        true ->
+            Pid ! {sluice_sweep, idle_timeout},
+            E#entry{run = closing};
+        false when Run =/= parking ->
+            case over(Now - Quiet, ParkAfter) of
+                true ->
+                    Pid ! {sluice_sweep, park},
+                    E#entry{run = parking};
+                false when Run =:= awake ->
+                    case over(Now - Quiet, HibAfter) of
+                        true ->
+                            Pid ! {sluice_sweep, hibernate},
+                            E#entry{run = asleep};
+                        false ->
+                            E
+                    end;
+                false ->
+                    E
+            end;
+        false ->
+            E
     end.
 
-over(_Quiet, infinity) -> false;
-over(Quiet, Limit) -> Quiet >= Limit.
+over(_For, infinity) -> false;
+over(For, Limit) -> For >= Limit.

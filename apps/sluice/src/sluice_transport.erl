@@ -1,50 +1,145 @@
-%% @doc The transport behaviour: what a listener and a connection process need
-%% from a socket layer: `sluice_transport_inet' (gen_tcp, the inet driver)
-%% and `sluice_transport_socket' (OTP's `socket' NIF); every call the
-%% library makes on a socket goes through one. Both deliver data to the
-%% connection process as the inet driver's messages (`{tcp, S, Data}',
-%% `tcp_passive', `tcp_closed', `tcp_error'); the socket backend also sends
-%% `{'$socket', S, select, _}', on which the connection calls activate/2.
+%% @doc The transport behaviour: everything a listener and a connection
+%% process need from a socket layer. `inet' (gen_tcp on the inet driver),
+%% `socket' (OTP's socket NIF) and `ssl' (OTP's TLS over gen_tcp) implement
+%% it; any other module that does can be named in a listener's `transport'.
+%%
+%% Two kinds of value go through it:
+%% <ul>
+%%  <li>a raw socket (`socket()'): what accept/2 returns. Acceptors, the
+%%      connection supervisors (handover, the idle sweep's byte count,
+%%      parking) and the PROXY protocol reader only ever hold this;</li>
+%%  <li>a connection's transport state (`tstate()'): what handshake/2
+%%      makes of the raw socket in the connection process (for TLS, after
+%%      the handshake). It is the transport's own term: the connection
+%%      loop passes it back on every call and never looks inside.</li>
+%% </ul>
+%% Delivery is by messages to the connection process. The loop hands every
+%% message it receives to classify/2, which says whether it was this
+%% transport's and what it meant: data, passive (the grant ran out),
+%% closed, an error, or nothing to act on (`ignore': an answer to an
+%% asynchronous send, a wake-up of the transport's own). The loop never
+%% matches a driver's or a NIF's messages itself.
+%%
+%% Flow control belongs to the loop: it grants chunks with activate/2 and
+%% tops the grant up as it handles them (sluice_conn). A transport only
+%% keeps the count the way its layer does (the inet driver and ssl count
+%% themselves; the socket transport counts in its state).
 -module(sluice_transport).
 
--export([module/1]).
+-export([module/1, name/1, is_transport/1]).
+
+-export_type([socket/0, lsock/0, tstate/0, mode/0, listen_opts/0, conn_opts/0,
+              classified/0, awaited/0]).
 
 -type socket() :: term().
+-type lsock() :: term().
+-type tstate() :: term().
+%% A grant of chunks: `once' and `false' (one asynchronous read) grant
+%% one; an integer adds that many to what is left (as inet:setopts/2 does
+%% for `{active, N}'); `true' grants without end.
+-type mode() :: false | once | true | pos_integer().
 -type listen_opts() :: #{ip := inet:ip_address(), backlog := pos_integer(),
-                         reuseport := boolean(), socket_opts := list()}.
--export_type([socket/0, listen_opts/0]).
+                         reuseport := boolean(), socket_opts := list(),
+                         tls_opts => list()}.
+%% What handshake/2 is given: the listener's options (socket_opts,
+%% tls_opts, handshake_timeout) as validated by sluice_opts.
+-type conn_opts() :: map().
+-type classified() :: {data, binary(), tstate()}
+                    | {passive, tstate()}
+                    | {closed, tstate()}
+                    | {error, term(), tstate()}
+                    | {ignore, tstate()}
+                    | other.
+-type awaited() :: {data, binary(), tstate()}
+                 | {closed, tstate()}
+                 | {error, term(), tstate()}
+                 | {timeout, tstate()}.
 
--callback listen(inet:port_number(), listen_opts()) -> {ok, socket()} | {error, term()}.
--callback accept(socket(), timeout()) -> {ok, socket()} | {error, term()}.
--callback port(socket()) -> {ok, inet:port_number()} | {error, term()}.
+%%% The listening side: the listen-socket owner and the acceptors.
+
+-callback listen(inet:port_number(), listen_opts()) -> {ok, lsock()} | {error, term()}.
+-callback accept(lsock(), timeout()) -> {ok, socket()} | {error, term()}.
+-callback listen_port(lsock()) -> {ok, inet:port_number()} | {error, term()}.
+-callback close_listener(lsock()) -> ok.
+
+%%% Raw sockets, between accept and the connection's handshake.
+
+%% Make Pid the owner of an accepted socket (the caller owns it).
 -callback controlling_process(socket(), pid()) -> ok | {error, term()}.
-%% Arm delivery for the connection process: `false' starts one asynchronous
-%% read, the others set the socket's active mode (an integer adds to the
-%% count in progress, as inet:setopts/2 does). `ready' comes only from the
-%% socket backend's own wake-up message ({'$socket', S, select, _}).
--callback activate(socket(), false | once | true | pos_integer() | ready) -> ok | {error, term()}.
-%% Queue data for sending without waiting for the driver's answer; the answer
-%% arrives later as a message the connection process recognises.
--callback send_async(socket(), iodata()) -> ok | {error, term()}.
--callback send(socket(), iodata()) -> ok | {error, term()}.
--callback setopts(socket(), list()) -> ok | {error, term()}.
+%% A passive read on a raw socket that nothing has armed (the PROXY header
+%% before any handshake): Length 0 means whatever is there.
+-callback recv(socket(), non_neg_integer(), timeout()) -> {ok, binary()} | {error, term()}.
+%% Bytes received on the socket so far, read without disturbing its owner:
+%% the idle sweep's measure of "nothing from the client".
+-callback bytes_received(socket()) -> non_neg_integer().
+-callback close_socket(socket()) -> ok.
+%% The TCP addresses (under TLS too: the layer below it).
 -callback peername(socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
 -callback sockname(socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
--callback shutdown(socket(), read | write | read_write) -> ok | {error, term()}.
--callback close(socket()) -> ok.
-%% Optional: arm a socket that its owner (a conns_sup) holds for a parked
-%% connection: the owner is told of the next event (data, close, error)
-%% and nothing more, and the socket holds as little memory as it can
-%% meanwhile. A transport without it has its quiet connections hibernate.
--callback park(socket()) -> ok | {error, term()}.
-%% Optional, with park/1: make Pid the owner of a socket that is passive
-%% and has nothing on its way to the current owner (cheaper than
-%% controlling_process/2, which cannot assume either).
+
+%%% The connection process.
+
+%% Called once by the connection process, which owns the socket: set up
+%% what the transport needs (for TLS: the handshake, bounded by the
+%% options' handshake_timeout). Nothing is armed yet.
+-callback handshake(socket(), conn_opts()) -> {ok, tstate()} | {error, term()}.
+-callback activate(tstate(), mode()) -> {ok, tstate()} | {error, term()}.
+-callback classify(Msg :: term(), tstate()) -> classified().
+%% A selective wait for this transport's own messages only, for the
+%% moments when other messages must stay queued (flushing what was read
+%% before a graceful close, discarding until the peer closes).
+-callback await(tstate(), timeout()) -> awaited().
+%% Stop delivery, synchronously: once it returns, every chunk the layer
+%% had delivered is in the mailbox and no more come until activate/2.
+-callback pause(tstate()) -> {ok, tstate()} | {error, term()}.
+%% Queue data without waiting for the peer. Must not leave the caller
+%% waiting longer than the listener's send_timeout.
+-callback send(tstate(), iodata()) -> ok | {error, term()}.
+-callback shutdown(tstate(), read | write | read_write) -> ok | {error, term()}.
+-callback close(tstate()) -> ok.
+%% What a handler may want to know of the connection beyond addresses
+%% (for TLS: protocol version, cipher, ALPN, SNI); `#{}' if nothing.
+-callback info(tstate()) -> map().
+%% The raw socket under the state (for parking, for sluice:conn()).
+-callback socket(tstate()) -> socket().
+
+%%% Parking (optional): a connection supervisor holds a quiet
+%%% connection's raw socket, armed to tell it of the next event.
+
+-callback park(tstate()) -> ok | {error, term()}.
+%% A message to the holder of parked sockets: which socket, and what
+%% happened (`{data, Bin}', `closed', `{error, Reason}'), or `other'.
+-callback parked_event(term()) -> {socket(), {data, binary()} | closed | {error, term()}} | other.
+%% The owner change for a parked socket (passive, nothing of it queued).
 -callback handover(socket(), pid()) -> ok | {error, term()}.
--optional_callbacks([park/1, handover/2]).
+%% The state a woken connection resumes with, from the state it parked.
+-callback unpark(tstate()) -> tstate().
+-optional_callbacks([park/1, parked_event/1, handover/2, unpark/1]).
 
-%% @doc The callback module for a transport name.
--spec module(inet | socket) -> module().
+%% @doc The callback module for a transport name or module.
+-spec module(inet | socket | ssl | module()) -> module().
 module(inet) -> sluice_transport_inet;
-module(socket) -> sluice_transport_socket.
+module(socket) -> sluice_transport_socket;
+module(ssl) -> sluice_transport_ssl;
+module(M) when is_atom(M) -> M.
 
+%% @doc The name a listener was given for its transport module.
+-spec name(module()) -> atom().
+name(sluice_transport_inet) -> inet;
+name(sluice_transport_socket) -> socket;
+name(sluice_transport_ssl) -> ssl;
+name(M) -> M.
+
+%% @doc Whether `Name' names a transport: one of the three, or a loaded
+%% module that exports every required callback of this behaviour.
+-spec is_transport(term()) -> boolean().
+is_transport(Name) when is_atom(Name) ->
+    M = module(Name),
+    _ = code:ensure_loaded(M),
+    lists:all(fun({F, A}) -> erlang:function_exported(M, F, A) end, required());
+is_transport(_) ->
+    false.
+
+required() ->
+    Optional = [{park, 1}, {parked_event, 1}, {handover, 2}, {unpark, 1}],
+    [FA || FA <- ?MODULE:behaviour_info(callbacks), not lists:member(FA, Optional)].

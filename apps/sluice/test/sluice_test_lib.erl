@@ -165,8 +165,7 @@ conns_sups(Name) ->
             Sup <- [sluice_registry:conns_sup(Name, I)], is_pid(Sup)].
 
 conn_pids(Name) ->
-    lists:append([[Pid || {_, Pid, _, _} <- supervisor:which_children(Sup)]
-                  || Sup <- conns_sups(Name)]).
+    sluice:connections(Name).
 
 acceptor_pids(Name) ->
     {ok, #{sup := Sup}} = sluice_registry:lookup(Name),

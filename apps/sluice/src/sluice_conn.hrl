@@ -1,0 +1,28 @@
+%% The state of a connection process, shared by sluice_conn (the loop),
+%% sluice_conn_handler (the calls into the handler) and sluice_conn_close
+%% (the ways a connection ends). Private to those three modules.
+
+-record(s, {t :: module(),
+            ts :: sluice_transport:tstate(),
+            handler :: module(),
+            hstate :: term(),
+            active :: sluice_transport:mode(),
+            %% active=N: chunks granted to the transport and not yet handled
+            credit = 0 :: non_neg_integer(),
+            stats :: sluice_stats:stats(),
+            parent :: pid(),
+            listener :: sluice:name(),
+            %% telemetry's start time of this connection
+            started :: integer(),
+            %% the listener's framing: whole frames to handle_data/2
+            frame = none :: none | sluice_frame:state(),
+            %% the timer of the last result's Timeout, if any
+            timer = undefined :: undefined | reference(),
+            %% the optional callbacks the handler exports
+            has :: #{atom() => boolean()}}).
+
+%% What a call into the handler came to, for the caller to act on.
+%% `stop_after': send Out, then close gracefully.
+-type outcome() :: {continue, #s{}}
+                 | {stop, term(), #s{}}
+                 | {stop_after, iodata(), term(), #s{}}.

@@ -1,0 +1,115 @@
+%% @doc The ways a connection ends.
+%%
+%% <ul>
+%%  <li>graceful_close/3 (a drain, or a handler that closes while the
+%%      listener drains): nothing read is lost and the client sees FIN,
+%%      not a reset;</li>
+%%  <li>linger_close/3 (`reply_close'): the last replies, then FIN;</li>
+%%  <li>finish/2: close now (the client closed, an error, the idle
+%%      timeout, a handler's `close');</li>
+%%  <li>crash/4: the handler raised or returned nonsense.</li>
+%% </ul>
+%% Each counts the connection's close reason once, runs the handler's
+%% last callbacks and ends the process.
+-module(sluice_conn_close).
+
+-include("sluice_conn.hrl").
+
+-export([graceful_close/3, linger_close/3, finish/2, crash/4]).
+
+%% After `reply_close' the replies go out, then FIN, and the connection
+%% reads and drops what the peer still sends for at most this long: closing
+%% with unread bytes would send RST, and an RST can make the peer's kernel
+%% throw away replies it has not read.
+-define(CLOSE_LINGER_MS, 1000).
+
+%% @doc Close by `Deadline' (monotonic ms) without losing what was read and
+%% without a reset: pause delivery, hand every chunk already delivered to
+%% the handler so that its replies go out, send FIN behind them, then read
+%% and discard until the peer closes or the deadline passes (closing with
+%% unread bytes would make the kernel send RST).
+-spec graceful_close(term(), integer(), #s{}) -> no_return().
+graceful_close(Reason, Deadline, S = #s{t = T}) ->
+    S2 = case T:pause(S#s.ts) of
+             {ok, TS} -> S#s{ts = TS};
+             {error, _} -> S
+         end,
+    flush(Reason, Deadline, S2).
+
+flush(Reason, Deadline, S = #s{t = T, ts = TS}) ->
+    case T:await(TS, 0) of
+        {data, Data, TS2} ->
+            case sluice_conn_handler:data(Data, S#s{ts = TS2}) of
+                {continue, S2} -> flush(Reason, Deadline, S2);
+                {stop, _, S2} -> fin_then_discard(Reason, Deadline, S2);
+                {stop_after, Out, _, S2} ->
+                    _ = sluice_conn_handler:send(Out, S2),
+                    fin_then_discard(Reason, Deadline, S2)
+            end;
+        {timeout, TS2} ->
+            fin_then_discard(Reason, Deadline, S#s{ts = TS2});
+        {closed, TS2} ->
+            finish(Reason, S#s{ts = TS2});
+        {error, _, TS2} ->
+            finish(Reason, S#s{ts = TS2})
+    end.
+
+%% @doc Send Out, then close gracefully, giving the peer a moment to take
+%% it: nothing more is handed to the handler.
+-spec linger_close(iodata(), term(), #s{}) -> no_return().
+linger_close(Out, Reason, S) ->
+    case sluice_conn_handler:send(Out, S) of
+        ok -> fin_then_discard(Reason, erlang:monotonic_time(millisecond) + ?CLOSE_LINGER_MS, S);
+        {error, _} -> finish(Reason, S)
+    end.
+
+%% Replies already queued, then FIN behind them, then drop whatever the
+%% peer still sends until it closes or the deadline passes. One read is
+%% kept armed, or the peer's close would go unseen until the deadline.
+fin_then_discard(Reason, Deadline, S = #s{t = T}) ->
+    _ = T:shutdown(S#s.ts, write),
+    discard(Reason, Deadline, S).
+
+discard(Reason, Deadline, S = #s{t = T}) ->
+    Mode = case S#s.active of false -> false; _ -> once end,
+    case T:activate(S#s.ts, Mode) of
+        {ok, TS} ->
+            Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
+            case T:await(TS, Left) of
+                {data, _, TS2} -> discard(Reason, Deadline, S#s{ts = TS2});
+                {_, TS2} -> finish(Reason, S#s{ts = TS2});
+                {error, _, TS2} -> finish(Reason, S#s{ts = TS2})
+            end;
+        {error, _} ->
+            finish(Reason, S)
+    end.
+
+%% @doc Close now, count why, and run the handler's last callbacks: the
+%% client closed (`closed': handle_close/1), a socket error (`{error, _}':
+%% handle_error/2), anything else: terminate/2 only.
+-spec finish(term(), #s{}) -> no_return().
+finish(Reason, S = #s{t = T, ts = TS, stats = Stats}) ->
+    T:close(TS),
+    sluice_stats:ended(Stats, Reason),
+    case Reason of
+        closed -> sluice_conn_handler:closed(S);
+        {error, Why} -> sluice_conn_handler:failed({socket_error, Why}, S);
+        _ -> ok
+    end,
+    stop(Reason, S),
+    exit(normal).
+
+%% @doc The handler raised, or returned something that is not a result: as
+%% a gen_server does, the handler is told (handle_error/2, terminate/2) and
+%% the process exits with the reason, so a crash report names the handler
+%% and the connection supervisor counts it as `crashed'.
+-spec crash(error | exit | throw, term(), list(), #s{}) -> no_return().
+crash(Class, Reason, Stack, S = #s{t = T, ts = TS}) ->
+    T:close(TS),
+    sluice_conn_handler:failed({crash, Class, Reason, Stack}, S),
+    stop(Reason, S),
+    erlang:raise(Class, Reason, Stack).
+
+stop(Reason, S = #s{listener = Name, started = Started}) ->
+    ok = sluice_conn_handler:terminate(Reason, S),
+    sluice_telemetry:connection_stop(Name, self(), Started, Reason).

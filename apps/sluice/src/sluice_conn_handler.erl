@@ -1,0 +1,183 @@
+%% @doc A connection's calls into its handler, and the one reader of what
+%% they return (see sluice_handler for the results).
+%%
+%% Every function here calls one callback (or, with framing, handle_data/2
+%% once per frame), sends what the handler asked to send, and returns an
+%% outcome for sluice_conn to act on: carry on, stop, or send and then
+%% close gracefully. A callback that raises, or returns what is not a
+%% result, never returns here: the connection crashes (sluice_conn_close).
+-module(sluice_conn_handler).
+
+-include("sluice_conn.hrl").
+
+-define(IS_TIMEOUT(T), (T =:= infinity orelse (is_integer(T) andalso T >= 0))).
+
+-export([init/3, data/2, info/2, call/3, timeout/1, drain/1, closed/1, failed/2,
+         terminate/2, send/2]).
+
+-export_type([outcome/0]).
+
+%% @doc init/2. The reply of a server that speaks first is sent at once.
+-spec init(sluice:conn(), term(), #s{}) -> outcome().
+init(Conn, HOpts, S = #s{handler = H}) ->
+    try H:init(Conn, HOpts) of
+        {close, Reason} -> {stop, Reason, S};
+        Result -> outcome(read(init, Result, [], S))
+    catch Class:Reason:Stack -> sluice_conn_close:crash(Class, Reason, Stack, S)
+    end.
+
+%% @doc A chunk from the client: counted, then handed over as it is or, with
+%% framing, as the whole frames it completes. The replies to the frames of
+%% one chunk go out in one send.
+-spec data(binary(), #s{}) -> outcome().
+data(Data, S = #s{stats = Stats, frame = none, handler = H, hstate = HState}) ->
+    sluice_stats:received(Stats, byte_size(Data)),
+    try H:handle_data(Data, HState) of
+        Result -> outcome(read(handle_data, Result, [], S))
+    catch Class:Reason:Stack -> sluice_conn_close:crash(Class, Reason, Stack, S)
+    end;
+data(Data, S = #s{stats = Stats, frame = F}) ->
+    sluice_stats:received(Stats, byte_size(Data)),
+    case sluice_frame:decode(Data, F) of
+        {ok, Frames, F2} ->
+            outcome(frames(Frames, [], S#s{frame = F2}));
+        {error, Why, Frames, F2} ->
+            case frames(Frames, [], S#s{frame = F2}) of
+                {continue, Out, S2} -> outcome({stop, Out, {protocol_error, Why}, S2});
+                Stop -> outcome(Stop)
+            end
+    end.
+
+frames([], Out, S) ->
+    {continue, Out, S};
+frames([Frame | Rest], Out, S = #s{handler = H, hstate = HState}) ->
+    try H:handle_data(Frame, HState) of
+        Result ->
+            case read(handle_data, Result, Out, S) of
+                {continue, Out2, S2} -> frames(Rest, Out2, S2);
+                Stop -> Stop
+            end
+    catch Class:Reason:Stack -> sluice_conn_close:crash(Class, Reason, Stack, S)
+    end.
+
+%% @doc A message that is neither the transport's nor the library's.
+-spec info(term(), #s{}) -> outcome().
+info(Msg, S = #s{has = #{handle_info := true}, handler = H, hstate = HState}) ->
+    try H:handle_info(Msg, HState) of
+        Result -> outcome(read(handle_info, Result, [], S))
+    catch Class:Reason:Stack -> sluice_conn_close:crash(Class, Reason, Stack, S)
+    end;
+info(_Msg, S) ->
+    %% No handle_info/2: a stray message must not stop the connection.
+    {continue, S}.
+
+%% @doc sluice:call/3. A handler without handle_call/3 cannot answer: the
+%% caller gets `{error, not_supported}' at once.
+-spec call(term(), sluice_handler:from(), #s{}) -> outcome().
+call(Req, From, S = #s{has = #{handle_call := true}, handler = H, hstate = HState}) ->
+    try H:handle_call(Req, From, HState) of
+        Result -> outcome(read(handle_call, Result, [], S))
+    catch Class:Reason:Stack -> sluice_conn_close:crash(Class, Reason, Stack, S)
+    end;
+call(_Req, From, S) ->
+    gen:reply(From, {error, not_supported}),
+    {continue, S}.
+
+%% @doc The Timeout of the last result passed: handle_timeout/1, or a
+%% close with reason `timeout'.
+-spec timeout(#s{}) -> outcome().
+timeout(S = #s{has = #{handle_timeout := true}, handler = H, hstate = HState}) ->
+    try H:handle_timeout(HState) of
+        Result -> outcome(read(handle_timeout, Result, [], S#s{timer = undefined}))
+    catch Class:Reason:Stack -> sluice_conn_close:crash(Class, Reason, Stack, S)
+    end;
+timeout(S) ->
+    {stop, timeout, S#s{timer = undefined}}.
+
+%% @doc The listener drains: handle_drain/1, or a graceful close with
+%% reason `drained'.
+-spec drain(#s{}) -> outcome().
+drain(S = #s{has = #{handle_drain := true}, handler = H, hstate = HState}) ->
+    try H:handle_drain(HState) of
+        Result -> outcome(read(handle_drain, Result, [], S))
+    catch Class:Reason:Stack -> sluice_conn_close:crash(Class, Reason, Stack, S)
+    end;
+drain(S) ->
+    {stop, drained, S}.
+
+%% @doc The client closed: handle_close/1, if the handler has it.
+-spec closed(#s{}) -> ok.
+closed(#s{has = #{handle_close := true}, handler = H, hstate = HState}) ->
+    quietly(fun() -> H:handle_close(HState) end);
+closed(_S) ->
+    ok.
+
+%% @doc The connection failed (a socket error, or the handler raised):
+%% handle_error/2, if the handler has it.
+-spec failed(term(), #s{}) -> ok.
+failed(Reason, #s{has = #{handle_error := true}, handler = H, hstate = HState}) ->
+    quietly(fun() -> H:handle_error(Reason, HState) end);
+failed(_Reason, _S) ->
+    ok.
+
+-spec terminate(term(), #s{}) -> ok.
+terminate(Reason, #s{has = #{terminate := true}, handler = H, hstate = HState}) ->
+    quietly(fun() -> H:terminate(Reason, HState) end);
+terminate(_Reason, _S) ->
+    ok.
+
+%% The last callbacks of a connection that is ending anyway: what they
+%% raise must not keep it from ending the way it was going to.
+quietly(Fun) ->
+    try Fun() catch _:_ -> ok end,
+    ok.
+
+%% @doc Queue Out on the socket; what was queued counts as written.
+-spec send(iodata(), #s{}) -> ok | {error, term()}.
+send(Out, #s{t = T, ts = TS, stats = Stats}) ->
+    case T:send(TS, Out) of
+        ok -> sluice_stats:sent(Stats, iolist_size(Out));
+        Error -> Error
+    end.
+
+%% The one reader of a handler's return value. Out is what earlier results
+%% of the same chunk asked to send; the caller sends it once (outcome/1).
+read(_Cb, {ok, HState}, Out, S) ->
+    {continue, Out, timer(infinity, S#s{hstate = HState})};
+read(_Cb, {reply, More, HState}, Out, S) ->
+    {continue, add(Out, More), timer(infinity, S#s{hstate = HState})};
+read(_Cb, {ok, HState, Timeout}, Out, S) when ?IS_TIMEOUT(Timeout) ->
+    {continue, Out, timer(Timeout, S#s{hstate = HState})};
+read(_Cb, {reply, More, HState, Timeout}, Out, S) when ?IS_TIMEOUT(Timeout) ->
+    {continue, add(Out, More), timer(Timeout, S#s{hstate = HState})};
+read(_Cb, {close, Reason, HState}, Out, S) ->
+    {stop, Out, Reason, S#s{hstate = HState}};
+read(_Cb, {reply_close, More, Reason, HState}, Out, S) ->
+    {stop, add(Out, More), Reason, S#s{hstate = HState}};
+read(Cb, Other, _Out, S = #s{handler = H}) ->
+    sluice_conn_close:crash(exit, {bad_return_value, {H, Cb, Other}}, [], S).
+
+add([], More) -> More;
+add(Out, More) -> [Out, More].
+
+outcome({continue, [], S}) ->
+    {continue, S};
+outcome({continue, Out, S}) ->
+    case send(Out, S) of
+        ok -> {continue, S};
+        {error, Reason} -> {stop, {error, Reason}, S}
+    end;
+outcome({stop, [], Reason, S}) ->
+    {stop, Reason, S};
+outcome({stop, Out, Reason, S}) ->
+    {stop_after, Out, Reason, S}.
+
+%% A result's Timeout replaces the one before; no Timeout clears it.
+timer(infinity, S = #s{timer = undefined}) ->
+    S;
+timer(Timeout, S = #s{timer = Old}) ->
+    _ = Old =:= undefined orelse erlang:cancel_timer(Old, [{async, true}, {info, false}]),
+    case Timeout of
+        infinity -> S#s{timer = undefined};
+        _ -> S#s{timer = erlang:start_timer(Timeout, self(), sluice_timeout)}
+    end.

@@ -1,0 +1,178 @@
+%% @doc Framing on whole chunks: turns the chunks a socket delivers into
+%% frames, keeping the incomplete end between chunks.
+%%
+%% Framers (the `Spec' of new/1):
+%% <ul>
+%%  <li>`{length, Bytes}' or `{length, Bytes, Opts}': a `Bytes'-byte length
+%%      (1, 2 or 4) then that many bytes. Opts: `endian' (`big', the
+%%      default, or `little'), `includes_header' (`false' by default:
+%%      whether the length counts its own header bytes), `max' (the largest
+%%      frame accepted, default 1 MiB, never more than the header can
+%%      say). A frame is the bytes after the header.</li>
+%%  <li>`line' or `{line, Opts}': lines ended by `delimiter' (`lf', the
+%%      default: `\n'; or `crlf': `\r\n'; with `crlf' a lone `\n' is part
+%%      of the line). Opts: `max' (the longest line, without its delimiter,
+%%      default 8192). A frame is the line without its delimiter.</li>
+%%  <li>`{split, Fun}' or `{split, Fun, Opts}': `Fun(Buffer)' returns
+%%      `{ok, Frame, Rest}' (Rest a suffix of Buffer, shorter than it;
+%%      Frame any term), `more', `{more, Total}' (the frame needs at least
+%%      Total bytes from the start of Buffer; `{more, undefined}' is
+%%      `more'), or `{error, Reason}'. That is `erlang:decode_packet/3''s
+%%      contract, so `fun(B) -> erlang:decode_packet(Type, B, []) end' is a
+%%      valid Fun. Opts: `max' (the largest frame, default 1 MiB).</li>
+%% </ul>
+%%
+%% decode/2 takes one chunk and returns every frame it completes, in order.
+%% Frames are sub-binaries of the chunk (no copy per frame; the VM itself
+%% puts a part of 64 bytes or less on the process heap, which is smaller
+%% than a sub-binary), except a frame that spans chunks: its pieces are
+%% kept as they arrive and joined once, when the last one comes, so a frame
+%% split across N chunks costs its size once, not N times. Lines likewise:
+%% a new chunk is searched, never the kept part of the line again. Where a
+%% split fun returns `{more, Total}', it is not called again before Total
+%% bytes are there; after a plain `more' it is called again on the whole
+%% frame so far with each new chunk (a fun that can tell the frame's size
+%% should say it).
+%%
+%% What is kept of a chunk (the start of an incomplete frame) is copied
+%% when it would otherwise keep alive a binary more than twice its size
+%% (keep/1): a few bytes at the end of a 256 KiB read are copied, a large
+%% piece of a large frame is not.
+%%
+%% Errors: a frame larger than `max' is `{frame_too_large, Size, Max}' as
+%% soon as its size is known (a length header, a split fun's `{more,
+%% Total}'), before its body is buffered; a line, or a split frame of
+%% unknown size, is too long as soon as more than `max' bytes of it have
+%% arrived (`{line_too_long, Size, Max}', `{frame_too_large, Size, Max}',
+%% with Size what was seen). The error comes with the frames before the bad
+%% one; after an error the state returns the same error for any chunk.
+-module(sluice_frame).
+
+-export([new/1, decode/2, encode/2, pending/1, keep/1]).
+
+-export_type([spec/0, state/0, reason/0, split_fun/0]).
+
+-type length_opts() :: #{endian => big | little, includes_header => boolean(),
+                         max => non_neg_integer()}.
+-type line_opts() :: #{delimiter => lf | crlf, max => non_neg_integer()}.
+-type split_opts() :: #{max => non_neg_integer()}.
+-type split_fun() :: fun((binary()) -> {ok, term(), binary()} | more
+                                       | {more, non_neg_integer() | undefined}
+                                       | {error, term()}).
+-type spec() :: {length, 1 | 2 | 4} | {length, 1 | 2 | 4, length_opts()}
+              | line | {line, line_opts()}
+              | {split, split_fun()} | {split, split_fun(), split_opts()}.
+-type reason() :: {frame_too_large, non_neg_integer(), non_neg_integer()}
+                | {line_too_long, non_neg_integer(), non_neg_integer()}
+                | {bad_length, non_neg_integer()}
+                | {bad_split_result, term()}
+                | term().
+
+-record(frame, {mod :: sluice_frame_length | sluice_frame_line | sluice_frame_split,
+                params :: term(),
+                %% the framer's kept bytes, or {error, Reason} once failed
+                partial = none :: term()}).
+-opaque state() :: #frame{}.
+
+-define(DEFAULT_MAX, 1048576).
+-define(DEFAULT_LINE_MAX, 8192).
+
+%% @doc A framer's initial state, or why the spec is not valid:
+%% `{bad_spec, Spec}', `{bad_option, Name, Value}' or `{unknown_option,
+%% Name}'.
+-spec new(spec()) -> {ok, state()} | {error, term()}.
+new(Spec) ->
+    case build(Spec) of
+        {error, {bad_spec, _}} -> {error, {bad_spec, Spec}};
+        Result -> Result
+    end.
+
+build({length, Bytes}) ->
+    build({length, Bytes, #{}});
+build({length, Bytes, Opts}) when (Bytes =:= 1 orelse Bytes =:= 2 orelse Bytes =:= 4),
+                                is_map(Opts) ->
+    maybe_new(sluice_frame_length, Opts,
+              [{endian, big, fun(E) -> E =:= big orelse E =:= little end},
+               {includes_header, false, fun is_boolean/1},
+               {max, ?DEFAULT_MAX, fun is_size/1}],
+              fun([Endian, Incl, Max]) ->
+                      sluice_frame_length:params(Bytes, Endian, Incl, Max)
+              end);
+build(line) ->
+    build({line, #{}});
+build({line, Opts}) when is_map(Opts) ->
+    maybe_new(sluice_frame_line, Opts,
+              [{delimiter, lf, fun(D) -> D =:= lf orelse D =:= crlf end},
+               {max, ?DEFAULT_LINE_MAX, fun is_size/1}],
+              fun([Delim, Max]) -> sluice_frame_line:params(Delim, Max) end);
+build({split, Fun}) ->
+    build({split, Fun, #{}});
+build({split, Fun, Opts}) when is_function(Fun, 1), is_map(Opts) ->
+    maybe_new(sluice_frame_split, Opts, [{max, ?DEFAULT_MAX, fun is_size/1}],
+              fun([Max]) -> sluice_frame_split:params(Fun, Max) end);
+build(Spec) ->
+    {error, {bad_spec, Spec}}.
+
+is_size(N) -> is_integer(N) andalso N >= 0.
+
+%% Checks Opts against [{Name, Default, IsValid}] and builds the params
+%% from the values in that order.
+maybe_new(Mod, Opts, Known, Params) ->
+    case [K || K <- maps:keys(Opts), not lists:keymember(K, 1, Known)] of
+        [K | _] ->
+            {error, {unknown_option, K}};
+        [] ->
+            Values = [{K, maps:get(K, Opts, Default), Valid} || {K, Default, Valid} <- Known],
+            case [{bad_option, K, V} || {K, V, Valid} <- Values, not Valid(V)] of
+                [Bad | _] -> {error, Bad};
+                [] -> {ok, #frame{mod = Mod, params = Params([V || {_, V, _} <- Values])}}
+            end
+    end.
+
+%% @doc Decodes one chunk: the frames it completes (with what was kept
+%% from earlier chunks), in order, and the state keeping its incomplete
+%% end. On a bad frame: the error, the frames before it, and a state that
+%% keeps failing.
+-spec decode(binary(), state()) ->
+          {ok, [term()], state()} | {error, reason(), [term()], state()}.
+decode(_Chunk, St = #frame{partial = {error, Reason}}) ->
+    {error, Reason, [], St};
+decode(<<>>, St) ->
+    {ok, [], St};
+decode(Chunk, St = #frame{mod = Mod, params = P, partial = Partial}) ->
+    case Mod:decode(Chunk, P, Partial) of
+        {ok, Frames, Partial2} -> {ok, Frames, St#frame{partial = Partial2}};
+        {error, Reason, Frames} -> {error, Reason, Frames, St#frame{partial = {error, Reason}}}
+    end.
+
+%% @doc A frame with its header (length framers) or its delimiter (line
+%% framers). Raises `error({frame_too_large, Size, Max})' for a frame the
+%% framer would refuse, `error({line_too_long, Size, Max})' and
+%% `error(delimiter_in_line)' likewise for lines, `error(badarg)' for a
+%% split framer (it has no encoding) or a bad spec.
+-spec encode(iodata(), state() | spec()) -> iodata().
+encode(Frame, #frame{mod = Mod, params = P}) when Mod =/= sluice_frame_split ->
+    Mod:encode(Frame, P);
+encode(Frame, Spec) when not is_record(Spec, frame) ->
+    case new(Spec) of
+        {ok, St} -> encode(Frame, St);
+        {error, _} -> error(badarg, [Frame, Spec])
+    end;
+encode(Frame, St) ->
+    error(badarg, [Frame, St]).
+
+%% @doc The bytes kept from earlier chunks, waiting for the rest of their
+%% frame (0 after an error).
+-spec pending(state()) -> non_neg_integer().
+pending(#frame{partial = {error, _}}) -> 0;
+pending(#frame{mod = Mod, partial = Partial}) -> Mod:pending(Partial).
+
+%% @doc What a framer keeps of a chunk between decodes: `Bin' itself when
+%% it is at least half of the binary it belongs to, else a copy of it, so
+%% that a few bytes kept from a large read do not keep the read alive.
+-spec keep(binary()) -> binary().
+keep(Bin) ->
+    case byte_size(Bin) * 2 < binary:referenced_byte_size(Bin) of
+        true -> binary:copy(Bin);
+        false -> Bin
+    end.

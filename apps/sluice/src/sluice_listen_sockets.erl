@@ -1,0 +1,67 @@
+%% @doc Owns a listener's listen sockets: opens them when it starts and
+%% closes them when it stops. A process of its own so that the sockets
+%% outlive any acceptor (an acceptor that dies is restarted and the port
+%% stays open), and so that stopping it closes them before
+%% supervisor:terminate_child/2 returns: once sluice:suspend/1 returns, new
+%% connects are refused, on every transport.
+-module(sluice_listen_sockets).
+-behaviour(gen_server).
+
+-export([start_link/1]).
+-export([init/1, handle_call/3, handle_cast/2, terminate/2]).
+
+-spec start_link(sluice_listener_sup:listener()) -> {ok, pid()} | ignore | {error, term()}.
+start_link(Listener) ->
+    gen_server:start_link(?MODULE, Listener, []).
+
+%% On resume (and after a restart) the port found the first time is bound
+%% again, so that a listener asked for port 0 keeps its port. The first
+%% socket learns the real port when 0 was asked; the others bind that same
+%% port (SO_REUSEPORT, which the option validation turns on when there is
+%% more than one).
+-spec init(sluice_listener_sup:listener()) ->
+          {ok, {module(), [sluice_transport:lsock()]}} | {stop, term()}.
+init(#{name := Name, transport := T, opts := Opts = #{num_listen_sockets := N}}) ->
+    process_flag(trap_exit, true),
+    Port0 = case sluice_registry:lookup(Name) of
+                {ok, #{port := P}} when is_integer(P) -> P;
+                _ -> maps:get(port, Opts)
+            end,
+    case T:listen(Port0, Opts) of
+        {ok, First} ->
+            {ok, Port} = T:listen_port(First),
+            case open_more(T, Port, N - 1, Opts, [First]) of
+                {ok, LSocks} ->
+                    ok = sluice_registry:set(Name, port, Port),
+                    ok = sluice_registry:set(Name, listen_sockets, LSocks),
+                    {ok, {T, LSocks}};
+                {error, Reason} ->
+                    {stop, Reason}
+            end;
+        {error, Reason} ->
+            {stop, Reason}
+    end.
+
+open_more(_T, _Port, 0, _Opts, Acc) ->
+    {ok, lists:reverse(Acc)};
+open_more(T, Port, N, Opts, Acc) ->
+    case T:listen(Port, Opts) of
+        {ok, S} ->
+            open_more(T, Port, N - 1, Opts, [S | Acc]);
+        Error ->
+            _ = [T:close_listener(S) || S <- Acc],
+            Error
+    end.
+
+-spec handle_call(term(), gen_server:from(), State) -> {reply, {error, unknown_call}, State}.
+handle_call(_Req, _From, State) ->
+    {reply, {error, unknown_call}, State}.
+
+-spec handle_cast(term(), State) -> {noreply, State}.
+handle_cast(_Msg, State) ->
+    {noreply, State}.
+
+-spec terminate(term(), {module(), [sluice_transport:lsock()]}) -> ok.
+terminate(_Reason, {T, LSocks}) ->
+    _ = [T:close_listener(S) || S <- LSocks],
+    ok.

@@ -1,0 +1,250 @@
+%% @doc A listener's shared figures: the one place that knows their layout.
+%%
+%% Two arrays, made once per listener by sluice_listener_sup and published
+%% in the registry, so that they survive the restart of any process below
+%% it:
+%% <ul>
+%%  <li>`counters' (write_concurrency): events that only ever go up:
+%%      accepted, rejected, closed, bytes, chunks, why connections ended;</li>
+%%  <li>`atomics': live state that goes up and down or is compared:
+%%      connections (whole listener, and per connection supervisor so that
+%%      a killed one's count can be given back), parked connections per
+%%      connection supervisor, the connection limit, the shedding flag and
+%%      the accept-error log throttle.</li>
+%% </ul>
+%% Acceptors, connection supervisors and connection processes update them
+%% through the functions below; sluice:info/1 reads them with read/1.
+-module(sluice_stats).
+
+-export([new/2, num_conns_sups/1]).
+%% connections
+-export([received/2, sent/2, ended/2, crashed/1]).
+%% admission (acceptors)
+-export([admit/1, release/1, rejected/1, shedding/1, set_shedding/2,
+         set_max_connections/2, log_due/4]).
+%% connection supervisors
+-export([sup_reset/2, sup_started/2, sup_gone/2, parked/3, parked_reset/2]).
+%% reading
+-export([live/1, read/1, close_reason/1]).
+
+-export_type([stats/0, close_reason/0]).
+
+-record(stats, {c :: counters:counters_ref(),
+                a :: atomics:atomics_ref(),
+                sups :: pos_integer()}).
+-opaque stats() :: #stats{}.
+
+%% Why a connection ended, as info/1's `close_reasons' names it.
+-type close_reason() :: peer_closed | idle_timeout | frame_timeout | socket_error
+                      | protocol_error | drained | handler | crashed
+                      | handshake_error | proxy_error.
+
+%% counters
+-define(ACCEPTED, 1).
+-define(REJECTED, 2).
+-define(CLOSED, 3).
+-define(BYTES_IN, 4).
+-define(BYTES_OUT, 5).
+-define(CHUNKS, 6).
+%% Close reasons: one slot each, from ?REASON_BASE + 1 in the order of
+%% ?REASONS. Each is bumped once per connection, never per message.
+-define(REASONS, [peer_closed, idle_timeout, frame_timeout, socket_error, protocol_error,
+                  drained, handler, crashed, handshake_error, proxy_error]).
+-define(REASON_BASE, 6).
+-define(NUM_COUNTERS, (?REASON_BASE + length(?REASONS))).
+
+%% atomics; after the fixed slots, NumSups slots of live connections per
+%% connection supervisor, then NumSups slots of parked ones.
+-define(CONNS, 1).
+-define(MAX_CONNS, 2).
+-define(SHEDDING, 3).
+%% The log throttle of each kind of repeated fault (sluice_log): when its
+%% last line was written, and how many were not written since.
+-define(LAST_LOG(Kind), case Kind of accept -> 4; refused -> 6 end).
+-define(SUPPRESSED(Kind), (?LAST_LOG(Kind) + 1)).
+-define(FIXED_ATOMICS, 7).
+%% atomics are signed 64-bit; `infinity' is stored as the largest.
+-define(INFINITY, 16#7fffffffffffffff).
+
+%% @doc Fresh figures for a listener with `NumSups' connection supervisors
+%% and the given connection limit.
+-spec new(pos_integer(), non_neg_integer() | infinity) -> stats().
+new(NumSups, Max) ->
+    St = #stats{c = counters:new(?NUM_COUNTERS, [write_concurrency]),
+                a = atomics:new(?FIXED_ATOMICS + 2 * NumSups, [{signed, true}]),
+                sups = NumSups},
+    ok = set_max_connections(St, Max),
+    %% The first fault of each kind is always logged.
+    Long = erlang:monotonic_time(millisecond) - 3600000,
+    _ = [atomics:put(St#stats.a, ?LAST_LOG(K), Long) || K <- [accept, refused]],
+    St.
+
+-spec num_conns_sups(stats()) -> pos_integer().
+num_conns_sups(#stats{sups = N}) -> N.
+
+%%% Connections -------------------------------------------------------
+
+%% @doc A chunk of `Bytes' bytes read from a client.
+-spec received(stats(), non_neg_integer()) -> ok.
+received(#stats{c = C}, Bytes) ->
+    counters:add(C, ?BYTES_IN, Bytes),
+    counters:add(C, ?CHUNKS, 1).
+
+%% @doc `Bytes' bytes queued for a client.
+-spec sent(stats(), non_neg_integer()) -> ok.
+sent(#stats{c = C}, Bytes) ->
+    counters:add(C, ?BYTES_OUT, Bytes).
+
+%% @doc A connection ended for `Reason' (a close reason, or the reason a
+%% connection was closed with, see close_reason/1).
+-spec ended(stats(), term()) -> ok.
+ended(#stats{c = C}, Reason) ->
+    counters:add(C, reason_slot(close_reason(Reason)), 1).
+
+%% @doc A connection process died abnormally (its supervisor saw it).
+-spec crashed(stats()) -> ok.
+crashed(St) ->
+    ended(St, crashed).
+
+%% @doc How a reason a connection ended with is counted.
+-spec close_reason(term()) -> close_reason().
+close_reason({protocol_error, _}) -> protocol_error;
+close_reason(closed) -> peer_closed;
+close_reason(peer_closed) -> peer_closed;
+close_reason(idle_timeout) -> idle_timeout;
+close_reason(frame_timeout) -> frame_timeout;
+close_reason({error, _}) -> socket_error;
+close_reason(drained) -> drained;
+close_reason({shutdown, _}) -> drained;
+close_reason(crashed) -> crashed;
+close_reason({handshake_error, _}) -> handshake_error;
+close_reason({proxy_error, _}) -> proxy_error;
+close_reason(_) -> handler.
+
+reason_slot(Reason) ->
+    ?REASON_BASE + index(Reason, ?REASONS, 1).
+
+index(X, [X | _], I) -> I;
+index(X, [_ | T], I) -> index(X, T, I + 1).
+
+%%% Admission ---------------------------------------------------------
+
+%% @doc Count a new connection in unless the limit is reached or the
+%% listener is shedding. Increment first, then compare: a burst of accepts
+%% on many acceptors can never admit more than the limit.
+-spec admit(stats()) -> admitted | over_limit | shedding.
+admit(#stats{a = A, c = C}) ->
+    case atomics:get(A, ?SHEDDING) of
+        0 ->
+            case atomics:add_get(A, ?CONNS, 1) =< atomics:get(A, ?MAX_CONNS) of
+                true ->
+                    counters:add(C, ?ACCEPTED, 1),
+                    admitted;
+                false ->
+                    atomics:sub(A, ?CONNS, 1),
+                    over_limit
+            end;
+        _ ->
+            shedding
+    end.
+
+%% @doc Give back an admitted connection that never reached a connection
+%% supervisor.
+-spec release(stats()) -> ok.
+release(#stats{a = A}) ->
+    atomics:sub(A, ?CONNS, 1).
+
+%% @doc A connection accepted and closed at once (over the limit, shed).
+-spec rejected(stats()) -> ok.
+rejected(#stats{c = C}) ->
+    counters:add(C, ?REJECTED, 1).
+
+-spec shedding(stats()) -> boolean().
+shedding(#stats{a = A}) ->
+    atomics:get(A, ?SHEDDING) =/= 0.
+
+-spec set_shedding(stats(), boolean()) -> ok.
+set_shedding(#stats{a = A}, On) ->
+    atomics:put(A, ?SHEDDING, case On of true -> 1; false -> 0 end).
+
+-spec set_max_connections(stats(), non_neg_integer() | infinity) -> ok.
+set_max_connections(#stats{a = A}, infinity) -> atomics:put(A, ?MAX_CONNS, ?INFINITY);
+set_max_connections(#stats{a = A}, Max) -> atomics:put(A, ?MAX_CONNS, Max).
+
+%% @doc Whether a log line about a fault of `Kind' is due at `Now' (ms): at
+%% most one per `Interval' per listener however many processes see it,
+%% with the number of faults not logged since the last line. A caller told
+%% `false' has been counted among those.
+-spec log_due(stats(), accept | refused, integer(), pos_integer()) ->
+          {true, non_neg_integer()} | false.
+log_due(#stats{a = A}, Kind, Now, Interval) ->
+    Last = atomics:get(A, ?LAST_LOG(Kind)),
+    case Now - Last >= Interval andalso
+        atomics:compare_exchange(A, ?LAST_LOG(Kind), Last, Now) =:= ok of
+        true ->
+            {true, atomics:exchange(A, ?SUPPRESSED(Kind), 0)};
+        false ->
+            atomics:add(A, ?SUPPRESSED(Kind), 1),
+            false
+    end.
+
+%%% Connection supervisors --------------------------------------------
+
+%% @doc Connection supervisor `I' starts (or restarts): a predecessor that
+%% was killed left its connections counted, and they died with it (they
+%% are linked, parked ones closed by the registry): give their slots back.
+-spec sup_reset(stats(), pos_integer()) -> ok.
+sup_reset(St = #stats{a = A}, I) ->
+    Stale = atomics:exchange(A, sup_slot(St, I), 0),
+    atomics:sub(A, ?CONNS, Stale),
+    atomics:put(A, parked_slot(St, I), 0).
+
+%% @doc Connection supervisor `I' took over an admitted connection.
+-spec sup_started(stats(), pos_integer()) -> ok.
+sup_started(St = #stats{a = A}, I) ->
+    atomics:add(A, sup_slot(St, I), 1).
+
+%% @doc A connection of supervisor `I' is gone (however it ended).
+-spec sup_gone(stats(), pos_integer()) -> ok.
+sup_gone(St = #stats{a = A, c = C}, I) ->
+    atomics:sub(A, ?CONNS, 1),
+    atomics:sub(A, sup_slot(St, I), 1),
+    counters:add(C, ?CLOSED, 1).
+
+%% @doc Supervisor `I' holds `Delta' more parked connections.
+-spec parked(stats(), pos_integer(), integer()) -> ok.
+parked(St = #stats{a = A}, I, Delta) ->
+    atomics:add(A, parked_slot(St, I), Delta).
+
+-spec parked_reset(stats(), pos_integer()) -> ok.
+parked_reset(St = #stats{a = A}, I) ->
+    atomics:put(A, parked_slot(St, I), 0).
+
+sup_slot(#stats{}, I) -> ?FIXED_ATOMICS + I.
+parked_slot(#stats{sups = NS}, I) -> ?FIXED_ATOMICS + NS + I.
+
+%%% Reading -----------------------------------------------------------
+
+%% @doc Live connections of the whole listener.
+-spec live(stats()) -> integer().
+live(#stats{a = A}) ->
+    atomics:get(A, ?CONNS).
+
+%% @doc Every figure, as info/1 reports them.
+-spec read(stats()) -> map().
+read(St = #stats{c = C, a = A, sups = NS}) ->
+    Reasons = maps:from_list([{R, counters:get(C, reason_slot(R))} || R <- ?REASONS]),
+    #{max_connections => case atomics:get(A, ?MAX_CONNS) of
+                             ?INFINITY -> infinity;
+                             Max -> Max
+                         end,
+      connections => atomics:get(A, ?CONNS),
+      parked => lists:sum([atomics:get(A, parked_slot(St, I)) || I <- lists:seq(1, NS)]),
+      accepted => counters:get(C, ?ACCEPTED),
+      rejected => counters:get(C, ?REJECTED),
+      closed => counters:get(C, ?CLOSED),
+      protocol_errors => maps:get(protocol_error, Reasons),
+      messages => counters:get(C, ?CHUNKS),
+      close_reasons => Reasons,
+      bytes_in => counters:get(C, ?BYTES_IN),
+      bytes_out => counters:get(C, ?BYTES_OUT)}.

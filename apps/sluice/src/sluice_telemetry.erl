@@ -1,0 +1,72 @@
+%% @doc Telemetry events, when the `telemetry' library is there; nothing
+%% when it is not (sluice depends on nothing but kernel and stdlib).
+%%
+%% Events (measurements; metadata):
+%% <ul>
+%%  <li>`[sluice, connection, start]': `#{system_time, monotonic_time}';
+%%      `#{listener, pid}'. When the connection's handler is about to
+%%      start (after the TLS handshake and PROXY header, if any).</li>
+%%  <li>`[sluice, connection, stop]': `#{duration, monotonic_time}'
+%%      (native time units); `#{listener, pid, reason}'. When it ends, for
+%%      any reason.</li>
+%%  <li>`[sluice, listener, accept_error]': `#{count => 1}';
+%%      `#{listener, reason}'.</li>
+%% </ul>
+%% Whether `telemetry' is there is looked up when a listener starts
+%% (refresh/0) and kept in a persistent term, so an event costs one
+%% lookup when it is absent. The term holds the module to call, so no call
+%% to a module that may not exist is written out here (xref and dialyzer
+%% would flag it).
+-module(sluice_telemetry).
+
+-export([refresh/0, enabled/0, connection_start/2, connection_stop/4, accept_error/2]).
+
+-define(KEY, {?MODULE, enabled}).
+
+%% @doc Look up (again) whether `telemetry:execute/3' can be called.
+-spec refresh() -> boolean().
+refresh() ->
+    Mod = telemetry,
+    On = case code:ensure_loaded(Mod) of
+             {module, Mod} -> erlang:function_exported(Mod, execute, 3) andalso Mod;
+             _ -> false
+         end,
+    case persistent_term:get(?KEY, undefined) of
+        On -> ok;
+        %% Only written when it changes: a persistent term update costs
+        %% a scan of every process.
+        _ -> persistent_term:put(?KEY, On)
+    end,
+    On =/= false.
+
+-spec enabled() -> boolean().
+enabled() ->
+    persistent_term:get(?KEY, false) =/= false.
+
+execute(Event, Measurements, Metadata) ->
+    case persistent_term:get(?KEY, false) of
+        false -> ok;
+        Mod -> _ = Mod:execute(Event, Measurements, Metadata), ok
+    end.
+
+%% @doc A connection of `Listener' starts; returns its start time, which
+%% connection_stop/4 wants back.
+-spec connection_start(sluice:name(), pid()) -> integer().
+connection_start(Listener, Pid) ->
+    Now = erlang:monotonic_time(),
+    ok = execute([sluice, connection, start],
+                 #{system_time => erlang:system_time(), monotonic_time => Now},
+                 #{listener => Listener, pid => Pid}),
+    Now.
+
+-spec connection_stop(sluice:name(), pid(), integer(), term()) -> ok.
+connection_stop(Listener, Pid, Started, Reason) ->
+    Now = erlang:monotonic_time(),
+    execute([sluice, connection, stop],
+            #{duration => Now - Started, monotonic_time => Now},
+            #{listener => Listener, pid => Pid, reason => Reason}).
+
+-spec accept_error(sluice:name(), term()) -> ok.
+accept_error(Listener, Reason) ->
+    execute([sluice, listener, accept_error], #{count => 1},
+            #{listener => Listener, reason => Reason}).
