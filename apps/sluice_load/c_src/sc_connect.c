@@ -65,7 +65,8 @@ static void connect_text(struct run *r, FILE *f)
     fprintf(f, "held at end: %llu of %ld (established = %s)\n",
             (unsigned long long)held, r->cfg->conns,
             r->cfg->probe == PROBE_PING ? "Ping answered with Pong"
-                                        : "TCP handshake completed");
+            : r->cfg->tls ? "TLS handshake completed"
+                          : "TCP handshake completed");
 }
 
 const struct scenario sc_connect = {
