@@ -54,6 +54,7 @@ storm_reestablishes_every_connection(Config) ->
     ?assertEqual(<<"ping">>, get(S, probe)),
     ?assertEqual(<<"done">>, get(S, reached)),
     ?assert(get(S, close_s) >= 0),
+    ?assert(get(S, reopen_connects_issued_s) > 0),
     lists:foreach(
       fun(W) ->
               Wave = get(S, W),
