@@ -8,9 +8,10 @@ CSRC := apps/sluice_load/c_src
 # Debian packages the project needs (hex is unreachable: libraries come from
 # Debian). erlang-nox brings inets, runtime_tools, os_mon and the others.
 DEB_PACKAGES := erlang-nox erlang-dev erlang-eunit erlang-common-test \
-	erlang-proper erlang-dialyzer erlang-tools rebar3 gcc make libc6-dev
+	erlang-proper erlang-dialyzer erlang-tools rebar3 gcc make libc6-dev \
+	libssl-dev openssl
 
-.PHONY: all deps build c test check bench bench-quick soak clean distclean
+.PHONY: all deps build c certs test check bench bench-quick soak clean distclean
 
 all: build
 
@@ -36,6 +37,11 @@ build: deps
 # The C programs alone.
 c: deps
 	$(MAKE) -C $(CSRC)
+
+# Throwaway TLS certificates (a CA, an ECDSA and an RSA server certificate
+# for localhost/127.0.0.1) in _build/certs; never committed.
+certs: deps
+	bench/certs.sh
 
 # EUnit (pure functions), then the Common Test suites (which include the
 # PropEr properties).
