@@ -3,16 +3,15 @@
 # Debian machine it first installs what is missing.
 SHELL := /bin/bash
 REBAR ?= rebar3
-CC ?= cc
-PRIV := apps/sluice_load/priv
 CSRC := apps/sluice_load/c_src
 
 # Debian packages the project needs (hex is unreachable: libraries come from
 # Debian). erlang-nox brings inets, runtime_tools, os_mon and the others.
 DEB_PACKAGES := erlang-nox erlang-dev erlang-eunit erlang-common-test \
-	erlang-proper erlang-dialyzer erlang-tools rebar3 gcc make libc6-dev
+	erlang-proper erlang-dialyzer erlang-tools rebar3 gcc make libc6-dev \
+	libssl-dev openssl
 
-.PHONY: all deps build c test check bench bench-quick soak clean distclean
+.PHONY: all deps build c certs test check bench bench-quick soak clean distclean
 
 all: build
 
@@ -30,15 +29,19 @@ deps:
 	  fi; \
 	fi
 
-build: deps c
+# rebar3 compile builds the C programs first (a pre_hook of sluice_load
+# that runs $(CSRC)/Makefile, the one C build).
+build: deps
 	$(REBAR) compile
 
-c: deps $(PRIV)/sluice-run
-	@if [ -f $(CSRC)/Makefile ]; then $(MAKE) -C $(CSRC); fi
+# The C programs alone.
+c: deps
+	$(MAKE) -C $(CSRC)
 
-$(PRIV)/sluice-run: $(CSRC)/sluice_run.c
-	@mkdir -p $(PRIV)
-	$(CC) -O2 -Wall -Wextra -Werror -o $@ $<
+# Throwaway TLS certificates (a CA, an ECDSA and an RSA server certificate
+# for localhost/127.0.0.1) in _build/certs; never committed.
+certs: deps
+	bench/certs.sh
 
 # EUnit (pure functions), then the Common Test suites (which include the
 # PropEr properties).
@@ -65,8 +68,7 @@ soak: build
 
 clean:
 	$(REBAR) clean -a
-	@if [ -f $(CSRC)/Makefile ]; then $(MAKE) -C $(CSRC) clean; fi
-	rm -f $(PRIV)/sluice-run
+	$(MAKE) -C $(CSRC) clean
 
 distclean: clean
 	rm -rf _build
