@@ -34,17 +34,11 @@
 
 -define(INET, sluice_transport_inet).
 
-%% The most one TCP read brings to ssl's connection process: one whole TLS
-%% record (2^14 bytes of plaintext, up to 2048 of expansion, the 5-byte
-%% header). ssl arms the TCP socket for `internal_active_n' reads at a time
-%% (100 unless the ssl application is configured otherwise) and does not
-%% take them back when the handler falls behind, so that many reads can
-%% wait in its mailbox: with the listener's read buffer (256 KiB by
-%% default, meant for plaintext) a client that floods without reading
-%% could park 25 MiB in every connection; with one record per read, under
-%% 2 MiB. ssl joins the records of one read into one chunk for the
-%% handler, so chunks are at most this size too.
--define(TLS_READ, (16384 + 2048 + 5)).
+%% One whole TLS record (2^14 bytes of plaintext, up to 2048 of expansion,
+%% the 5-byte header): the smallest TCP read worth making under TLS.
+-define(TLS_RECORD, (16384 + 2048 + 5)).
+%% ssl's default for its `internal_active_n' (ssl's application docs).
+-define(SSL_ACTIVE_N, 100).
 
 -record(tls, {ssl :: ssl:sslsocket(),
               tcp :: gen_tcp:socket()}).
@@ -207,12 +201,36 @@ handshake(Sock, Opts = #{tls_opts := TlsOpts, handshake_timeout := Timeout,
             Prefix -> gen_tcp:unrecv(Sock, Prefix)
         end,
     {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
-    _ = inet:setopts(Sock, [{buffer, min(Buffer, ?TLS_READ)}]),
+    _ = inet:setopts(Sock, [{buffer, tls_read(Buffer, maps:get(active, Opts, 10))}]),
     case ssl:handshake(Sock, quiet(TlsOpts), Timeout) of
         {ok, SslSock} -> {ok, #tls{ssl = SslSock, tcp = Sock}};
         {ok, SslSock, _Ext} -> {ok, #tls{ssl = SslSock, tcp = Sock}};
         {error, Reason} -> {error, Reason}
     end.
+
+%% The most one TCP read under TLS brings. ssl's connection process arms
+%% the TCP socket for `internal_active_n' reads at a time (100 unless the
+%% ssl application is configured otherwise) and does not take them back
+%% when the handler falls behind: that many reads can wait in its mailbox
+%% whatever the listener's `active'. With the listener's read buffer (256
+%% KiB by default, sized for plaintext) a client that floods without
+%% reading could park 25 MiB in every connection. So reads are sized to
+%% keep ssl's backlog at the bound the inet transport keeps (the grant,
+%% `active' reads of `buffer' bytes), and never below one TLS record (ssl
+%% joins the records of one read into one chunk for the handler): with
+%% the defaults, 26 KiB reads. Setting ssl's internal_active_n lower (it
+%% is documented for tuning) buys bigger reads at the same bound, and
+%% bigger reads cost less CPU per byte (docs/backends.md, "TLS").
+tls_read(Buffer, Active) ->
+    ActiveN = case application:get_env(ssl, internal_active_n) of
+                  {ok, N} when is_integer(N), N > 0 -> N;
+                  _ -> ?SSL_ACTIVE_N
+              end,
+    Grant = case Active of
+                A when is_integer(A) -> A;
+                _ -> 1
+            end,
+    min(Buffer, max(?TLS_RECORD, Grant * Buffer div ActiveN)).
 
 %% ssl's own log lines off unless the listener asks for them (see the
 %% module doc); `log_alert' is ssl's older name for the same.
