@@ -10,9 +10,17 @@ CSRC := apps/sluice_load/c_src
 # Debian packages the project needs (hex is unreachable: libraries come from
 # Debian). erlang-nox brings inets, runtime_tools, os_mon and the others.
 DEB_PACKAGES := erlang-nox erlang-dev erlang-eunit erlang-common-test \
-	erlang-proper erlang-dialyzer erlang-tools rebar3 gcc make libc6-dev
+	erlang-proper erlang-dialyzer erlang-tools rebar3 gcc make libc6-dev \
+	elixir
 
-.PHONY: all deps build c test check bench bench-quick soak clean distclean
+# The Elixir example (examples/kv) builds apps/sluice as a mix path
+# dependency: mix runs rebar3 for it, this one (mix cannot fetch its own
+# offline), and rebar3's own build state goes under the example's _build
+# rather than into apps/sluice.
+MIX = MIX_ENV=test MIX_REBAR3=$(shell command -v $(REBAR)) \
+	REBAR_BASE_DIR=$(CURDIR)/examples/kv/_build/rebar3 mix
+
+.PHONY: all deps build c test test-elixir check docs bench bench-quick soak clean distclean
 
 all: build
 
@@ -40,16 +48,22 @@ $(PRIV)/sluice-run: $(CSRC)/sluice_run.c
 	@mkdir -p $(PRIV)
 	$(CC) -O2 -Wall -Wextra -Werror -o $@ $<
 
-# EUnit (pure functions), then the Common Test suites (which include the
-# PropEr properties).
+# EUnit (pure functions), the Elixir example's ExUnit tests, then the
+# Common Test suites (which include the PropEr properties).
 test: build
 	$(REBAR) eunit
+	$(MAKE) --no-print-directory test-elixir
 	$(REBAR) ct 2>&1 | tee _build/ct.log
 	@# One plain closing line for CI: "N passed, N failed".
 	@awk '/^All [0-9]+ tests passed/ {print "ct: " $$2 " passed, 0 failed"; ok=1} \
 	      /^Skipped [0-9]+ .*Passed [0-9]+ tests?/ {match($$0, /Passed [0-9]+/); print "ct: " substr($$0, RSTART + 7, RLENGTH - 7) " passed, 0 failed, " $$2 " skipped"; ok=1} \
 	      /^Failed [0-9]+ tests?\./ {match($$0, /Passed [0-9]+/); print "ct: " substr($$0, RSTART + 7, RLENGTH - 7) " passed, " $$2 " failed"; exit 1} \
 	      END {if (!ok) exit 1}' _build/ct.log
+
+# The example's ExUnit tests (a couple of seconds; the first run also builds
+# apps/sluice for mix).
+test-elixir: deps
+	cd examples/kv && $(MIX) test
 
 check: build
 	$(REBAR) xref
@@ -69,4 +83,4 @@ clean:
 	rm -f $(PRIV)/sluice-run
 
 distclean: clean
-	rm -rf _build
+	rm -rf _build examples/kv/_build
