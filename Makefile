@@ -10,8 +10,8 @@ CSRC := apps/sluice_load/c_src
 # Debian packages the project needs (hex is unreachable: libraries come from
 # Debian). erlang-nox brings inets, runtime_tools, os_mon and the others.
 DEB_PACKAGES := erlang-nox erlang-dev erlang-eunit erlang-common-test \
-	erlang-proper erlang-dialyzer erlang-tools rebar3 gcc make libc6-dev \
-	elixir
+	erlang-proper erlang-dialyzer erlang-tools erlang-edoc rebar3 gcc make \
+	libc6-dev elixir
 
 # The Elixir example (examples/kv) builds apps/sluice as a mix path
 # dependency: mix runs rebar3 for it, this one (mix cannot fetch its own
@@ -64,6 +64,23 @@ test: build
 # apps/sluice for mix).
 test-elixir: deps
 	cd examples/kv && $(MIX) test
+
+# The library's API reference (edoc) in apps/sluice/doc, from its doc
+# comments and apps/sluice/doc/overview.edoc; any edoc warning fails it.
+# Modules marked @private are left out (apps/sluice/README.md says which
+# modules are the public API).
+DOCS_EVAL := try \
+	  {ok, [{application, sluice, App}]} = file:consult("apps/sluice/src/sluice.app.src"), \
+	  ok = edoc:application(sluice, "apps/sluice", \
+	                        [{dir, "apps/sluice/doc"}, {def, [{vsn, proplists:get_value(vsn, App)}]}]), \
+	  halt(0) \
+	catch C:R -> io:format("edoc failed: ~p:~p~n", [C, R]), halt(1) end.
+
+docs: build
+	@set -o pipefail; erl -noshell -pa _build/default/lib/sluice/ebin -eval '$(DOCS_EVAL)' 2>&1 \
+	  | tee _build/docs.log
+	@if grep -qi warning _build/docs.log; then echo "make docs: edoc warnings (above)"; exit 1; fi
+	@echo "API reference: apps/sluice/doc/index.html"
 
 check: build
 	$(REBAR) xref

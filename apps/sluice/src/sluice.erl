@@ -240,10 +240,14 @@ connections(Name) ->
             []
     end.
 
+%% @doc The names of the listeners started with start_listener/2 or
+%% embedded with child_spec/1,2 that are running or suspended.
 -spec listeners() -> [name()].
 listeners() ->
     sluice_registry:listeners().
 
+%% @doc A one-line, human description of an error start_listener/2
+%% returns (or child_spec/1,2 raises): which option, what it expects.
 -spec format_error(term()) -> string().
 format_error(Reason) ->
     sluice_opts:format_error(Reason).
@@ -297,10 +301,13 @@ request(Pid, Req, Timeout) ->
     catch exit:_ -> {error, closed}
     end.
 
+%% @doc The client's address and port (under the PROXY protocol, the load
+%% balancer's: the client's are in the conn's `proxy').
 -spec peername(conn()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
 peername(#{socket := Sock, transport := T}) ->
     T:peername(Sock).
 
+%% @doc The server's address and port of the connection.
 -spec sockname(conn()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
 sockname(#{socket := Sock, transport := T}) ->
     T:sockname(Sock).

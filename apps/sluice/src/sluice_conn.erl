@@ -27,6 +27,7 @@
 %% and parking are decided by the connection supervisor's sweep
 %% (sluice_sweep), which sends a nudge; a handler's own timeout (a result
 %% with a Timeout) costs a timer only while it asks for one.
+%% @private
 -module(sluice_conn).
 
 -include("sluice_conn.hrl").

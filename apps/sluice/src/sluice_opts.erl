@@ -1,6 +1,7 @@
 %% @doc Validation of listener options. Every option is checked here, once,
 %% at start, so that the accept and receive paths never meet a bad value and a
 %% user gets an error that names the option and what it expects.
+%% @private
 -module(sluice_opts).
 
 -export([validate/1, defaults/0, default_max_connections/0, format_error/1]).

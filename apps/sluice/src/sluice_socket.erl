@@ -17,6 +17,7 @@
 %%  <li>Options of the inet driver's own queue (watermarks, delay_send)
 %%      are accepted and do nothing (sluice_socket_opts).</li>
 %% </ul>
+%% @private
 -module(sluice_socket).
 
 -export([listen/2, accept/1, accept/2, connect/3, connect/4, send/2, recv/2, recv/3,

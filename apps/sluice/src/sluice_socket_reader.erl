@@ -8,6 +8,7 @@
 %% Flow control is gen_tcp's: `once' stops after one chunk, `N' after N
 %% chunks with `{tcp_passive, S}', `false' reads nothing, `true' reads
 %% whatever comes (the owner's mailbox is then the only limit).
+%% @private
 -module(sluice_socket_reader).
 
 -export([start/4, set/3, active/1, hold/1, owner/2, stop/1]).

@@ -11,6 +11,7 @@
 %% armed and holds it until data comes, so arming an idle connection would
 %% pin a whole buffer: activate/2 arms with a small one when the socket
 %% looks quiet (see arm/3). docs/backends.md has the measurements.
+%% @private
 -module(sluice_transport_inet).
 -behaviour(sluice_transport).
 

@@ -20,6 +20,7 @@
 %% writable, waiting at most the listener's `send_timeout' before failing
 %% with `{error, timeout}'. While a send waits nothing is read, so a client
 %% that never reads is held back by TCP and cannot grow the server's memory.
+%% @private
 -module(sluice_transport_socket).
 -behaviour(sluice_transport).
 

@@ -15,6 +15,7 @@
 %% accounting as the inet driver's; `active => false' reads as `once' (ssl
 %% has no asynchronous read to start). A graceful close (drain) sends
 %% `close_notify' before the TCP FIN (shutdown/2).
+%% @private
 -module(sluice_transport_ssl).
 -behaviour(sluice_transport).
 
