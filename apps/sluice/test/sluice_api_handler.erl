@@ -1,0 +1,76 @@
+%% A handler for sluice_handler_api_SUITE that exports every optional
+%% callback and reports each call to the test process (`Opts' of init/2:
+%% `#{test => Pid, ...}'). Lines of its small protocol (one per
+%% handle_data/2 call; with `framing => line' one frame is one line):
+%%   "echo X"      -> "X\n"
+%%   "wait N"      -> {ok, S, N}: handle_timeout/1 after N ms of nothing
+%%   "crash"       -> raises
+%%   "bad"         -> returns a value that is not a result
+%%   "close"       -> {close, asked, S}
+%%   "bye X"       -> {reply_close, "X\n", asked, S}
+%% Anything else is echoed back as it came (chunks, without framing).
+-module(sluice_api_handler).
+-behaviour(sluice_handler).
+
+-export([init/2, handle_data/2, handle_info/2, handle_call/3, handle_timeout/1,
+         handle_drain/1, handle_close/1, handle_error/2, terminate/2]).
+
+init(Conn, Opts = #{test := Test}) ->
+    Test ! {init, self(), Conn},
+    S = Opts#{conn => Conn},
+    case Opts of
+        #{greeting := G} -> {reply, G, S};
+        _ -> {ok, S}
+    end.
+
+handle_data(Data, S = #{test := Test}) ->
+    Test ! {data, self(), Data},
+    case Data of
+        <<"echo ", X/binary>> -> {reply, [X, $\n], S};
+        <<"wait ", N/binary>> -> {ok, S, binary_to_integer(N)};
+        <<"crash">> -> error(asked_to_crash);
+        <<"bad">> -> {what, S};
+        <<"close">> -> {close, asked, S};
+        <<"bye ", X/binary>> -> {reply_close, [X, $\n], asked, S};
+        _ -> {reply, Data, S}
+    end.
+
+handle_info(Msg, S = #{test := Test}) ->
+    Test ! {info, self(), Msg},
+    case Msg of
+        {say, X} -> {reply, X, S};
+        _ -> {ok, S}
+    end.
+
+handle_call(Req, From, S = #{test := Test}) ->
+    Test ! {call, self(), Req},
+    case Req of
+        later -> {ok, S#{later => From}};
+        {answer_later, Reply} ->
+            sluice:reply(maps:get(later, S), Reply),
+            sluice:reply(From, ok),
+            {ok, S};
+        {say, X} ->
+            sluice:reply(From, said),
+            {reply, X, S};
+        _ ->
+            sluice:reply(From, {echo, Req}),
+            {ok, S}
+    end.
+
+handle_timeout(S = #{test := Test}) ->
+    Test ! {timeout, self()},
+    {reply, <<"timeout\n">>, S}.
+
+handle_drain(S = #{test := Test}) ->
+    Test ! {drain, self()},
+    {close, drained, S}.
+
+handle_close(#{test := Test}) ->
+    Test ! {peer_closed, self()}.
+
+handle_error(Reason, #{test := Test}) ->
+    Test ! {error, self(), Reason}.
+
+terminate(Reason, #{test := Test}) ->
+    Test ! {terminate, self(), Reason}.

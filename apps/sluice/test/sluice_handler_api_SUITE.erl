@@ -1,0 +1,368 @@
+%% The handler API a protocol author writes against (sluice_handler): the
+%% server speaking first, per-result timeouts, calls into a connection,
+%% sending and closing from other processes, the callbacks on peer close,
+%% socket errors and crashes, framing, what "idle" means, and child_spec/1.
+%% Every network case runs on both backends.
+-module(sluice_handler_api_SUITE).
+
+-include_lib("common_test/include/ct.hrl").
+-include_lib("stdlib/include/assert.hrl").
+
+-export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
+         init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
+-export([init_reply_is_a_greeting_sent_first/1,
+         conn_carries_pid_listener_and_addresses/1,
+         result_timeout_calls_handle_timeout_and_any_result_clears_it/1,
+         without_handle_timeout_the_connection_closes_with_reason_timeout/1,
+         call_reaches_handle_call_and_can_be_answered_later/1,
+         call_without_handle_call_is_not_supported/1,
+         call_to_a_closed_connection_exits/1,
+         send_from_another_process_is_ordered_counted_and_leaves_no_reply/1,
+         send_to_a_closed_connection_is_an_error/1,
+         close_from_another_process_sends_fin/1,
+         peer_close_calls_handle_close_before_terminate/1,
+         crash_calls_handle_error_then_terminate_and_is_counted/1,
+         bad_return_crashes_naming_handler_and_callback/1,
+         idle_means_no_bytes_from_the_client/1,
+         line_framing_delivers_whole_lines/1,
+         length_framing_delivers_whole_frames_across_chunks/1,
+         oversized_frame_sends_replies_owed_then_closes/1,
+         child_spec_1_takes_the_name_from_the_options/1,
+         parking_is_off_by_default/1]).
+
+-define(LOOPBACK, {127, 0, 0, 1}).
+
+%% Wait for a message matching Pattern (bound variables must match).
+-define(expect(Pattern),
+        receive Pattern -> ok after 5000 -> error({not_received, ??Pattern}) end).
+
+suite() -> [{timetrap, {seconds, 30}}].
+
+network_cases() ->
+    [init_reply_is_a_greeting_sent_first,
+     conn_carries_pid_listener_and_addresses,
+     result_timeout_calls_handle_timeout_and_any_result_clears_it,
+     without_handle_timeout_the_connection_closes_with_reason_timeout,
+     call_reaches_handle_call_and_can_be_answered_later,
+     call_without_handle_call_is_not_supported,
+     call_to_a_closed_connection_exits,
+     send_from_another_process_is_ordered_counted_and_leaves_no_reply,
+     send_to_a_closed_connection_is_an_error,
+     close_from_another_process_sends_fin,
+     peer_close_calls_handle_close_before_terminate,
+     crash_calls_handle_error_then_terminate_and_is_counted,
+     bad_return_crashes_naming_handler_and_callback,
+     idle_means_no_bytes_from_the_client,
+     line_framing_delivers_whole_lines,
+     length_framing_delivers_whole_frames_across_chunks,
+     oversized_frame_sends_replies_owed_then_closes].
+
+all() ->
+    [{group, inet}, {group, socket}, child_spec_1_takes_the_name_from_the_options,
+     parking_is_off_by_default].
+
+groups() ->
+    sluice_test_lib:backend_groups(network_cases()).
+
+init_per_suite(Config) ->
+    {ok, _} = application:ensure_all_started(sluice),
+    Config.
+
+end_per_suite(_Config) ->
+    ok.
+
+init_per_group(Group, Config) ->
+    sluice_test_lib:init_backend(Group, Config).
+
+end_per_group(Group, Config) ->
+    sluice_test_lib:end_backend(Group, Config).
+
+init_per_testcase(Case, Config) ->
+    [{name, {?MODULE, Case}} | Config].
+
+end_per_testcase(_Case, Config) ->
+    sluice_test_lib:stop_listener(?config(name, Config)).
+
+%%% Helpers
+
+%% A listener of sluice_api_handler reporting to this process; returns a
+%% connected client socket and the connection's pid.
+api(Config, Opts) ->
+    api(Config, Opts, #{}).
+
+api(Config, Opts, HOpts) ->
+    Name = ?config(name, Config),
+    _ = sluice_test_lib:start_listener(
+          Name, maps:merge(#{handler => {sluice_api_handler, HOpts#{test => self()}}}, Opts)),
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    Pid = receive {init, P, _Conn} -> P after 5000 -> error(no_init) end,
+    {S, Pid}.
+
+
+recv_line(S) ->
+    ok = inet:setopts(S, [{packet, line}]),
+    R = gen_tcp:recv(S, 0, 5000),
+    ok = inet:setopts(S, [{packet, raw}]),
+    R.
+
+%% The messages queued for this process that match Pred.
+queued(Pred) ->
+    {messages, Ms} = process_info(self(), messages),
+    [M || M <- Ms, Pred(M)].
+
+%%% Cases
+
+%% `{reply, Greeting, State}' from init/2: the client reads it before it
+%% has sent anything.
+init_reply_is_a_greeting_sent_first(Config) ->
+    {S, _Pid} = api(Config, #{}, #{greeting => <<"hello\n">>}),
+    ?assertEqual({ok, <<"hello\n">>}, gen_tcp:recv(S, 0, 2000)),
+    ok = gen_tcp:send(S, <<"echo hi">>),
+    ?assertEqual({ok, <<"hi\n">>}, gen_tcp:recv(S, 0, 2000)).
+
+%% conn() has the connection's pid (the process the callbacks run in),
+%% the listener's name, and addresses through peername/sockname.
+conn_carries_pid_listener_and_addresses(Config) ->
+    Name = ?config(name, Config),
+    _ = sluice_test_lib:start_listener(Name, #{handler => {sluice_api_handler, #{test => self()}}}),
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    Conn = receive {init, _, C} -> C after 5000 -> error(no_init) end,
+    #{pid := Pid, listener := Name} = Conn,
+    ok = gen_tcp:send(S, <<"ping">>),
+    ?expect({data, Pid, <<"ping">>}),
+    {ok, Local} = inet:sockname(S),
+    ?assertEqual({ok, Local}, sluice:peername(Conn)),
+    ?assertEqual(inet:peername(S), sluice:sockname(Conn)),
+    ?assertEqual([Pid], sluice:connections(Name)).
+
+%% `{ok, S, N}': handle_timeout/1 after N ms with no callback; a later
+%% result without a timeout clears it.
+result_timeout_calls_handle_timeout_and_any_result_clears_it(Config) ->
+    {S, Pid} = api(Config, #{}),
+    ok = gen_tcp:send(S, <<"wait 100">>),
+    ?expect({timeout, Pid}),
+    ?assertEqual({ok, <<"timeout\n">>}, gen_tcp:recv(S, 0, 2000)),
+    %% Asked again, then cleared by a plain result before it fires.
+    ok = gen_tcp:send(S, <<"wait 300">>),
+    ?expect({data, Pid, <<"wait 300">>}),
+    ok = gen_tcp:send(S, <<"echo x">>),
+    ?assertEqual({ok, <<"x\n">>}, gen_tcp:recv(S, 0, 2000)),
+    receive {timeout, Pid} -> error(timeout_not_cleared) after 600 -> ok end.
+
+%% A handler without handle_timeout/1 that asks for a timeout is closed
+%% with reason `timeout' when it passes.
+without_handle_timeout_the_connection_closes_with_reason_timeout(Config) ->
+    Name = ?config(name, Config),
+    _ = sluice_test_lib:start_listener(Name, #{handler => {sluice_timeout_handler, 150}}),
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    T0 = erlang:monotonic_time(millisecond),
+    ok = sluice_test_lib:expect_closed(S, 3000),
+    Ms = erlang:monotonic_time(millisecond) - T0,
+    ?assert(Ms >= 140 andalso Ms < 2000, Ms),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
+    ?assertMatch(#{close_reasons := #{handler := 1}}, sluice:info(Name)).
+
+%% sluice:call/3 reaches handle_call/3; the handler may answer at once
+%% (sluice:reply/2) or keep From and answer from a later callback; what
+%% the handler sends meanwhile goes to the client.
+call_reaches_handle_call_and_can_be_answered_later(Config) ->
+    {S, Pid} = api(Config, #{}),
+    ?assertEqual({echo, hello}, sluice:call(Pid, hello, 2000)),
+    ?assertEqual(said, sluice:call(Pid, {say, <<"from a call\n">>}, 2000)),
+    ?assertEqual({ok, <<"from a call\n">>}, gen_tcp:recv(S, 0, 2000)),
+    Self = self(),
+    Waiter = spawn_link(fun() -> Self ! {later, sluice:call(Pid, later, 5000)} end),
+    ?expect({call, Pid, later}),
+    ?assertEqual(ok, sluice:call(Pid, {answer_later, done}, 2000)),
+    ?expect({later, done}),
+    unlink(Waiter).
+
+call_without_handle_call_is_not_supported(Config) ->
+    Name = ?config(name, Config),
+    _ = sluice_test_lib:start_listener(Name, #{handler => {sluice_proto_echo, []}}),
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    ok = gen_tcp:send(S, <<"x">>),
+    {ok, <<"x">>} = gen_tcp:recv(S, 0, 2000),
+    [Pid] = sluice:connections(Name),
+    ?assertEqual({error, not_supported}, sluice:call(Pid, anything, 2000)).
+
+call_to_a_closed_connection_exits(Config) ->
+    {S, Pid} = api(Config, #{}),
+    ok = gen_tcp:close(S),
+    ?expect({terminate, Pid, closed}),
+    ?assertExit({noproc, {sluice, call, _}}, sluice:call(Pid, hello, 1000)).
+
+%% sluice:send/2 from another process: in order with the connection's
+%% replies, counted in bytes_out, and the sender is left with no message
+%% (no inet_reply, no reply tag).
+send_from_another_process_is_ordered_counted_and_leaves_no_reply(Config) ->
+    Name = ?config(name, Config),
+    {S, Pid} = api(Config, #{}),
+    ok = gen_tcp:send(S, <<"echo first">>),
+    ?assertEqual({ok, <<"first\n">>}, recv_line(S)),
+    Before = maps:get(bytes_out, sluice:info(Name)),
+    Self = self(),
+    spawn_link(fun() ->
+                       R = [sluice:send(Pid, [<<"pushed ">>, integer_to_binary(I), $\n])
+                            || I <- lists:seq(1, 100)],
+                       {messages, Left} = process_info(self(), messages),
+                       Self ! {sent, R, Left}
+               end),
+    receive {sent, R, Left} ->
+            ?assertEqual(lists:duplicate(100, ok), R),
+            ?assertEqual([], Left)
+    after 5000 -> error(send_stuck)
+    end,
+    Lines = [recv_line(S) || _ <- lists:seq(1, 100)],
+    ?assertEqual([{ok, <<"pushed ", (integer_to_binary(I))/binary, "\n">>}
+                  || I <- lists:seq(1, 100)], Lines),
+    Sent = lists:sum([byte_size(L) || {ok, L} <- Lines]),
+    ?assertEqual(Before + Sent, maps:get(bytes_out, sluice:info(Name))),
+    ?assertEqual([], queued(fun({inet_reply, _, _}) -> true; (_) -> false end)).
+
+send_to_a_closed_connection_is_an_error(Config) ->
+    {S, Pid} = api(Config, #{}),
+    ok = gen_tcp:close(S),
+    ?expect({terminate, Pid, closed}),
+    ?assertEqual({error, closed}, sluice:send(Pid, <<"late">>)).
+
+%% sluice:close/1: the client sees what was queued, then FIN; the handler
+%% is told (terminate/2) with reason closed_by_api.
+close_from_another_process_sends_fin(Config) ->
+    Name = ?config(name, Config),
+    {S, Pid} = api(Config, #{}),
+    ok = sluice:send(Pid, <<"last words\n">>),
+    ok = sluice:close(#{pid => Pid}),
+    ?assertEqual({ok, <<"last words\n">>}, recv_line(S)),
+    ?assertEqual({error, closed}, gen_tcp:recv(S, 0, 3000)),
+    ?expect({terminate, Pid, closed_by_api}),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 2000).
+
+%% The client closes: handle_close/1, then terminate/2 with `closed';
+%% counted as peer_closed.
+peer_close_calls_handle_close_before_terminate(Config) ->
+    Name = ?config(name, Config),
+    {S, Pid} = api(Config, #{}),
+    ok = gen_tcp:close(S),
+    ?expect({peer_closed, Pid}),
+    ?expect({terminate, Pid, closed}),
+    ?assertEqual([], queued(fun({error, P, _}) -> P =:= Pid; (_) -> false end)),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
+    ?assertMatch(#{close_reasons := #{peer_closed := 1}}, sluice:info(Name)).
+
+%% A callback that raises: handle_error/2 with the crash, then
+%% terminate/2, the socket closed, the connection counted as crashed and
+%% the other connections untouched.
+crash_calls_handle_error_then_terminate_and_is_counted(Config) ->
+    Name = ?config(name, Config),
+    {Other, OtherPid} = api(Config, #{}),
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    Pid = receive {init, P, _} -> P after 5000 -> error(no_init) end,
+    ok = gen_tcp:send(S, <<"crash">>),
+    ?expect({error, Pid, {crash, error, asked_to_crash, _}}),
+    ?expect({terminate, Pid, asked_to_crash}),
+    ok = sluice_test_lib:expect_closed(S, 2000),
+    ok = sluice_test_lib:wait_info(Name, connections, 1, 2000),
+    ?assertMatch(#{close_reasons := #{crashed := 1}}, sluice:info(Name)),
+    ok = gen_tcp:send(Other, <<"echo still here">>),
+    ?assertEqual({ok, <<"still here\n">>}, recv_line(Other)),
+    ?assert(is_process_alive(OtherPid)).
+
+%% A result that is not one: the connection exits with
+%% {bad_return_value, {Handler, Callback, Value}}.
+bad_return_crashes_naming_handler_and_callback(Config) ->
+    {S, Pid} = api(Config, #{}),
+    MRef = erlang:monitor(process, Pid),
+    ok = gen_tcp:send(S, <<"bad">>),
+    Reason = receive {'DOWN', MRef, process, Pid, R} -> R after 5000 -> error(no_exit) end,
+    ?assertMatch({bad_return_value, {sluice_api_handler, handle_data, {what, #{}}}}, Reason),
+    ok = sluice_test_lib:expect_closed(S, 2000).
+
+%% Idle is "no bytes from the client": messages to the handler, calls and
+%% process inspection do not keep a connection open; bytes do.
+idle_means_no_bytes_from_the_client(Config) ->
+    Name = ?config(name, Config),
+    Idle = 400,
+    {Quiet, QuietPid} = api(Config, #{idle_timeout => Idle}),
+    {ok, Talker} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    TalkerPid = receive {init, P, _} -> P after 5000 -> error(no_init) end,
+    T0 = erlang:monotonic_time(millisecond),
+    %% Every 50 ms: a message, a call and an inspection for the quiet
+    %% connection, bytes from the talker's client.
+    Busy = spawn_link(fun Busy() ->
+                              QuietPid ! poke,
+                              _ = (catch sluice:call(QuietPid, hello, 500)),
+                              _ = process_info(QuietPid, current_function),
+                              ok = gen_tcp:send(Talker, <<"talk">>),
+                              receive stop -> ok after 50 -> Busy() end
+                      end),
+    ?expect({terminate, QuietPid, idle_timeout}),
+    Closed = erlang:monotonic_time(millisecond) - T0,
+    ?assert(Closed >= Idle andalso Closed < 3 * Idle, Closed),
+    ok = sluice_test_lib:expect_closed(Quiet, 1000),
+    %% The talker's connection outlives several idle timeouts.
+    timer:sleep(3 * Idle),
+    ?assert(is_process_alive(TalkerPid)),
+    unlink(Busy),
+    exit(Busy, kill),
+    ?assertMatch(#{close_reasons := #{idle_timeout := 1}}, sluice:info(Name)).
+
+%% framing => line: handle_data/2 gets one line at a time, without its
+%% delimiter, however the bytes were split; the replies to one chunk's
+%% lines go out together.
+line_framing_delivers_whole_lines(Config) ->
+    {S, Pid} = api(Config, #{framing => line}),
+    ok = gen_tcp:send(S, <<"echo a\necho b\nech">>),
+    ok = gen_tcp:send(S, <<"o c\n">>),
+    ?assertEqual([{ok, <<"a\n">>}, {ok, <<"b\n">>}, {ok, <<"c\n">>}],
+                 [recv_line(S) || _ <- [a, b, c]]),
+    ?expect({data, Pid, <<"echo a">>}),
+    ?expect({data, Pid, <<"echo b">>}),
+    ?expect({data, Pid, <<"echo c">>}).
+
+%% framing => {length, 4}: a frame split over many writes arrives whole.
+length_framing_delivers_whole_frames_across_chunks(Config) ->
+    {S, Pid} = api(Config, #{framing => {length, 4}}),
+    Body = binary:copy(<<"0123456789">>, 10000),
+    Frame = <<(byte_size(Body)):32, Body/binary>>,
+    _ = [begin ok = gen_tcp:send(S, Part), timer:sleep(1) end
+         || Part <- sluice_test_lib:random_split(Frame, 1, 20000)],
+    ?expect({data, Pid, Body}),
+    {ok, Echo} = gen_tcp:recv(S, byte_size(Body), 5000),
+    ?assertEqual(Body, Echo).
+
+%% A frame over the framer's max: the replies to the frames before it in
+%% the same chunk go out, then FIN; counted as a protocol error.
+oversized_frame_sends_replies_owed_then_closes(Config) ->
+    Name = ?config(name, Config),
+    {S, Pid} = api(Config, #{framing => {line, #{max => 16}}}),
+    ok = gen_tcp:send(S, <<"echo one\necho two\n", (binary:copy(<<"x">>, 100))/binary>>),
+    ?assertEqual({ok, <<"one\ntwo\n">>}, gen_tcp:recv(S, 8, 2000)),
+    ?assertEqual({error, closed}, gen_tcp:recv(S, 0, 3000)),
+    ?expect({terminate, Pid, {protocol_error, {line_too_long, _, 16}}}),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
+    ?assertMatch(#{protocol_errors := 1}, sluice:info(Name)).
+
+%% child_spec/1 (Elixir's `{:sluice, opts}'): the name comes from the
+%% options; the listener runs under the caller's supervisor.
+child_spec_1_takes_the_name_from_the_options(_Config) ->
+    Spec = sluice:child_spec([{name, api_child}, {ip, ?LOOPBACK}, {port, 0},
+                              {handler, {sluice_proto_echo, []}}]),
+    ?assertMatch(#{id := {sluice_listener, api_child}}, Spec),
+    {ok, Sup} = supervisor:start_link(sluice_test_sup, [Spec]),
+    try
+        #{port := Port} = sluice:info(api_child),
+        {ok, S} = sluice_test_lib:connect(Port),
+        ok = gen_tcp:send(S, <<"x">>),
+        ?assertEqual({ok, <<"x">>}, gen_tcp:recv(S, 0, 2000)),
+        ?assertMatch(#{id := {sluice_listener, {sluice, 4040}}},
+                     sluice:child_spec(#{port => 4040, handler => {sluice_proto_echo, []}})),
+        ?assertError({badarg, _}, sluice:child_spec(#{name => x}))
+    after
+        unlink(Sup),
+        exit(Sup, shutdown)
+    end.
+
+%% A handler's pid never changes unless the listener asks for parking.
+parking_is_off_by_default(_Config) ->
+    ?assertEqual(infinity, maps:get(park_after, sluice_opts:defaults())).
