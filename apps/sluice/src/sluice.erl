@@ -257,7 +257,10 @@ format_error(Reason) ->
 %% the caller waits until it is queued on the socket (as gen_tcp:send/2
 %% does) and gets `{error, closed}' if the connection is gone. Called from
 %% the connection's own handler, it returns at once and the data goes out
-%% after the callback's own reply.
+%% after the callback's own reply. From a handler to another connection,
+%% send it a message (its handle_info/2 replies) instead: this waits for
+%% that connection, and two connections sending to each other at the same
+%% moment would wait for each other for ever.
 -spec send(conn() | pid(), iodata()) -> ok | {error, term()}.
 send(#{pid := Pid}, Data) ->
     send(Pid, Data);
