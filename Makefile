@@ -3,8 +3,6 @@
 # Debian machine it first installs what is missing.
 SHELL := /bin/bash
 REBAR ?= rebar3
-CC ?= cc
-PRIV := apps/sluice_load/priv
 CSRC := apps/sluice_load/c_src
 
 # Debian packages the project needs (hex is unreachable: libraries come from
@@ -38,15 +36,14 @@ deps:
 	  fi; \
 	fi
 
-build: deps c
+# rebar3 compile builds the C programs first (a pre_hook of sluice_load
+# that runs $(CSRC)/Makefile, the one C build).
+build: deps
 	$(REBAR) compile
 
-c: deps $(PRIV)/sluice-run
-	@if [ -f $(CSRC)/Makefile ]; then $(MAKE) -C $(CSRC); fi
-
-$(PRIV)/sluice-run: $(CSRC)/sluice_run.c
-	@mkdir -p $(PRIV)
-	$(CC) -O2 -Wall -Wextra -Werror -o $@ $<
+# The C programs alone.
+c: deps
+	$(MAKE) -C $(CSRC)
 
 # EUnit (pure functions), the Elixir example's ExUnit tests, then the
 # Common Test suites (which include the PropEr properties).
@@ -96,8 +93,7 @@ soak: build
 
 clean:
 	$(REBAR) clean -a
-	@if [ -f $(CSRC)/Makefile ]; then $(MAKE) -C $(CSRC) clean; fi
-	rm -f $(PRIV)/sluice-run
+	$(MAKE) -C $(CSRC) clean
 
 distclean: clean
 	rm -rf _build examples/kv/_build

@@ -194,6 +194,8 @@ info(Name, Status, #{opts := Opts, stats := Stats} = Info) ->
                  port => maps:get(port, Info, maps:get(port, Opts)),
                  status => Status,
                  accept_errors => sluice_registry:accept_errors(Name),
+                 %% host-wide, since boot (see sluice_kernel)
+                 kernel => sluice_kernel:listen_drops(),
                  active => maps:get(active, Opts),
                  transport => maps:get(transport, Opts),
                  handler => maps:get(handler, Opts)}).

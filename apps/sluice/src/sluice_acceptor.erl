@@ -28,7 +28,6 @@
 -define(ERROR_BACKOFF_MS, 10).
 %% Attempts, 2 ms apart, to reopen the spare descriptor after shedding.
 -define(SPARE_RETRIES, 50).
--define(START_TIMEOUT, 5000).
 %% At most this many connections shed per emfile, so that one acceptor is
 %% not kept from its other work by a flood.
 -define(SHED_MAX, 1000).
@@ -45,6 +44,13 @@ start_link(Listener, LSock, Index) ->
 
 -spec init(pid(), sluice_listener_sup:listener(), sluice_transport:lsock(), pos_integer()) -> no_return().
 init(Parent, Listener = #{opts := #{num_conns_sups := NS, num_listen_sockets := NL}}, LSock, Index) ->
+    %% Accepting must not wait behind connection work: after a storm,
+    %% thousands of new connections become runnable at once (to hibernate,
+    %% to answer their first request), and a normal-priority acceptor would
+    %% wait its turn behind all of them while the kernel's accept queue
+    %% overflows and drops SYNs. An acceptor runs only when a connection is
+    %% waiting to be accepted, and does little for each.
+    _ = process_flag(priority, high),
     %% What an accept error calls must be loaded before descriptors run out:
     %% with none left, the code server cannot open a .beam file.
     _ = [{module, M} = code:ensure_loaded(M) || M <- [sluice_log, sluice_telemetry,
@@ -142,18 +148,14 @@ reject(Stats, T, Sock) ->
 start(Name, Stats, T, Sock, SupIndex) ->
     Result = case sluice_registry:conns_sup(Name, SupIndex) of
                  undefined -> {error, no_conns_sup};
-                 Sup -> sluice_conns_sup:start_connection(Sup, Sock, ?START_TIMEOUT)
+                 Sup -> sluice_conns_sup:start_connection(Sup, T, Sock)
              end,
     case Result of
-        {ok, Pid} ->
-            %% From here the conns_sup owns the count; if the handover fails
-            %% the connection process times out waiting and exits, and the
-            %% conns_sup gives the slot back.
-            case T:controlling_process(Sock, Pid) of
-                ok -> Pid ! {sluice_go, Sock}, ok;
-                {error, _} -> T:close_socket(Sock)
-            end;
+        ok ->
+            ok;
         {error, _} ->
+            %% Never counted by a conns_sup: the count is still ours. The
+            %% socket is closed already if the conns_sup took it and died.
             ok = sluice_stats:release(Stats),
             T:close_socket(Sock)
     end.

@@ -32,41 +32,47 @@
 
 -include("sluice_conn.hrl").
 
--export([init/4, wake/1, unpark/5]).
--export([system_continue/3, system_terminate/4, system_code_change/4]).
+-export([template/1, init/3, wake/1, unpark/5]).
 
-%% How long a new connection process waits for the acceptor to hand it the
-%% socket; only an acceptor that died in between makes it wait that long.
--define(HANDOVER_TIMEOUT, 5000).
+-export_type([template/0]).
+
+%% What every connection of a listener starts from (template/1).
+-opaque template() :: {#s{}, sluice_listener_sup:listener()}.
+-export([system_continue/3, system_terminate/4, system_code_change/4]).
 
 -define(OPTIONAL, [{handle_info, 2}, {handle_call, 3}, {handle_timeout, 1},
                    {handle_drain, 1}, {handle_close, 1}, {handle_error, 2},
                    {terminate, 2}]).
 
-%% @doc Entry point, spawned (linked) by sluice_conns_sup. The acceptor
-%% transfers the socket and then sends `{sluice_go, Sock}'. An acceptor can
-%% be killed in between (suspend/1 and drain/2 stop the acceptors with
-%% brutal_kill): then the socket is closed or is this process's, and
-%% waiting out the handover timeout would hold a drain up to its deadline
-%% for a connection that will never run.
+%% @doc What every connection of `Listener' starts from, made once by its
+%% connection supervisor: the parts of the state that do not depend on the
+%% connection (which optional callbacks the handler has, and so on).
+-spec template(sluice_listener_sup:listener()) -> template().
+template(L = #{name := Name, transport := T, stats := Stats,
+               opts := #{handler := {H, _}, active := Active}}) ->
+    {module, H} = code:ensure_loaded(H),
+    {#s{t = T, handler = H, active = Active, stats = Stats, listener = Name,
+        has = maps:from_list([{F, erlang:function_exported(H, F, A)} || {F, A} <- ?OPTIONAL])},
+     L}.
+
+%% @doc Entry point, spawned (linked) by sluice_conns_sup, which hands the
+%% socket over and then sends `{sluice_go, Sock}' (if it dies first, the
+%% link ends this process too).
 %%
 %% Before the handler sees anything: the PROXY header (if the listener
 %% expects one), then the transport's handshake (TLS). Either failing ends
 %% the connection with a counted reason.
--spec init(pid(), sluice_transport:socket(), pid(), sluice_listener_sup:listener()) -> no_return().
-init(Parent, Sock, Acceptor, L = #{transport := T, opts := Opts}) ->
-    MRef = erlang:monitor(process, Acceptor),
+-spec init(pid(), sluice_transport:socket(), template()) -> no_return().
+init(Parent, Sock, {S0, L = #{transport := T, opts := Opts}}) ->
     receive
-        {sluice_go, Sock} -> erlang:demonitor(MRef, [flush]);
-        {'DOWN', MRef, process, _, _} -> exit(normal)
-    after ?HANDOVER_TIMEOUT ->
-            exit(normal)
+        {sluice_go, Sock} -> ok
     end,
     case sluice_proxy:read(T, Sock, Opts) of
         {ok, Proxy, Prefix} ->
             case T:handshake(Sock, Opts#{prefix => Prefix}) of
                 {ok, TS} ->
-                    start(state(Parent, TS, L), L, conn(L, Sock, Proxy, TS), prefix(T, Prefix));
+                    S = S0#s{parent = Parent, ts = TS, frame = frame(Opts)},
+                    start(S, L, conn(L, Sock, Proxy, TS), prefix(T, Prefix));
                 {error, Reason} ->
                     refuse(Sock, L, {handshake_error, Reason})
             end;
@@ -115,29 +121,22 @@ start(S, #{opts := #{handler := {_, HOpts}}}, Conn, Prefix) ->
 armed(S = #s{active = N}) when is_integer(N) -> S#s{credit = N};
 armed(S) -> S.
 
-state(Parent, TS, #{name := Name, transport := T, stats := Stats,
-                    opts := #{handler := {H, _}, active := Active} = Opts}) ->
-    #s{t = T, ts = TS, handler = H, active = Active, stats = Stats, parent = Parent,
-       listener = Name, started = erlang:monotonic_time(),
-       frame = frame(Opts),
-       has = maps:from_list([{F, erlang:function_exported(H, F, A)} || {F, A} <- ?OPTIONAL])}.
-
 frame(#{framing := none}) -> none;
 frame(#{framing := Spec}) -> {ok, F} = sluice_frame:new(Spec), F;
 frame(_) -> none.
 
 %% @doc Entry point of a parked connection's new process, spawned (linked)
-%% by sluice_conns_sup when the parked socket has an event: it hands the
-%% socket over and then sends `{sluice_go, Sock, Event}'. The socket was
+%% by sluice_conns_sup when the parked socket has an event, with the
+%% handler's and the framer's states the connection parked with: it hands
+%% the socket over and then sends `{sluice_go, Sock, Event}'. The socket was
 %% parked in `once' mode, and is passive if the event is data.
 -spec unpark(pid(), sluice_transport:socket(), term(), sluice_transport:tstate(),
-             sluice_listener_sup:listener()) -> no_return().
-unpark(Parent, Sock, HState, TS, L = #{transport := T}) ->
+             template()) -> no_return().
+unpark(Parent, Sock, {HState, Frame}, TS, {S0 = #s{t = T}, _L}) ->
     receive
         {sluice_go, Sock, Event} ->
-            resumed(Event, (state(Parent, T:unpark(TS), L))#s{hstate = HState})
-    after ?HANDOVER_TIMEOUT ->
-            exit(normal)
+            resumed(Event, S0#s{parent = Parent, ts = T:unpark(TS), hstate = HState,
+                                frame = Frame, started = erlang:monotonic_time()})
     end.
 
 resumed({data, Data}, S = #s{active = true}) ->
@@ -300,7 +299,8 @@ park(S = #s{t = T, parent = Parent, hstate = HState, timer = undefined}) ->
                     Sock = T:socket(TS),
                     case T:handover(Sock, Parent) of
                         ok ->
-                            Parent ! {sluice_park, self(), Sock, HState, TS},
+                            %% The framer's state too: a frame may be half in.
+                            Parent ! {sluice_park, self(), Sock, {HState, S#s.frame}, TS},
                             exit(normal);
                         {error, Reason} ->
                             sluice_conn_close:finish({error, Reason}, S2)

@@ -3,17 +3,18 @@
 %% (the ways a connection ends). Private to those three modules.
 
 -record(s, {t :: module(),
-            ts :: sluice_transport:tstate(),
+            ts :: sluice_transport:tstate() | undefined,
             handler :: module(),
             hstate :: term(),
             active :: sluice_transport:mode(),
             %% active=N: chunks granted to the transport and not yet handled
             credit = 0 :: non_neg_integer(),
             stats :: sluice_stats:stats(),
-            parent :: pid(),
+            %% unset in a template (sluice_conn:template/1)
+            parent :: pid() | undefined,
             listener :: sluice:name(),
             %% telemetry's start time of this connection
-            started :: integer(),
+            started = 0 :: integer(),
             %% the listener's framing: whole frames to handle_data/2
             frame = none :: none | sluice_frame:state(),
             %% the timer of the last result's Timeout, if any

@@ -35,29 +35,46 @@
              %% as soon as its socket arrives here)
              drain = none :: none | {integer(), sluice_sweep:children()},
              tick :: pos_integer() | infinity,
-             sweep :: sluice_sweep:config()}).
+             sweep :: sluice_sweep:config(),
+             %% a tick in progress, done in slices between messages
+             sweeping = none :: none | {sluice_sweep:progress(), integer()},
+             %% messages handled since the last slice
+             handled = 0 :: non_neg_integer(),
+             %% a collection to do once the mailbox is empty
+             gc_due = false :: boolean(),
+             %% what every connection process of this listener starts from
+             template :: term()}).
+
+%% A tick in progress gets a slice at least this often, however busy the
+%% supervisor is with starting connections.
+-define(MSGS_PER_SLICE, 64).
 
 %% @doc Start connection supervisor `Index' of a listener.
 -spec start_link(sluice_listener_sup:listener(), pos_integer()) -> {ok, pid()}.
 start_link(Listener, Index) ->
     proc_lib:start_link(?MODULE, init, [self(), Listener, Index]).
 
-%% @doc Called by an acceptor that owns `Sock' and has already counted it in
-%% the listener's live connections; from then on this supervisor owns that
-%% count. Returns the new connection process, to which the caller must
-%% transfer the socket and then send `{sluice_go, Sock}' (the connection
-%% gives up at once if the caller dies first).
--spec start_connection(pid(), sluice_transport:socket(), timeout()) ->
-          {ok, pid()} | {error, term()}.
-start_connection(Sup, Sock, Timeout) ->
+%% @doc Called by an acceptor that owns `Sock' (passive, fresh from
+%% accept) and has already counted it in the listener's live connections.
+%% The socket is handed to this supervisor, which starts a connection
+%% process, hands the socket on, counts the connection as its own and
+%% answers. Until the answer the count is the acceptor's: if the
+%% supervisor dies first (the socket closes with it), the acceptor gets
+%% `{error, _}' and gives the count back. So the live count stays exact
+%% whatever dies when.
+-spec start_connection(pid(), module(), sluice_transport:socket()) -> ok | {error, term()}.
+start_connection(Sup, T, Sock) ->
     MRef = erlang:monitor(process, Sup, [{alias, reply_demonitor}]),
-    Sup ! {sluice_start, MRef, Sock, self()},
-    receive
-        {MRef, Pid} -> {ok, Pid};
-        {'DOWN', MRef, process, _, Reason} -> {error, {conns_sup_down, Reason}}
-    after Timeout ->
+    case T:handover(Sock, Sup) of
+        ok ->
+            Sup ! {sluice_start, MRef, Sock},
+            receive
+                {MRef, ok} -> ok;
+                {'DOWN', MRef, process, _, Reason} -> {error, {conns_sup_down, Reason}}
+            end;
+        {error, Reason} ->
             erlang:demonitor(MRef, [flush]),
-            {error, timeout}
+            {error, Reason}
     end.
 
 %% @doc Ask every connection of this supervisor to drain by `Deadline'
@@ -70,6 +87,10 @@ drain(Sup, Deadline) ->
 -spec init(pid(), sluice_listener_sup:listener(), pos_integer()) -> no_return().
 init(Parent, Listener = #{name := Name, transport := T, stats := Stats}, Index) ->
     process_flag(trap_exit, true),
+    %% An acceptor waits for this process to start each connection, so it
+    %% runs at the acceptors' priority (see sluice_acceptor); its own work
+    %% between messages (the sweep) comes in slices.
+    _ = process_flag(priority, high),
     %% Load what a connection runs now: in an interactive-mode VM it would
     %% otherwise be loaded by the first connection, and if the descriptors
     %% have run out by then (emfile) the code server cannot open the .beam
@@ -85,65 +106,105 @@ init(Parent, Listener = #{name := Name, transport := T, stats := Stats}, Index) 
     Tick = sluice_sweep:tick(Sweep),
     ok = schedule_sweep(Tick),
     loop(#st{parent = Parent, index = Index, listener = Listener, stats = Stats,
-             tick = Tick, sweep = Sweep, parked = sluice_parking:new(T)}).
+             tick = Tick, sweep = Sweep, parked = sluice_parking:new(T),
+             template = sluice_conn:template(Listener)}).
 
 now_ms() -> erlang:monotonic_time(millisecond).
 
 schedule_sweep(infinity) -> ok;
 schedule_sweep(Tick) -> _ = erlang:start_timer(Tick, self(), sluice_sweep), ok.
 
-loop(St = #st{parent = Parent, children = Children, listener = L, index = I}) ->
+loop(St = #st{sweeping = {_, _}, handled = H}) when H >= ?MSGS_PER_SLICE ->
+    loop(slice(St#st{handled = 0}));
+loop(St = #st{parent = Parent, handled = H}) ->
     receive
-        {sluice_start, Tag, Sock, Acceptor} ->
-            Pid = proc_lib:spawn_opt(sluice_conn, init, [self(), Sock, Acceptor, L], [link]),
-            ok = sluice_stats:sup_started(St#st.stats, I),
-            Tag ! {Tag, Pid},
-            Now = now_ms(),
-            loop(St#st{children = Children#{Pid => sluice_sweep:new_entry(Sock, Now, Now)}});
         {'EXIT', Parent, Reason} ->
             terminate(Reason, St);
-        {'EXIT', Pid, Reason} ->
-            case maps:take(Pid, Children) of
-                {_Entry, Rest} ->
-                    gone(St),
-                    Reason =:= normal orelse sluice_stats:crashed(St#st.stats),
-                    loop(St#st{children = Rest});
-                error ->
-                    loop(St)
-            end;
-        {sluice_woke, Pid} ->
-            loop(St#st{children = sluice_sweep:woke(Pid, now_ms(), Children)});
-        {sluice_park, Pid, Sock, HState, TS} ->
-            loop(park(Pid, Sock, HState, TS, St));
-        {timeout, _TRef, sluice_sweep} ->
-            Now = now_ms(),
-            Swept = sluice_sweep:sweep(Children, Now, St#st.sweep),
-            St2 = lists:foldl(fun(Sock, Acc) -> unpark(Sock, idle_timeout, Acc) end,
-                              St#st{children = Swept}, expired(Now, St)),
-            ok = schedule_sweep(St#st.tick),
-            %% Each sweep leaves the rewritten parts of the children map as
-            %% garbage; collecting now (the live data is small per
-            %% connection) keeps this heap near its live size instead of
-            %% several copies of the map, which would cost more per
-            %% connection than a hibernated connection holds itself.
-            true = erlang:garbage_collect(),
-            loop(St2);
-        {sluice_drain, Deadline} ->
-            _ = [Pid ! {sluice_drain, Deadline} || Pid <- maps:keys(Children)],
-            loop(lists:foldl(fun(Sock, Acc) -> unpark(Sock, {sluice_drain, Deadline}, Acc) end,
-                             St#st{drain = {Deadline, Children}},
-                             sluice_parking:sockets(St#st.parked)));
-        {'$gen_call', From, Req} ->
-            gen:reply(From, call(Req, St)),
-            loop(St);
         {system, From, Req} ->
             sys:handle_system_msg(Req, From, Parent, ?MODULE, [], St);
         Msg ->
-            #{transport := T} = L,
-            case erlang:function_exported(T, parked_event, 1) andalso T:parked_event(Msg) of
-                {Sock, Event} -> loop(unpark(Sock, Event, St));
-                _ -> loop(St)
-            end
+            loop(handle(Msg, St#st{handled = H + 1}))
+    after between_messages(St) ->
+            loop(idle_work(St))
+    end.
+
+handle({sluice_start, Tag, Sock}, St = #st{children = Children, index = I}) ->
+    Pid = proc_lib:spawn_opt(sluice_conn, init, [self(), Sock, St#st.template], [link]),
+    ok = sluice_stats:sup_started(St#st.stats, I),
+    #{transport := T} = St#st.listener,
+    %% A socket that closed meanwhile fails in the connection's first call.
+    _ = T:handover(Sock, Pid),
+    Pid ! {sluice_go, Sock},
+    Tag ! {Tag, ok},
+    Now = now_ms(),
+    Entry = sluice_sweep:new_entry(Sock, Now, Now),
+    case St#st.drain of
+        none ->
+            St#st{children = Children#{Pid => Entry}};
+        {Deadline, Drained} ->
+            %% Accepted just before the listener stopped accepting.
+            Pid ! {sluice_drain, Deadline},
+            St#st{children = Children#{Pid => Entry}, drain = {Deadline, Drained#{Pid => Entry}}}
+    end;
+handle({'EXIT', Pid, Reason}, St = #st{children = Children}) ->
+    case maps:take(Pid, Children) of
+        {_Entry, Rest} ->
+            gone(St),
+            Reason =:= normal orelse sluice_stats:crashed(St#st.stats),
+            St#st{children = Rest};
+        error ->
+            St
+    end;
+handle({sluice_woke, Pid}, St = #st{children = Children}) ->
+    St#st{children = sluice_sweep:woke(Pid, now_ms(), Children)};
+handle({sluice_park, Pid, Sock, HState, TS}, St) ->
+    park(Pid, Sock, HState, TS, St);
+handle({timeout, _TRef, sluice_sweep}, St = #st{children = Children}) ->
+    %% A tick still in progress is replaced: what it had not looked at is
+    %% looked at by this one.
+    slice(St#st{sweeping = {sluice_sweep:start(Children), now_ms()}, handled = 0});
+handle({sluice_drain, Deadline}, St = #st{children = Children}) ->
+    _ = [Pid ! {sluice_drain, Deadline} || Pid <- maps:keys(Children)],
+    lists:foldl(fun(Sock, Acc) -> unpark(Sock, {sluice_drain, Deadline}, Acc) end,
+                St#st{drain = {Deadline, Children}},
+                sluice_parking:sockets(St#st.parked));
+handle({'$gen_call', From, Req}, St) ->
+    gen:reply(From, call(Req, St)),
+    St;
+handle(Msg, St = #st{listener = #{transport := T}}) ->
+    case erlang:function_exported(T, parked_event, 1) andalso T:parked_event(Msg) of
+        {Sock, Event} -> unpark(Sock, Event, St);
+        _ -> St
+    end.
+
+%% Work for when no message is waiting: the rest of a tick, then a
+%% garbage collection.
+between_messages(#st{sweeping = {_, _}}) -> 0;
+between_messages(#st{gc_due = true}) -> 0;
+between_messages(_) -> infinity.
+
+idle_work(St = #st{sweeping = {_, _}}) ->
+    slice(St#st{handled = 0});
+idle_work(St) ->
+    %% A tick rewrites the entries of the connections that did something,
+    %% leaving the old ones as garbage; collecting once things are quiet
+    %% keeps this heap near its live size instead of several copies of the
+    %% map, which would cost more per connection than a hibernated
+    %% connection holds itself.
+    true = erlang:garbage_collect(),
+    St#st{gc_due = false}.
+
+slice(St = #st{sweeping = {P, Now}, children = Children}) ->
+    case sluice_sweep:continue(P, Children, Now, St#st.sweep) of
+        {more, P2, Children2, Changed} ->
+            St#st{sweeping = {P2, Now}, children = Children2,
+                  gc_due = St#st.gc_due orelse Changed};
+        {done, Children2, Changed} ->
+            St2 = lists:foldl(fun(Sock, Acc) -> unpark(Sock, idle_timeout, Acc) end,
+                              St#st{children = Children2, sweeping = none},
+                              expired(Now, St)),
+            ok = schedule_sweep(St#st.tick),
+            St2#st{gc_due = St#st.gc_due orelse Changed}
     end.
 
 %% A connection has handed its socket over (sluice_conn's park/1) and is
@@ -176,7 +237,8 @@ unpark(Sock, Event, St = #st{children = Children, listener = L, parked = Tab}) -
         {ok, IdleSince, HState, TS} ->
             #{transport := T} = L,
             ok = sluice_stats:parked(St#st.stats, St#st.index, -1),
-            Pid = proc_lib:spawn_opt(sluice_conn, unpark, [self(), Sock, HState, TS, L], [link]),
+            Pid = proc_lib:spawn_opt(sluice_conn, unpark,
+                                     [self(), Sock, HState, TS, St#st.template], [link]),
             Event2 = case handover(T, Sock, Pid, Event) of
                          ok -> Event;
                          {error, Reason} -> T:close_socket(Sock), {error, Reason}

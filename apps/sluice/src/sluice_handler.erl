@@ -56,7 +56,7 @@
                           | {reply, iodata(), State}
                           | {reply, iodata(), State, timeout_ms()}
                           | {close, term()}.
--type from() :: gen:from().
+-type from() :: gen_server:from().
 -export_type([result/1, init_result/1, from/0, timeout_ms/0]).
 
 -callback init(sluice:conn(), Opts :: term()) -> init_result(State :: term()).

@@ -4,7 +4,8 @@
 %% @private
 -module(sluice_opts).
 
--export([validate/1, defaults/0, default_max_connections/0, format_error/1]).
+-export([validate/1, defaults/0, default_max_connections/0, default_backlog/0,
+         format_error/1]).
 
 -export_type([opts/0, error/0]).
 
@@ -72,7 +73,7 @@ defaults() ->
       num_listen_sockets => 1,
       num_conns_sups => erlang:system_info(schedulers),
       reuseport => false,
-      backlog => 1024,
+      backlog => default_backlog(),
       max_connections => default_max_connections(),
       %% The mailbox of a connection whose client outruns its handler
       %% holds at most this many reads (bench/README.md, "Defaults").
@@ -101,6 +102,23 @@ defaults() ->
       proxy_max_size => 4096,
       %% Whole frames to handle_data/2 instead of chunks (sluice_frame).
       framing => none}.
+
+%% @doc The kernel's own cap on a listen backlog (Linux's
+%% net.core.somaxconn), as Go and nginx take it: a listen(2) backlog above
+%% it is cut to it, and one below it overflows first in a connect storm,
+%% when the kernel then drops SYNs and those clients wait a second for a
+%% retransmit. 1024 where the kernel does not say.
+-spec default_backlog() -> pos_integer().
+default_backlog() ->
+    case file:read_file("/proc/sys/net/core/somaxconn") of
+        {ok, Text} ->
+            case string:to_integer(Text) of
+                {N, _} when is_integer(N), N > 0 -> min(N, 65535);
+                _ -> 1024
+            end;
+        {error, _} ->
+            1024
+    end.
 
 %% @doc The VM's own descriptor limit less a reserve: the connection limit
 %% then bites before accept(2) fails with emfile.

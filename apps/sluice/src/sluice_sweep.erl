@@ -32,9 +32,10 @@
 %% @private
 -module(sluice_sweep).
 
--export([config/2, tick/1, new_entry/3, woke/3, sweep/3, idle_since/1, closing/1]).
+-export([config/2, tick/1, new_entry/3, woke/3, sweep/3, start/1, continue/4, idle_since/1,
+         closing/1]).
 
--export_type([entry/0, children/0, config/0]).
+-export_type([entry/0, children/0, config/0, progress/0]).
 
 %% What the process was last seen doing, or was last told to do.
 -type run() :: awake | asleep | parking | closing.
@@ -53,6 +54,13 @@
 -type children() :: #{pid() => entry()}.
 -type config() :: #{transport := module(), idle := timeout(),
                     hibernate_after := timeout(), park_after := timeout()}.
+%% A tick in progress: what is left to look at.
+-opaque progress() :: maps:iterator(pid(), entry()).
+
+%% Entries looked at per slice of a tick (continue/4): between slices the
+%% connection supervisor answers its messages, so an acceptor waiting for
+%% a connection to start never waits for a whole tick over many entries.
+-define(SLICE, 256).
 
 %% Ticks are at least this long, so that a tiny idle_timeout cannot turn the
 %% sweep into a busy loop; at most this long, so that hibernation and the
@@ -111,18 +119,52 @@ woke(Pid, Now, Children) ->
         _ -> Children
     end.
 
-%% @doc One tick over every connection at `Now' (monotonic ms); sends the
-%% nudges and returns the updated entries. A quiet connection's entry does
-%% not change from tick to tick, so only the entries of connections that
-%% did something are rewritten: an idle listener's map is not copied.
+%% @doc One whole tick over every connection at `Now' (monotonic ms);
+%% sends the nudges and returns the updated entries.
 -spec sweep(children(), integer(), config()) -> children().
 sweep(Children, Now, Cfg) ->
-    maps:fold(fun(Pid, Entry, Acc) ->
-                      case step(Pid, Entry, Now, Cfg) of
-                          Entry -> Acc;
-                          New -> Acc#{Pid := New}
-                      end
-              end, Children, Children).
+    finish(continue(start(Children), Children, Now, Cfg), Now, Cfg).
+
+finish({done, Children, _}, _Now, _Cfg) -> Children;
+finish({more, P, Children, _}, Now, Cfg) -> finish(continue(P, Children, Now, Cfg), Now, Cfg).
+
+%% @doc A tick over the connections there are now, to be done in slices
+%% (continue/4).
+-spec start(children()) -> progress().
+start(Children) ->
+    maps:iterator(Children).
+
+%% @doc The next slice of a tick: returns the entries updated so far,
+%% what is left (`more') or `done', and whether this slice changed any
+%% entry. Connections that ended since the tick
+%% began are skipped; those started since wait for the next tick. A quiet
+%% connection's entry does not change from tick to tick, so only the
+%% entries of connections that did something are rewritten: an idle
+%% listener's map is not copied.
+-spec continue(progress(), children(), integer(), config()) ->
+          {more, progress(), children(), boolean()} | {done, children(), boolean()}.
+continue(P, Children, Now, Cfg) ->
+    slice(P, ?SLICE, Children, Now, Cfg, false).
+
+slice(P, 0, Children, _Now, _Cfg, Changed) ->
+    {more, P, Children, Changed};
+slice(P, N, Children, Now, Cfg, Changed) ->
+    case maps:next(P) of
+        none ->
+            {done, Children, Changed};
+        {Pid, _, P2} ->
+            case Children of
+                #{Pid := Entry} ->
+                    %% The entry as it is now: woke/3 may have changed it
+                    %% since the tick began.
+                    case step(Pid, Entry, Now, Cfg) of
+                        Entry -> slice(P2, N - 1, Children, Now, Cfg, Changed);
+                        New -> slice(P2, N - 1, Children#{Pid := New}, Now, Cfg, true)
+                    end;
+                _ ->
+                    slice(P2, N - 1, Children, Now, Cfg, Changed)
+            end
+    end.
 
 step(_Pid, E = #entry{run = closing}, _Now, _Cfg) ->
     E;

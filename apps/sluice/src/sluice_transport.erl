@@ -64,8 +64,12 @@
 
 %%% Raw sockets, between accept and the connection's handshake.
 
-%% Make Pid the owner of an accepted socket (the caller owns it).
+%% Make Pid the owner of a socket the caller owns, whatever its state.
 -callback controlling_process(socket(), pid()) -> ok | {error, term()}.
+%% The same for a socket that is passive and has nothing queued for the
+%% caller (an acceptor's fresh socket): no safety steps, as cheap as the
+%% layer allows.
+-callback handover(socket(), pid()) -> ok | {error, term()}.
 %% A passive read on a raw socket that nothing has armed (the PROXY header
 %% before any handshake): Length 0 means whatever is there.
 -callback recv(socket(), non_neg_integer(), timeout()) -> {ok, binary()} | {error, term()}.
@@ -110,11 +114,9 @@
 %% A message to the holder of parked sockets: which socket, and what
 %% happened (`{data, Bin}', `closed', `{error, Reason}'), or `other'.
 -callback parked_event(term()) -> {socket(), {data, binary()} | closed | {error, term()}} | other.
-%% The owner change for a parked socket (passive, nothing of it queued).
--callback handover(socket(), pid()) -> ok | {error, term()}.
 %% The state a woken connection resumes with, from the state it parked.
 -callback unpark(tstate()) -> tstate().
--optional_callbacks([park/1, parked_event/1, handover/2, unpark/1]).
+-optional_callbacks([park/1, parked_event/1, unpark/1]).
 
 %% @doc The callback module for a transport name or module.
 -spec module(inet | socket | ssl | module()) -> module().
@@ -141,5 +143,5 @@ is_transport(_) ->
     false.
 
 required() ->
-    Optional = [{park, 1}, {parked_event, 1}, {handover, 2}, {unpark, 1}],
+    Optional = [{park, 1}, {parked_event, 1}, {unpark, 1}],
     [FA || FA <- ?MODULE:behaviour_info(callbacks), not lists:member(FA, Optional)].

@@ -20,7 +20,7 @@
          peername/1, sockname/1]).
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, shutdown/2,
          close/1, info/1, socket/1]).
--export([park/1, parked_event/1, handover/2, unpark/1]).
+-export([handover/2, park/1, parked_event/1, unpark/1]).
 -export([listen_options/1]).
 
 %% SOL_SOCKET / SO_REUSEPORT on Linux; OTP 25's gen_tcp has no option for it.
@@ -64,9 +64,34 @@ listen_options(#{ip := IP, backlog := Backlog, reuseport := ReusePort,
         [Family, {ip, IP}, binary, {packet, raw}, {active, false},
          {reuseaddr, true}, {backlog, Backlog}, {exit_on_close, false}].
 
+%% @doc gen_tcp:accept/2 without its option copy. gen_tcp copies ten
+%% options from the listen socket to each accepted one (a getsockopt each
+%% on the listen socket, then setsockopt on the new one, each wrapped in
+%% more calls by the driver): dozens of system calls per connection. On
+%% Linux an accepted socket inherits all of them from the listen socket
+%% but SO_PRIORITY, which handshake/2 sets when the listener has it. The
+%% driver's own settings (binary, packet, buffer, active, send_timeout...)
+%% are copied by the driver itself. What is left is gen_tcp's
+%% registration of the port's module, which gen_tcp and inet calls on the
+%% socket rely on.
 -spec accept(gen_tcp:socket(), timeout()) -> {ok, gen_tcp:socket()} | {error, term()}.
 accept(LSock, Timeout) ->
-    gen_tcp:accept(LSock, Timeout).
+    case prim_inet:async_accept(LSock, case Timeout of infinity -> -1; T -> T end) of
+        {ok, Ref} ->
+            receive
+                {inet_async, LSock, Ref, {ok, Sock}} ->
+                    true = inet_db:register_socket(Sock, module_of(LSock)),
+                    {ok, Sock};
+                {inet_async, LSock, Ref, Error} ->
+                    Error
+            end;
+        Error ->
+            Error
+    end.
+
+module_of(LSock) ->
+    {ok, Mod} = inet_db:lookup_socket(LSock),
+    Mod.
 
 -spec listen_port(gen_tcp:socket()) -> {ok, inet:port_number()} | {error, term()}.
 listen_port(LSock) ->
@@ -109,10 +134,21 @@ sockname(Sock) ->
 
 %%% The connection
 
--spec handshake(gen_tcp:socket(), sluice_transport:conn_opts()) -> {ok, #inet{}}.
+%% @doc Nothing to negotiate; the one option an accepted socket does not
+%% inherit from its listen socket (see accept/2) is set here, in the
+%% connection process, when the listener has it.
+-spec handshake(gen_tcp:socket(), sluice_transport:conn_opts()) -> {ok, #inet{}} | {error, term()}.
 handshake(Sock, #{socket_opts := SocketOpts}) ->
     {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
-    {ok, #inet{sock = Sock, buffer = Buffer}}.
+    case lists:keyfind(priority, 1, SocketOpts) of
+        false ->
+            {ok, #inet{sock = Sock, buffer = Buffer}};
+        Priority ->
+            case inet:setopts(Sock, [Priority]) of
+                ok -> {ok, #inet{sock = Sock, buffer = Buffer}};
+                Error -> Error
+            end
+    end.
 
 %% @doc `false' starts one asynchronous read (gen_tcp:recv/2 is this call
 %% and a blocking receive; the connection loop does the receive, so it

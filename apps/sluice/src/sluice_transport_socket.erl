@@ -25,7 +25,7 @@
 -behaviour(sluice_transport).
 
 -export([listen/2, accept/2, listen_port/1, close_listener/1]).
--export([controlling_process/2, recv/3, bytes_received/1, close_socket/1,
+-export([controlling_process/2, handover/2, recv/3, bytes_received/1, close_socket/1,
          peername/1, sockname/1]).
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, shutdown/2,
          close/1, info/1, socket/1]).
@@ -95,6 +95,11 @@ close_listener(LSock) ->
 -spec controlling_process(socket:socket(), pid()) -> ok | {error, term()}.
 controlling_process(Sock, Pid) ->
     socket:setopt(Sock, {otp, controlling_process}, Pid).
+
+%% @doc The NIF's owner change is one call whatever the socket's state.
+-spec handover(socket:socket(), pid()) -> ok | {error, term()}.
+handover(Sock, Pid) ->
+    controlling_process(Sock, Pid).
 
 -spec recv(socket:socket(), non_neg_integer(), timeout()) -> {ok, binary()} | {error, term()}.
 recv(Sock, Length, Timeout) ->

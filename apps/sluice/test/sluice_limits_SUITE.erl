@@ -18,7 +18,8 @@
          killed_connections_give_their_slots_back/1,
          killed_conns_sup_is_restarted_and_count_stays_right/1,
          killed_acceptor_is_restarted_and_listener_keeps_accepting/1,
-         acceptor_dying_mid_handover_ends_the_connection_at_once/1,
+         killed_acceptor_loses_no_connection_handed_over/1,
+         killed_conns_sup_with_a_start_queued_leaves_the_count_exact/1,
          emfile_is_counted_logged_and_recovered_from/1,
          default_limit_rejects_before_emfile/1]).
 
@@ -34,7 +35,8 @@ groups() ->
      {kills, [], [killed_connections_give_their_slots_back,
                   killed_conns_sup_is_restarted_and_count_stays_right,
                   killed_acceptor_is_restarted_and_listener_keeps_accepting,
-                  acceptor_dying_mid_handover_ends_the_connection_at_once]},
+                  killed_acceptor_loses_no_connection_handed_over,
+                  killed_conns_sup_with_a_start_queued_leaves_the_count_exact]},
      {descriptors, [], [emfile_is_counted_logged_and_recovered_from,
                         default_limit_rejects_before_emfile]}]
         ++ sluice_test_lib:backend_groups([{group, limits}, {group, kills},
@@ -248,9 +250,13 @@ killed_conns_sup_is_restarted_and_count_stays_right(Config) ->
     close_all(Socks ++ New),
     wait_info(Name, connections, 0, 5000).
 
-%% With a single acceptor, killing it leaves the listen socket open (the
-%% acceptors' supervisor owns it): a new acceptor takes over on the same
+%% With a single acceptor, killing it leaves the listen socket open (its
+%% owner is sluice_listen_sockets): a new acceptor takes over on the same
 %% port, new connections are accepted, and an existing one is untouched.
+%% The inet driver may have handed one connection to the killed acceptor's
+%% pending accept before it learns of the death (the port then closes with
+%% its dead owner; gen_tcp cannot cancel that accept): the first client
+%% after the kill may be closed, never any later one.
 killed_acceptor_is_restarted_and_listener_keeps_accepting(Config) ->
     Name = ?config(name, Config),
     Port = ping_listener(Name, #{num_acceptors => 1}),
@@ -263,12 +269,16 @@ killed_acceptor_is_restarted_and_listener_keeps_accepting(Config) ->
                    _ -> false
                end
       end, 5000),
-    After = admitted(ping_results(Port, 5)),
-    ?assertEqual(5, length(After)),
+    First = ping_results(Port, 1),
+    ct:log("first client after the kill: ~p", [First]),
+    Results = ping_results(Port, 5),
+    After = admitted(Results),
+    ?assertEqual(5, length(After), Results),
     ?assert(ping_sock(Before)),
-    ?assertMatch(#{status := running, connections := 6, accepted := 6}, sluice:info(Name)),
+    N = 6 + length(admitted(First)),
+    ?assertMatch(#{status := running, connections := N, accepted := N}, sluice:info(Name)),
     ?assertEqual(Port, sluice_test_lib:port(Name)),
-    close_all([Before | After]).
+    close_all([Before | After] ++ admitted(First)).
 
 %%% ------------------------------------------------------------------
 %%% Descriptors: a peer VM with a low `ulimit -n'
@@ -352,26 +362,53 @@ default_limit_rejects_before_emfile(Config) ->
     ?assertMatch(#{accepted := Max, rejected := Rejected} when Rejected =:= 300 - Max, Info),
     close_all(admitted(Results)).
 
-%% An acceptor killed between starting a connection process and handing it
-%% the socket (suspend/1 and drain/2 brutal_kill acceptors) must not leave
-%% that process waiting out its 5 s handover timeout: a drain would count it
-%% as open until its deadline. Here a stand-in acceptor starts a connection
-%% through the conns_sup and dies: the connection process is gone at once.
-acceptor_dying_mid_handover_ends_the_connection_at_once(Config) ->
+%% An acceptor hands each socket to a conns_sup and waits for its answer.
+%% Killed while waiting (suspend/1 and drain/2 brutal_kill acceptors), it
+%% loses nothing: the conns_sup owns the socket already, starts the
+%% connection and counts it. Here the conns_sup is held (sys:suspend) while
+%% a client connects, the acceptor is killed, and the conns_sup resumed.
+killed_acceptor_loses_no_connection_handed_over(Config) ->
     Name = ?config(name, Config),
-    _ = sluice_test_lib:start_listener(Name, #{handler => {sluice_proto_ping, []}}),
-    [Sup | _] = sluice_test_lib:conns_sups(Name),
-    Self = self(),
-    {Acceptor, MRef} = spawn_monitor(
-                         fun() ->
-                                 {ok, Pid} = sluice_conns_sup:start_connection(Sup, make_ref(), 1000),
-                                 Self ! {conn, Pid},
-                                 exit(killed_mid_handover)
-                         end),
-    Conn = receive {conn, P} -> P after 2000 -> error(no_connection_started) end,
-    receive {'DOWN', MRef, process, Acceptor, _} -> ok end,
-    T0 = erlang:monotonic_time(millisecond),
-    ok = sluice_test_lib:wait_until(fun() -> not is_process_alive(Conn) end, 2000, 10),
-    Ms = erlang:monotonic_time(millisecond) - T0,
-    ct:log("connection process gone ~b ms after its acceptor", [Ms]),
-    ?assert(Ms < 1000, Ms).
+    _ = sluice_test_lib:start_listener(Name, #{handler => {sluice_proto_ping, []},
+                                               num_acceptors => 1, num_conns_sups => 1}),
+    Port = sluice_test_lib:port(Name),
+    [Sup] = sluice_test_lib:conns_sups(Name),
+    [Acceptor] = sluice_test_lib:acceptor_pids(Name),
+    ok = sys:suspend(Sup),
+    {ok, S} = sluice_test_lib:connect(Port),
+    %% The acceptor has handed the socket over and waits for the answer.
+    ok = sluice_test_lib:wait_until(
+           fun() -> process_info(Acceptor, current_function) =:=
+                        {current_function, {sluice_conns_sup, start_connection, 3}} end, 2000, 10),
+    exit(Acceptor, kill),
+    ok = sys:resume(Sup),
+    ?assert(sluice_test_lib:ping_sock(S)),
+    ?assertMatch(#{connections := 1, accepted := 1}, sluice:info(Name)),
+    ok = gen_tcp:close(S),
+    ok = wait_info(Name, connections, 0, 2000).
+
+%% A conns_sup that dies with a start it has not answered: its socket closes
+%% with it, the acceptor that was waiting gives the count back, and the
+%% restarted conns_sup serves the next client. The live count is exact.
+killed_conns_sup_with_a_start_queued_leaves_the_count_exact(Config) ->
+    Name = ?config(name, Config),
+    _ = sluice_test_lib:start_listener(Name, #{handler => {sluice_proto_ping, []},
+                                               num_acceptors => 1, num_conns_sups => 1}),
+    Port = sluice_test_lib:port(Name),
+    [Sup] = sluice_test_lib:conns_sups(Name),
+    [Acceptor] = sluice_test_lib:acceptor_pids(Name),
+    ok = sys:suspend(Sup),
+    {ok, S} = sluice_test_lib:connect(Port),
+    ok = sluice_test_lib:wait_until(
+           fun() -> process_info(Acceptor, current_function) =:=
+                        {current_function, {sluice_conns_sup, start_connection, 3}} end, 2000, 10),
+    ?assertMatch(#{connections := 1}, sluice:info(Name)),
+    exit(Sup, kill),
+    ok = sluice_test_lib:expect_closed(S, 2000),
+    ok = wait_info(Name, connections, 0, 2000),
+    ok = sluice_test_lib:wait_until(fun() -> sluice_test_lib:conns_sups(Name) =/= [Sup] end, 2000),
+    {ok, S2} = sluice_test_lib:connect(Port),
+    ?assert(sluice_test_lib:ping_sock(S2)),
+    ?assertMatch(#{connections := 1}, sluice:info(Name)),
+    ok = gen_tcp:close(S2),
+    ok = wait_info(Name, connections, 0, 2000).

@@ -71,3 +71,12 @@ double hist_mean(const struct hist *h)
 {
     return h->count ? (double)h->sum / (double)h->count : 0.0;
 }
+
+void hist_json_layout(struct json *j, const struct hist *h)
+{
+    json_u64(j, "sub_bucket_bits", HIST_SUB_BITS);
+    /* the exact extremes: a merged percentile is clamped to them as
+     * hist_percentile clamps its own */
+    json_u64(j, "min", h->count ? h->min : 0);
+    json_u64(j, "max", h->max);
+}

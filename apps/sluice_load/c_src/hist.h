@@ -6,12 +6,21 @@
  * 1/128 of its lower bound wide and its midpoint is within 1/256 (0.4%) of
  * any value in it.  Values at or above 2^HIST_MAX_BITS are clamped into the
  * top bucket (max stays exact).  Histograms of equal layout merge by adding
- * bucket counts, so per-thread and per-process histograms combine exactly. */
+ * bucket counts, so per-thread and per-process histograms combine exactly.
+ *
+ * The JSON form (hist_json_layout and the engine's "buckets" list of
+ * [lowest value, count]) carries HIST_SUB_BITS as "sub_bucket_bits": a
+ * bucket with lowest value lo is 1 wide when lo < 2^sub_bucket_bits, else
+ * 2^(floor(log2 lo) - sub_bucket_bits) wide.  Readers (bin/sluice's merge
+ * of several engines' histograms) derive every width from that field, so
+ * the constants here are the only copy. */
 #ifndef SLUICE_HIST_H
 #define SLUICE_HIST_H
 
 #include <stdint.h>
 #include <stdio.h>
+
+#include "json.h"
 
 #define HIST_SUB_BITS 7
 #define HIST_SUB (1u << HIST_SUB_BITS)
@@ -61,5 +70,8 @@ uint64_t hist_bucket_width(unsigned idx);
  * ceil(q% * count)-th smallest value, clamped to [min, max]; 0 if empty. */
 uint64_t hist_percentile(const struct hist *h, double q);
 double hist_mean(const struct hist *h);
+/* The layout and the exact extremes, as members of the JSON object being
+ * written: "sub_bucket_bits", "min", "max" (0 and 0 when empty). */
+void hist_json_layout(struct json *j, const struct hist *h);
 
 #endif

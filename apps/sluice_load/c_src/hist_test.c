@@ -102,6 +102,26 @@ static void test_layout(void)
     CHECK(1, "values below 128 are exact");
 }
 
+/* The rule hist.h gives JSON readers (from sub_bucket_bits alone) matches
+ * hist_bucket_width for every bucket: the readers need no other copy. */
+static void test_json_rule(void)
+{
+    for (unsigned i = 0; i < HIST_NBUCKETS; i++) {
+        uint64_t lo = hist_bucket_lo(i), rule;
+        if (lo < (1ULL << HIST_SUB_BITS))
+            rule = 1;
+        else
+            rule = 1ULL << ((unsigned)(63 - __builtin_clzll(lo)) - HIST_SUB_BITS);
+        if (rule != hist_bucket_width(i)) {
+            CHECK(0, "bucket %u (lo %llu): rule %llu, width %llu", i,
+                  (unsigned long long)lo, (unsigned long long)rule,
+                  (unsigned long long)hist_bucket_width(i));
+            return;
+        }
+    }
+    CHECK(1, "the JSON width rule matches every bucket");
+}
+
 static void test_single_values(void)
 {
     struct hist h;
@@ -228,6 +248,7 @@ int main(void)
 {
     test_empty();
     test_layout();
+    test_json_rule();
     test_single_values();
     test_distribution();
     test_narrow_ranges();

@@ -1,10 +1,13 @@
 #include "opts.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "json.h"
 
 void usage_error(const char *prog, const char *fmt, ...)
 {
@@ -40,6 +43,51 @@ static void print_help(const char *prog, const char *summary,
         printf("\n");
     }
     printf("  %-26s %s\n", "--help", "show this help and exit");
+    printf("  %-26s %s\n", "--options-json", "print these options as JSON and exit");
+}
+
+static const char *const type_names[] = {
+    [OPT_INT] = "int", [OPT_DOUBLE] = "double", [OPT_STR] = "string",
+    [OPT_FLAG] = "flag", [OPT_CHOICE] = "choice"};
+
+/* The option table as one JSON object, for bin/sluice: its Erlang CLI
+ * parses, validates and documents these options from this table, so the
+ * table stays the only description of them. */
+static void print_json(const char *prog, const char *summary,
+                       const struct opt *opts)
+{
+    struct json j;
+    json_start(&j, stdout);
+    json_obj(&j, NULL);
+    json_str(&j, "program", prog);
+    json_str(&j, "summary", summary);
+    json_arr(&j, "options");
+    for (const struct opt *o = opts; o->name; o++) {
+        json_obj(&j, NULL);
+        json_str(&j, "name", o->name);
+        json_str(&j, "type", type_names[o->type]);
+        if (o->meta)
+            json_str(&j, "meta", o->meta);
+        if (o->def)
+            json_str(&j, "default", o->def);
+        json_str(&j, "help", o->help);
+        if (o->type == OPT_CHOICE) {
+            json_arr(&j, "choices");
+            for (const char *const *c = o->choices; *c; c++)
+                json_str(&j, NULL, *c);
+            json_end_arr(&j);
+        } else if (o->type == OPT_INT) {
+            json_i64(&j, "min", (int64_t)o->lo);
+            json_i64(&j, "max", (int64_t)o->hi);
+        } else if (o->type == OPT_DOUBLE) {
+            json_dbl(&j, "min", o->lo);
+            json_dbl(&j, "max", o->hi);
+        }
+        json_end_obj(&j);
+    }
+    json_end_arr(&j);
+    json_end_obj(&j);
+    json_finish(&j);
 }
 
 static void set_value(const char *prog, struct opt *o, const char *v)
@@ -93,6 +141,10 @@ void opts_parse(const char *prog, const char *summary, struct opt *opts,
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             print_help(prog, summary, opts);
+            exit(0);
+        }
+        if (strcmp(a, "--options-json") == 0) {
+            print_json(prog, summary, opts);
             exit(0);
         }
         if (strncmp(a, "--", 2) != 0)

@@ -1,7 +1,9 @@
 /* Table-driven long-option parser shared by the sluice binaries.
  * "--name value" and "--name=value"; unknown or malformed options print one
  * line on stderr and exit 2; --help prints the table (with defaults) and
- * exits 0. */
+ * exits 0; --options-json prints the table as JSON and exits 0 (bin/sluice
+ * reads it to parse and document these options, so that the table here is
+ * their one description). */
 #ifndef SLUICE_OPTS_H
 #define SLUICE_OPTS_H
 

@@ -87,7 +87,7 @@ void report_hist_json(struct json *j, const char *key, const struct hist *h)
 {
     json_obj(j, key);
     json_str(j, "unit", "ns");
-    json_u64(j, "sub_bucket_bits", HIST_SUB_BITS);
+    hist_json_layout(j, h);
     json_arr(j, "buckets"); /* [lowest value of the bucket, count] */
     for (unsigned i = 0; i < HIST_NBUCKETS; i++)
         if (h->b[i]) {

@@ -1,5 +1,5 @@
-%% Tests of `bin/sluice bench' (sluice_bench*): the statistics, the JSON
-%% codec, the reports built from a small fake result set, option validation,
+%% Tests of `bin/sluice bench' (sluice_cmd_bench, sluice_bench*): the
+%% statistics, the JSON codec, the reports built from a small fake result set, option validation,
 %% and real cells run end to end on loopback. The real cells need the C
 %% binaries (`make') and taskset; they take a few seconds.
 -module(sluice_bench_SUITE).
@@ -88,19 +88,19 @@ interpolation_reads_a_counter_between_samples(_) ->
 json_round_trips(_) ->
     T = #{a => 1, <<"b">> => [1.5, -2, <<"x\"y\\z\n\t">>, true, false, null],
           "c" => #{d => [], e => #{}}, f => some_atom, g => 3.0e-7, h => 12.0},
-    {ok, D} = sluice_bench_json:decode(sluice_bench_json:encode(T)),
+    {ok, D} = sluice_json:decode(sluice_json:encode(T)),
     ?assertEqual(#{<<"a">> => 1, <<"b">> => [1.5, -2, <<"x\"y\\z\n\t">>, true, false, null],
                    <<"c">> => #{<<"d">> => [], <<"e">> => #{}}, <<"f">> => <<"some_atom">>,
                    <<"g">> => 3.0e-7, <<"h">> => 12}, D),
-    ?assertMatch({error, _}, sluice_bench_json:decode(<<"{\"a\":1">>)),
-    ?assertMatch({error, _}, sluice_bench_json:decode(<<"[1] x">>)).
+    ?assertMatch({error, _}, sluice_json:decode(<<"{\"a\":1">>)),
+    ?assertMatch({error, _}, sluice_json:decode(<<"[1] x">>)).
 
 %% The shapes the load engine writes: exponents, \u escapes, nesting.
 json_decodes_engine_output(_) ->
     Text = <<" {\"scenario\":\"pipeline\",\"rate\":83162834.500,\"messages\":166325669,"
              "\"latency_us\":{\"p50\":3104.767,\"max\":1E3},\"failures\":{},"
              "\"s\":\"a\\u0041\\/\",\"latency_hist\":{\"buckets\":[[1,2],[3,4]]}}\n">>,
-    {ok, M} = sluice_bench_json:decode(Text),
+    {ok, M} = sluice_json:decode(Text),
     ?assertEqual(83162834.5, maps:get(<<"rate">>, M)),
     ?assertEqual(166325669, maps:get(<<"messages">>, M)),
     ?assertEqual(1000.0, maps:get(<<"max">>, maps:get(<<"latency_us">>, M))),
@@ -203,7 +203,7 @@ text_table_is_aligned(_) ->
 %% The JSON file form of the fake result decodes, with the raw runs and the
 %% per-cell figures.
 json_report_decodes(_) ->
-    {ok, D} = sluice_bench_json:decode(sluice_bench_json:encode(fake_doc())),
+    {ok, D} = sluice_json:decode(sluice_json:encode(fake_doc())),
     ?assertMatch(#{<<"machine">> := #{<<"nproc">> := 2}, <<"date">> := <<"2025", _/binary>>}, D),
     ?assertEqual(30, length(maps:get(<<"runs">>, D))),
     [P | _] = maps:get(<<"cells">>, D),
@@ -233,7 +233,7 @@ html_is_self_contained(_) ->
 
 %% Bad usage is caught before anything runs, with exit status 2.
 bad_options_exit_2(_) ->
-    [?assertEqual(2, sluice_bench:run(Args))
+    [?assertMatch({error, 2, _}, sluice_cmd_bench:run(Args))
      || Args <- [["--bogus"], ["--rounds", "0"], ["--rounds", "x"], ["--scenario", "nope"],
                  ["--server", "nope"], ["--duration", "0"], ["--duration", "abc"],
                  ["--warmup", "-1"], ["--scenario", "flood", "--server", "seed"],
@@ -241,7 +241,7 @@ bad_options_exit_2(_) ->
                  ["--server", "seed", "--scenario"]]].
 
 help_exits_0(_) ->
-    ?assertEqual(0, sluice_bench:run(["--help"])).
+    ?assertEqual(0, sluice_cmd_bench:run(["--help"])).
 
 %%% ------------------------------------------------------------------
 %%% real cells
@@ -258,7 +258,7 @@ c_cell_has_a_positive_rate(Config) ->
     ?assert(Rate > 0),
     ?assert(maps:get(server_ns_per_msg, Run) > 0),
     {ok, Text} = file:read_file(Json),
-    ?assertMatch({ok, #{<<"cells">> := [_]}}, sluice_bench_json:decode(Text)),
+    ?assertMatch({ok, #{<<"cells">> := [_]}}, sluice_json:decode(Text)),
     ?assert(filelib:is_regular(Html)).
 
 %% The seed server (an Erlang VM of its own) against C, lock-step on one

@@ -59,26 +59,17 @@ end_per_testcase(_Case, Config) ->
 %%% Running bin/sluice
 %%% ------------------------------------------------------------------
 
-start(Config, Args) ->
-    Port = open_port({spawn_executable, ?config(bin, Config)},
-                     [{args, Args}, exit_status, binary, {line, 4096}, stderr_to_stdout,
-                      use_stdio, hide]),
-    {os_pid, OsPid} = erlang:port_info(Port, os_pid),
-    sluice_load_test_lib:reap(Config, OsPid),
-    {Port, OsPid}.
-
 run(Config, Args) ->
-    {Port, _} = start(Config, Args),
-    sluice_load_test_lib:wait_exit(Port, 15000).
+    sluice_load_test_lib:sluice_exit(Config, Args).
 
 serve(Config, Extra) ->
-    {Port, OsPid} = start(Config, ["serve", "--ip", ?LOOPBACK, "--port", "0" | Extra]),
+    {Port, OsPid} = sluice_load_test_lib:sluice(Config, ["serve", "--ip", ?LOOPBACK, "--port", "0"
+                                                         | Extra]),
     {[Ip, TcpPort], Before} = sluice_load_test_lib:wait_line(Port, "^listening on ([0-9.]+):([0-9]+)$", 15000),
     {Port, OsPid, Ip, list_to_integer(TcpPort), Before}.
 
 signal(Sig, OsPid) ->
-    _ = os:cmd("kill -" ++ Sig ++ " " ++ integer_to_list(OsPid)),
-    ok.
+    sluice_load_test_lib:signal(Sig, OsPid).
 
 listening_lines(Lines) ->
     [L || L <- Lines, binary:match(L, <<"listening on">>) =/= nomatch].
@@ -188,7 +179,7 @@ help_mentions_every_option(Config) ->
     Text = iolist_to_binary([[L, $\n] || L <- Lines]),
     ct:log("~s", [Text]),
     ?assertEqual(0, Status),
-    FromSpecs = [Flag || {_, Flag, _, _, _} <- sluice_cli_serve:specs()],
+    FromSpecs = [Flag || #{flag := Flag} <- sluice_cmd_serve:specs()],
     Missing = [F || F <- lists:usort(?SERVE_OPTIONS ++ FromSpecs),
                     re:run(Text, "^  --" ++ F ++ "[ =]", [multiline]) =:= nomatch],
     ?assertEqual([], Missing),
@@ -204,7 +195,8 @@ help_mentions_every_option(Config) ->
 %% sections: the coordinator's (--engines, --nodes, ...) and then the C
 %% engine's (--duration, ...), whatever else is on the line (with
 %% `--engines' it used to be the coordinator's alone, without it the
-%% engine's alone). Every flag of the coordinator's parser table is listed.
+%% engine's alone). Every flag of the coordinator's table, and of the
+%% engine's own (`sluice-load --options-json'), is listed once.
 load_help_lists_coordinator_and_engine_options(Config) ->
     Texts = [begin
                  {Status, Lines} = run(Config, ["load" | Args]),
@@ -221,8 +213,12 @@ load_help_lists_coordinator_and_engine_options(Config) ->
     [?assert(Listed(Coord, F), F) || F <- ["engines", "nodes", "source-ips", "server-metrics"]],
     [?assert(Listed(Engine, F), F) || F <- ["scenario", "duration", "interval", "timeout", "help"]],
     ?assertNot(Listed(Coord, "duration")),
-    Missing = [F || {_, F, _, _, _} <- sluice_cli_load:specs(), not Listed(Text, F)],
-    ?assertEqual([], Missing).
+    {ok, EngineBin} = sluice_build:program("sluice-load"),
+    {ok, #{specs := EngineSpecs}} = sluice_cprog:options(EngineBin),
+    Flags = [F || #{flag := F} <- sluice_cmd_load:own_specs() ++ EngineSpecs],
+    ?assertEqual([], [F || F <- Flags, not Listed(Text, F)]),
+    ?assertEqual([], [F || F <- lists:usort(Flags),
+                           length(binary:matches(Text, list_to_binary("\n  --" ++ F ++ " "))) =/= 1]).
 
 %% A bad option to `load' exits 2 with one line, whether the C engine
 %% (one process) or the coordinator (--engines) reads it.
@@ -236,10 +232,10 @@ load_bad_option_exits_2_with_one_line(Config) ->
      end || Args <- [["--bogus", "1"], ["--engines", "2", "--bogus", "1"]]].
 
 %% `--backend socket --io-poll-threads 2 --io-poll-sets 2 --scheduler-bind
-%% u': the script turns the last three into emulator flags, the VM reports
-%% them as in effect (sluice_cli_vm reads erlang:system_info/1, so a flag
-%% lost on the way shows as "did not reach the VM"), and the socket backend
-%% acks every frame in order.
+%% u': the CLI serves in a VM started with the last three as emulator
+%% flags, that VM reports them as in effect (sluice_vm_flags reads
+%% erlang:system_info/1, so a flag lost on the way shows as "did not reach
+%% the VM"), and the socket backend acks every frame in order.
 socket_backend_and_poll_sets_reach_the_vm(Config) ->
     {Port, OsPid, _Ip, TcpPort, Before} =
         serve(Config, ["--backend", "socket", "--io-poll-threads", "2", "--io-poll-sets", "2",
@@ -256,7 +252,8 @@ socket_backend_and_poll_sets_reach_the_vm(Config) ->
     ?assertMatch({0, _}, sluice_load_test_lib:wait_exit(Port, 10000)).
 
 %% The VM refuses more poll sets than poll threads with a page of usage
-%% text; bin/sluice refuses first, with one line naming both options.
+%% text; bin/sluice refuses before it starts one, with one line naming both
+%% options.
 more_poll_sets_than_threads_exits_2_with_one_line(Config) ->
     {Status, Lines} = run(Config, ["serve", "--io-poll-threads", "1", "--io-poll-sets", "2"]),
     ct:log("~p ~p", [Status, Lines]),

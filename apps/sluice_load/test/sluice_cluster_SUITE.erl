@@ -152,7 +152,7 @@ bad_cluster_options_exit_2_with_one_line(Config) ->
 %% not_found.
 cluster_info_sums_over_peer_nodes(_Config) ->
     ok = ensure_distributed(),
-    Ebins = [filename:dirname(code:which(M)) || M <- [sluice, sluice_metrics]],
+    Ebins = [filename:dirname(code:which(M)) || M <- [sluice, sluice_cluster]],
     Peers = [begin
                  {ok, P, N} = peer:start_link(#{name => peer:random_name(?MODULE),
                                                host => "127.0.0.1",
@@ -164,7 +164,7 @@ cluster_info_sums_over_peer_nodes(_Config) ->
         Counts = lists:zip([N || {_, N} <- Peers], [3, 5]),
         Socks = lists:append(
                   [begin
-                       {ok, Port} = erpc:call(N, sluice_cli_cluster, start_node_listener,
+                       {ok, Port} = erpc:call(N, sluice_serve_cluster, start_node_listener,
                                               [#{ip => {127, 0, 0, 1}, port => 0,
                                                  handler => {sluice_proto_ping, []}}]),
                        [ping_connect(Port) || _ <- lists:seq(1, C)]
@@ -193,8 +193,8 @@ telemetry_events_carry_the_figures(_Config) ->
                                            handler => {sluice_proto_ping, []}}),
     #{port := Port} = sluice:info(Name),
     S = ping_connect(Port),
-    register(sluice_telemetry_test, self()),
-    {ok, Pid} = sluice_metrics:start_telemetry(Name, ?MODULE),
+    register(sluice_serve_telemetry_test, self()),
+    {ok, Pid} = sluice_serve_telemetry:start(Name, ?MODULE),
     try
         Events = [receive {telemetry, E, M, Meta} -> {E, M, Meta} after 3000 -> none end
                   || _ <- [1, 2]],
@@ -207,19 +207,19 @@ telemetry_events_carry_the_figures(_Config) ->
          || E <- Events]
     after
         unlink(Pid), exit(Pid, kill),
-        unregister(sluice_telemetry_test),
+        unregister(sluice_serve_telemetry_test),
         gen_tcp:close(S),
         sluice:stop_listener(Name)
     end.
 
 %% Without telemetry on the code path nothing is started.
 no_telemetry_no_process(_Config) ->
-    ?assertEqual(ignore, sluice_metrics:start_telemetry(x, sluice_no_such_module)).
+    ?assertEqual(ignore, sluice_serve_telemetry:start(x, sluice_no_such_module)).
 
 %% Stands in for telemetry:execute/3.
 -spec execute(list(), map(), map()) -> ok.
 execute(Event, Measurements, Meta) ->
-    sluice_telemetry_test ! {telemetry, Event, Measurements, Meta},
+    sluice_serve_telemetry_test ! {telemetry, Event, Measurements, Meta},
     ok.
 
 %%% ------------------------------------------------------------------
@@ -241,31 +241,19 @@ serve(Config, Extra) ->
     serve(Config, Extra, []).
 
 serve(Config, Extra, Env) ->
-    {Port, OsPid} = start(Config, Env, ["serve", "--ip", ?LOOPBACK, "--port", "0", "--protocol",
-                                   "ping", "--metrics-port", "0" | Extra]),
+    {Port, OsPid} = sluice_load_test_lib:sluice(
+                      Config, ["serve", "--ip", ?LOOPBACK, "--port", "0", "--protocol", "ping",
+                               "--metrics-port", "0" | Extra], Env),
     {[MPort], L1} = sluice_load_test_lib:wait_line(Port, "metrics at http://127.0.0.1:([0-9]+)/metrics", 30000),
     {[TcpPort], L2} = sluice_load_test_lib:wait_line(Port, "^listening on [0-9.]+:([0-9]+)$", 10000),
     Url = "http://127.0.0.1:" ++ MPort ++ "/metrics",
     {Port, OsPid, list_to_integer(TcpPort), Url, L1 ++ L2}.
 
-start(Config, Args) ->
-    start(Config, [], Args).
-
-start(Config, Env, Args) ->
-    Port = open_port({spawn_executable, ?config(bin, Config)},
-                     [{args, Args}, {env, Env}, exit_status, binary, {line, 4096}, stderr_to_stdout,
-                      use_stdio, hide]),
-    {os_pid, OsPid} = erlang:port_info(Port, os_pid),
-    sluice_load_test_lib:reap(Config, OsPid),
-    {Port, OsPid}.
-
 run(Config, Args) ->
-    {Port, _} = start(Config, Args),
-    sluice_load_test_lib:wait_exit(Port, 15000).
+    sluice_load_test_lib:sluice_exit(Config, Args).
 
 signal(Sig, OsPid) ->
-    _ = os:cmd("kill -" ++ Sig ++ " " ++ integer_to_list(OsPid)),
-    ok.
+    sluice_load_test_lib:signal(Sig, OsPid).
 
 %% A connection that has had its Pong: counted by the server.
 ping_connect(TcpPort) ->

@@ -51,8 +51,8 @@ end_per_testcase(_Case, Config) ->
     sluice_load_test_lib:stop_reaper(Config).
 
 serve(Config, Port) ->
-    {P, OsPid} = sluice_load_test_lib:run_lines(
-                   Config, ?config(bin, Config),
+    {P, OsPid} = sluice_load_test_lib:sluice(
+                   Config,
                    ["serve", "--backend", ?config(backend, Config),
                     "--ip", "127.0.0.1", "--port", integer_to_list(Port), "--ack", "each",
                     "--drain-timeout", integer_to_list(?DRAIN_MS)]),
@@ -67,8 +67,8 @@ serve(Config, Port) ->
 %% every whole frame it read; a new server listens on the same port at once.
 sigterm_under_pipelined_load_loses_nothing(Config) ->
     {Serve, OsPid, TcpPort} = serve(Config, 0),
-    {Engine, _} = sluice_load_test_lib:run_lines(
-                    Config, ?config(bin, Config),
+    {Engine, _} = sluice_load_test_lib:sluice(
+                    Config,
                     ["load", "--scenario", "pipeline", "--port", integer_to_list(TcpPort),
                      "--conns", integer_to_list(?ENGINE_CONNS), "--duration", "30",
                      "--payload", integer_to_list(?PAYLOAD), "--ack", "each", "--threads", "1",

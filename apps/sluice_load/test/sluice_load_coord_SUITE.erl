@@ -1,5 +1,5 @@
 %% Tests of `bin/sluice load' across several engine processes and nodes
-%% (sluice_cli_load, sluice_load_coord, sluice_load_merge): runs the real
+%% (sluice_cmd_load, sluice_load_run, sluice_load_coord, sluice_load_merge): runs the real
 %% command against the C reference server (ping protocol) on loopback.
 -module(sluice_load_coord_SUITE).
 
@@ -60,8 +60,10 @@ engines_merge_counts_and_histograms(Config) ->
     ?assertEqual(sum_buckets([buckets(get(latency_hist, E)) || E <- Es]), Merged),
     Lat = get(latency_us, J),
     ?assertEqual(lists:sum([N || {_, N} <- Merged]), get(samples, Lat)),
-    Max = get(max, Lat),
-    [?assertEqual(min(Max * 1000, rank_value(Merged, Q)) / 1000, get(K, Lat))
+    H = get(latency_hist, J),
+    ?assertEqual(lists:min([get(min, get(latency_hist, E)) || E <- Es]), get(min, H)),
+    ?assertEqual(lists:max([get(max, get(latency_hist, E)) || E <- Es]), get(max, H)),
+    [?assertEqual(max(get(min, H), min(get(max, H), rank_value(H, Q))) / 1000, get(K, Lat))
      || {Q, K} <- [{50, p50}, {90, p90}, {99, p99}]],
     %% per round too: each merged round adds up its engines' rounds
     [R0 | _] = get(rounds, J),
@@ -174,16 +176,7 @@ bad_options_exit_2_with_one_line(Config) ->
 %% SIGTERM during the hold ends the run early, and the merged report of
 %% what was measured still comes out (exit 0).
 sigterm_ends_the_run_with_a_report(Config) ->
-    Port = start_ref(Config),
-    Json = json_path(Config),
-    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
-                  [{args, ["load", "--scenario", "scale", "--engines", "2", "--port", Port,
-                           "--conns", "20", "--interval", "100", "--duration", "30",
-                           "--progress", "--json", Json]},
-                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
-    {os_pid, OsPid} = erlang:port_info(P, os_pid),
-    sluice_load_test_lib:reap(Config, OsPid),
-    wait_line(P, <<"hold">>, 10000),
+    {P, OsPid, _Port} = scale_in_hold(Config, "100", "30"),
     _ = os:cmd("kill -TERM " ++ integer_to_list(OsPid)),
     ?assertEqual(0, wait_exit(P, 10000)),
     J = read_json(Config),
@@ -194,16 +187,7 @@ sigterm_ends_the_run_with_a_report(Config) ->
 %% report merges what they measured, says which engine gave nothing, and
 %% the exit code is 1.
 a_lost_engine_is_reported_and_the_rest_merged(Config) ->
-    Port = start_ref(Config),
-    Json = json_path(Config),
-    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
-                  [{args, ["load", "--scenario", "scale", "--engines", "2", "--port", Port,
-                           "--conns", "20", "--interval", "200", "--duration", "2",
-                           "--progress", "--json", Json]},
-                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
-    {os_pid, OsPid} = erlang:port_info(P, os_pid),
-    sluice_load_test_lib:reap(Config, OsPid),
-    wait_line(P, <<"hold">>, 10000),
+    {P, _OsPid, Port} = scale_in_hold(Config, "200", "2"),
     %% one of the two engines: the sluice-load process aimed at this port
     [Victim | _] = [Pid || L <- string:lexemes(os:cmd("ps -eo pid=,args="), "\n"),
                            [Pid, Args] <- [string:split(string:trim(L), " ")],
@@ -217,6 +201,21 @@ a_lost_engine_is_reported_and_the_rest_merged(Config) ->
     J = read_json(Config),
     ?assertEqual(1, length(get(engine_results, J))),
     ?assertEqual(10, get(conns_up_at_end, J)).
+
+%% `load --scenario scale' with 2 engines and 20 connections against a
+%% fresh reference server, once its hold has started: {Port, OsPid, the
+%% server's TCP port}.
+scale_in_hold(Config, Interval, Duration) ->
+    TcpPort = start_ref(Config),
+    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
+                  [{args, ["load", "--scenario", "scale", "--engines", "2", "--port", TcpPort,
+                           "--conns", "20", "--interval", Interval, "--duration", Duration,
+                           "--progress", "--json", json_path(Config)]},
+                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    wait_line(P, <<"hold">>, 10000),
+    {P, OsPid, TcpPort}.
 
 collect_lines(P, Acc) ->
     receive
@@ -251,7 +250,7 @@ engine_starts_its_window_on_go(Config) ->
     ?assert(lists:any(fun(L) -> binary:match(L, <<"\"phase\":\"window\"">>) =/= nomatch end, Lines)),
     ?assertMatch([_, _ | _], [L || <<"{\"round\":", _/binary>> = L <- Lines]),
     [Result] = [L || <<"{\"scenario\"", _/binary>> = L <- Lines],
-    {ok, J} = sluice_bench_json:decode(Result),
+    {ok, J} = sluice_json:decode(Result),
     ?assertEqual(0, get(exit_code, J)),
     ?assert(abs(get(duration_s, J) - 0.6) < 0.1),
     ?assertEqual(3, length(get(rounds, J))).
@@ -283,7 +282,7 @@ json_path(Config) -> filename:join(?config(priv_dir, Config), "load.json").
 
 read_json(Config) ->
     {ok, Bin} = file:read_file(json_path(Config)),
-    {ok, J} = sluice_bench_json:decode(Bin),
+    {ok, J} = sluice_json:decode(Bin),
     J.
 
 get(K, M) -> maps:get(atom_to_binary(K), M).
@@ -294,19 +293,21 @@ sum_buckets(Lists) ->
     lists:sort(maps:to_list(lists:foldl(fun({Lo, N}, A) -> maps:update_with(Lo, fun(X) -> X + N end, N, A) end,
                                         #{}, lists:append(Lists)))).
 
-%% The hist.c rule: midpoint of the bucket holding the ceil(q% n)-th value.
-rank_value(Buckets, Q) ->
+%% The hist.c rule: midpoint of the bucket holding the ceil(q% n)-th value,
+%% each bucket's width from the histogram's own sub_bucket_bits.
+rank_value(H, Q) ->
+    Buckets = buckets(H),
     N = lists:sum([C || {_, C} <- Buckets]),
-    walk(Buckets, max(1, ceil(Q / 100 * N)), 0).
+    walk(Buckets, max(1, ceil(Q / 100 * N)), 0, get(sub_bucket_bits, H)).
 
-walk([{Lo, C} | Rest], Rank, Seen) ->
+walk([{Lo, C} | Rest], Rank, Seen, Bits) ->
     case Seen + C >= Rank of
-        true -> Lo + (width(Lo) - 1) div 2;
-        false -> walk(Rest, Rank, Seen + C)
+        true -> Lo + (width(Lo, Bits) - 1) div 2;
+        false -> walk(Rest, Rank, Seen + C, Bits)
     end.
 
-width(Lo) when Lo < 128 -> 1;
-width(Lo) -> 1 bsl (length(integer_to_list(Lo, 2)) - 1 - 7).
+width(Lo, Bits) when Lo < 1 bsl Bits -> 1;
+width(Lo, Bits) -> 1 bsl (length(integer_to_list(Lo, 2)) - 1 - Bits).
 
 sluice(Config, Args) ->
     P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},

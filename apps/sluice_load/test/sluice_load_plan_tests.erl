@@ -1,6 +1,6 @@
 %% EUnit tests of the pure parts of the load coordinator: the split over
-%% engines and source addresses, histogram merging and percentiles, and the
-%% Prometheus text the server memory comes from.
+%% engines and source addresses, and the Prometheus text the server memory
+%% comes from (histograms and merging: sluice_hist_tests).
 -module(sluice_load_plan_tests).
 
 -include_lib("eunit/include/eunit.hrl").
@@ -48,40 +48,6 @@ parse_ips_syntax_test() ->
     ?assertEqual("127.0.0.2,127.0.0.3",
                  sluice_load_plan:format_ips([{127, 0, 0, 2}, {127, 0, 0, 3}])).
 
-%% Percentiles of merged histograms follow hist.c: the bucket midpoint of
-%% the ceil(q% n)-th value, capped at the maximum.
-percentile_test() ->
-    %% below 128 a bucket per value; 1000 falls in [1000, 1004) (width 4)
-    B = [[10, 50], [20, 49], [1000, 1]],
-    ?assertEqual(10, sluice_load_merge:percentile(B, 50, 2000)),
-    ?assertEqual(20, sluice_load_merge:percentile(B, 99, 2000)),
-    ?assertEqual(1001, sluice_load_merge:percentile(B, 99.5, 2000)),
-    ?assertEqual(1000, sluice_load_merge:percentile(B, 99.5, 1000)),
-    ?assertEqual(0, sluice_load_merge:percentile([], 50, 0)).
-
-merge_sums_counts_and_buckets_test() ->
-    H = fun(Bs) -> #{<<"buckets">> => Bs} end,
-    E = fun(Msgs, Bs, Max) ->
-                #{<<"scenario">> => <<"ping">>, <<"messages">> => Msgs, <<"conns">> => 2,
-                  <<"interval_ms">> => 1000, <<"duration_s">> => 1.0,
-                  <<"latency_us">> => #{<<"max">> => Max, <<"mean">> => 1.0, <<"samples">> => Msgs},
-                  <<"latency_hist">> => H(Bs), <<"failures">> => #{<<"EMFILE">> => 1},
-                  <<"rounds">> => [#{<<"round">> => 0, <<"pongs">> => Msgs,
-                                     <<"latency_us">> => #{<<"max">> => Max},
-                                     <<"latency_hist">> => H(Bs)}]}
-        end,
-    M = sluice_load_merge:merge([E(3, [[100, 3]], 0.1), E(1, [[5000, 1]], 5.0)]),
-    ?assertEqual(4, maps:get(<<"messages">>, M)),
-    ?assertEqual(4, maps:get(<<"conns">>, M)),
-    ?assertEqual(1000, maps:get(<<"interval_ms">>, M)),
-    ?assertEqual(#{<<"EMFILE">> => 2}, maps:get(<<"failures">>, M)),
-    ?assertEqual([[100, 3], [5000, 1]], maps:get(<<"buckets">>, maps:get(<<"latency_hist">>, M))),
-    L = maps:get(<<"latency_us">>, M),
-    ?assertEqual(0.1, maps:get(<<"p50">>, L)),
-    ?assertEqual(5.0, maps:get(<<"p99">>, L)),
-    [R] = maps:get(<<"rounds">>, M),
-    ?assertEqual(4, maps:get(<<"pongs">>, R)).
-
 prometheus_text_test() ->
     T = <<"# HELP sluice_connections open\n# TYPE sluice_connections gauge\n"
           "sluice_connections{node=\"a@h\",backend=\"inet\"} 3\n"
@@ -91,11 +57,11 @@ prometheus_text_test() ->
     ?assertEqual([{<<"sluice_connections">>, #{<<"node">> => <<"a@h">>, <<"backend">> => <<"inet">>}, 3.0},
                   {<<"sluice_connections">>, #{<<"node">> => <<"all">>}, 5.0},
                   {<<"sluice_beam_memory_bytes">>, #{}, 1.5e6}],
-                 sluice_load_metrics:parse(T)).
+                 sluice_server_metrics:parse(T)).
 
 per_conn_test() ->
     B = #{connections => 10.0, beam_memory => 1000.0, resident_memory => 2000.0, t_ms => 0},
     H = #{connections => 110.0, beam_memory => 201000.0, resident_memory => 402000.0, t_ms => 1},
     ?assertMatch(#{connections := 100.0, beam_bytes_per_conn := 2000.0,
-                   resident_bytes_per_conn := 4000.0}, sluice_load_metrics:per_conn(B, H)),
-    ?assertMatch(#{beam_bytes_per_conn := null}, sluice_load_metrics:per_conn(B, B)).
+                   resident_bytes_per_conn := 4000.0}, sluice_server_metrics:per_conn(B, H)),
+    ?assertMatch(#{beam_bytes_per_conn := null}, sluice_server_metrics:per_conn(B, B)).

@@ -4,7 +4,8 @@
 -module(sluice_load_test_lib).
 
 -export([repo_root/0, priv_dir/0, start_reaper/1, stop_reaper/1, reap/2]).
--export([run_lines/3, wait_line/3, wait_exit/2, built_bin/1]).
+-export([run_lines/3, run_lines/4, sluice/2, sluice/3, sluice_exit/2, signal/2,
+         wait_line/3, wait_exit/2, built_bin/1]).
 
 %% @doc The repository root: the first ancestor of this module (source or
 %% beam) that holds bin/sluice.
@@ -62,8 +63,9 @@ reap(Config, OsPid) ->
     proplists:get_value(reaper, Config) ! {add, OsPid},
     ok.
 
-%% @doc Kills every registered OS process and its children (call from
-%% end_per_testcase): a VM started by bin/sluice is a child of sluice-run.
+%% @doc Kills every registered OS process and all its descendants (call
+%% from end_per_testcase): a VM started by bin/sluice is a child of
+%% sluice-run, and the C programs or VMs it runs are its descendants.
 -spec stop_reaper(list()) -> ok.
 stop_reaper(Config) ->
     Reaper = proplists:get_value(reaper, Config),
@@ -75,9 +77,8 @@ reaper(Pids) ->
         {add, Pid} ->
             reaper([Pid | Pids]);
         {kill_all, From} ->
-            _ = [os:cmd("for c in $(ps -o pid= --ppid " ++ P ++ "); do kill -9 $c; done; "
-                        "kill -9 " ++ P ++ " 2>/dev/null")
-                 || P <- [integer_to_list(N) || N <- Pids]],
+            Tree = lists:usort(lists:append([sluice_procfs:process_tree(P) || P <- Pids])),
+            _ = [os:cmd("kill -9 " ++ integer_to_list(P) ++ " 2>/dev/null") || P <- Tree],
             From ! {reaped, self()}
     end.
 
@@ -90,18 +91,45 @@ ancestors(Dir) ->
 first([X | _]) -> {ok, X};
 first([]) -> error.
 
-%% --- running bin/sluice (used by sluice_drain_load_SUITE) -----------------
+%% --- running bin/sluice ---------------------------------------------------
 
 %% @doc Start an executable with its output as lines; registered with the
 %% case's reaper. Returns {Port, OsPid}.
 -spec run_lines(list(), file:filename(), [string()]) -> {port(), non_neg_integer()}.
 run_lines(Config, Exe, Args) ->
+    run_lines(Config, Exe, Args, []).
+
+%% @doc run_lines/3 with extra environment variables.
+-spec run_lines(list(), file:filename(), [string()], [{string(), string()}]) ->
+          {port(), non_neg_integer()}.
+run_lines(Config, Exe, Args, Env) ->
     Port = open_port({spawn_executable, Exe},
-                     [{args, Args}, exit_status, binary, {line, 4096}, stderr_to_stdout,
-                      use_stdio, hide]),
+                     [{args, Args}, {env, Env}, exit_status, binary, {line, 4096},
+                      stderr_to_stdout, use_stdio, hide]),
     {os_pid, OsPid} = erlang:port_info(Port, os_pid),
     reap(Config, OsPid),
     {Port, OsPid}.
+
+%% @doc Start `bin/sluice Args' (Config from built_bin/1): {Port, OsPid}.
+-spec sluice(list(), [string()]) -> {port(), non_neg_integer()}.
+sluice(Config, Args) ->
+    sluice(Config, Args, []).
+
+-spec sluice(list(), [string()], [{string(), string()}]) -> {port(), non_neg_integer()}.
+sluice(Config, Args, Env) ->
+    run_lines(Config, proplists:get_value(bin, Config), Args, Env).
+
+%% @doc Run `bin/sluice Args' to its end: its status and output lines.
+-spec sluice_exit(list(), [string()]) -> {non_neg_integer() | timeout, [binary()]}.
+sluice_exit(Config, Args) ->
+    {Port, _} = sluice(Config, Args),
+    wait_exit(Port, 15000).
+
+%% @doc Send signal `Sig' ("TERM", "INT", ...) to an OS process.
+-spec signal(string(), non_neg_integer()) -> ok.
+signal(Sig, OsPid) ->
+    _ = os:cmd("kill -" ++ Sig ++ " " ++ integer_to_list(OsPid)),
+    ok.
 
 %% @doc Output lines up to and including the first matching Re: its
 %% captures and the lines read.

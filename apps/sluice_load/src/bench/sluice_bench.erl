@@ -1,0 +1,241 @@
+%% @doc The benchmark runner behind `bin/sluice bench': run the cells of
+%% the matrix, print the progress, the table and the speed targets, and
+%% write the results as JSON and as a self-contained HTML page.
+%%
+%% Order of the runs: round by round, and in each round every cell's sluice
+%% run immediately followed by its C reference run (A B A B ...), so that
+%% every sluice figure has a C figure measured within seconds of it. Every
+%% run starts a fresh server and a fresh engine. bench/README.md says what
+%% each figure means and how to read it.
+-module(sluice_bench).
+
+-export([bench/1, stop_on_signal/0]).
+
+%%% ------------------------------------------------------------------
+%%% Running the matrix
+%%% ------------------------------------------------------------------
+
+%% @doc Run the cells of `Config' (`cells', `rounds', `warmup', `duration',
+%% `out', `quick', `command'); print the progress (stderr), the table and
+%% the targets (stdout); write the files. Returns the result document with
+%% `files' and `failed_runs' added.
+-spec bench(map()) -> {ok, map()} | {error, string()}.
+bench(#{cells := Cells, rounds := Rounds} = Config) ->
+    case environment() of
+        {error, _} = E -> E;
+        {ok, Env0 = #{paths := Paths}} ->
+            Env = Env0#{paths := Paths#{backend => maps:get(backend, Config, inet)}},
+            Plan = [{Rd, Sc, Sv, Role}
+                    || Rd <- lists:seq(1, Rounds), {Sc, Sv} <- Cells,
+                       Role <- case Sv of c -> [subject]; _ -> [subject, reference] end],
+            io:format(standard_error, "sluice bench: ~b cells x ~b rounds = ~b runs, about ~s~n",
+                      [length(Cells), Rounds, length(Plan), minsec(estimate(Plan, Config))]),
+            T0 = erlang:monotonic_time(millisecond),
+            Tmp = tmpdir(),
+            {Status, Runs} = try run_plan(Plan, length(Plan), Config, Env#{tmpdir => Tmp}, [])
+                             after _ = file:del_dir_r(Tmp)
+                             end,
+            Elapsed = (erlang:monotonic_time(millisecond) - T0) / 1000,
+            finish(Config, Env, {Status, Runs}, Elapsed)
+    end.
+
+environment() ->
+    Taskset = os:find_executable("taskset"),
+    Cores = erlang:system_info(logical_processors_available),
+    case [sluice_build:program(P) || P <- ["sluice-load", "sluice-ref"]] of
+        [{error, _} = E, _] -> E;
+        [_, {error, _} = E] -> E;
+        _ when Taskset =:= false ->
+            {error, "taskset not found (Debian package util-linux): runs are pinned to cores"};
+        _ when is_integer(Cores), Cores < 2 ->
+            {error, "needs 2 cores (server on core 0, engine on core 1)"};
+        [{ok, Engine}, _] ->
+            {ok, #{paths => #{root => sluice_build:root(), priv => filename:dirname(Engine),
+                              erl => sluice_build:erl(),
+                              seed_ebin => filename:dirname(code:which(sluice_bench_seed_server))},
+                   taskset => Taskset, clk_tck => sluice_procfs:clk_tck()}}
+    end.
+
+tmpdir() ->
+    Dir = filename:join(case os:getenv("TMPDIR") of
+                            false -> "/tmp";
+                            "" -> "/tmp";
+                            T -> T
+                        end,
+                        "sluice-bench-" ++ os:getpid() ++ "-"
+                        ++ integer_to_list(erlang:unique_integer([positive]))),
+    ok = filelib:ensure_dir(filename:join(Dir, "x")),
+    Dir.
+
+estimate(Plan, #{warmup := W, duration := D}) ->
+    lists:sum([case Sc of
+                   connrate -> 2.0;
+                   _ -> W + D + case Role of subject -> 0.4; reference -> 0.15 end
+               end || {_, Sc, _, Role} <- Plan]).
+
+minsec(S) ->
+    io_lib:format("~bm~2..0bs", [trunc(S) div 60, trunc(S) rem 60]).
+
+run_plan([], _N, _Config, _Env, Acc) ->
+    {done, lists:reverse(Acc)};
+run_plan([{Rd, Sc, Sv, Role} | Rest], N, #{rounds := Rounds} = Config, Env, Acc) ->
+    case interrupted() of
+        true ->
+            io:format(standard_error, "sluice bench: interrupted: reporting the ~b runs done~n",
+                      [length(Acc)]),
+            {interrupted, lists:reverse(Acc)};
+        false ->
+            Server = case Role of subject -> Sv; reference -> c end,
+            Spec = Env#{scenario => Sc, server => Server,
+                        ack => sluice_bench_matrix:ack(Sc, Sv),
+                        warmup => maps:get(warmup, Config),
+                        duration => maps:get(duration, Config)},
+            R = (sluice_bench_run:run(Spec))#{round => Rd, role => Role, pair => Sv},
+            progress(length(Acc) + 1, N, Rd, Rounds, R),
+            run_plan(Rest, N, Config, Env, [R | Acc])
+    end.
+
+progress(I, N, Rd, Rounds, #{scenario := Sc, server := Sv, wall_s := Wall} = R) ->
+    Unit = maps:get(unit, sluice_bench_matrix:scenario(Sc)),
+    What = case R of
+               #{ok := true, rate := Rate} ->
+                   io_lib:format("~10s ~s  ~8s ns/~s", [sluice_bench_report:fmt_rate(Rate), Unit,
+                                                        sluice_bench_report:fmt_ns(
+                                                          maps:get(server_ns_per_msg, R)),
+                                                        msg_word(Sc)]);
+               _ -> ["FAILED: ", maps:get(error, R, <<"?">>)]
+           end,
+    W = length(integer_to_list(N)),
+    io:format(standard_error, "[~*b/~b] round ~b/~b  ~-16s ~-20s ~ts  (~.1f s)~n",
+              [W, I, N, Rd, Rounds, Sc, Sv, What, float(Wall)]).
+
+msg_word(connrate) -> "conn";
+msg_word(_) -> "msg".
+
+%%% ------------------------------------------------------------------
+%%% Results
+%%% ------------------------------------------------------------------
+
+finish(#{cells := Cells} = Config, #{paths := #{root := Root}}, {Status, Runs}, Elapsed) ->
+    %% cells without a run: the benchmark was interrupted before them
+    Summaries = [C || #{rounds := N} = C <- sluice_bench_report:cells(Cells, Runs), N > 0],
+    Targets = sluice_bench_report:targets(Summaries),
+    Failed = length([R || #{ok := false} = R <- Runs]),
+    Doc = #{tool => <<"sluice bench">>,
+            date => list_to_binary(calendar:system_time_to_rfc3339(
+                                     erlang:system_time(second), [{offset, "Z"}])),
+            command => maps:get(command, Config),
+            machine => machine(),
+            settings => #{rounds => maps:get(rounds, Config),
+                          warmup_s => maps:get(warmup, Config),
+                          duration_s => maps:get(duration, Config),
+                          quick => maps:get(quick, Config),
+                          backend => maps:get(backend, Config, inet),
+                          default_active => sluice_bench_matrix:default_active(),
+                          order => <<"per round: each cell's sluice run, then its C reference run">>,
+                          cpu => <<"server utime+stime of the whole process tree over the "
+                                   "engine's measurement window (connrate: whole engine run)">>,
+                          ratio => <<"median of the per-round sluice/C ratios">>},
+            scenarios => maps:from_list([{Sc, #{description => sluice_bench_matrix:describe_scenario(Sc),
+                                                settings => engine_settings(Sc)}}
+                                         || Sc <- lists:usort([S || {S, _} <- Cells])]),
+            matrix => [iolist_to_binary([atom_to_list(Sc), "/", atom_to_list(Sv)])
+                       || {Sc, Sv} <- Cells],
+            runs => Runs, cells => Summaries, targets => Targets,
+            interrupted => Status =:= interrupted,
+            failed_runs => Failed, elapsed_s => round(Elapsed)},
+    Table = sluice_bench_report:table(Summaries),
+    io:put_chars([Table, "\n", sluice_bench_report:legend(), "\n",
+                  sluice_bench_report:targets_text(Targets)]),
+    case write_files(maps:get(out, Config), Doc) of
+        {ok, Files} ->
+            io:format("~nresults: ~ts~n         ~ts~n",
+                      [relative(F, Root) || F <- Files]),
+            io:format("~b runs in ~s~ts~n",
+                      [length(Runs), minsec(Elapsed),
+                       case Failed of
+                           0 -> "";
+                           _ -> io_lib:format(", ~b FAILED (see the runs' \"error\" in the JSON)",
+                                              [Failed])
+                       end]),
+            {ok, Doc#{files => Files}};
+        {error, Why} ->
+            {error, Why}
+    end.
+
+engine_settings(Sc) ->
+    S = sluice_bench_matrix:scenario(Sc),
+    #{engine => [list_to_binary(A) || A <- maps:get(engine, S)],
+      server_core => list_to_binary(maps:get(server_core, S)),
+      engine_core => list_to_binary(maps:get(engine_core, S))}.
+
+write_files(Dir, Doc) ->
+    Base = filename:join(Dir, unique_stamp(Dir)),
+    Json = Base ++ ".json",
+    Html = Base ++ ".html",
+    case filelib:ensure_dir(Json) of
+        ok ->
+            case {file:write_file(Json, sluice_json:encode(Doc)),
+                  file:write_file(Html, sluice_bench_html:page(Doc))} of
+                {ok, ok} -> {ok, [Json, Html]};
+                {E, _} when E =/= ok -> {error, io_lib:format("cannot write ~ts: ~p", [Json, E])};
+                {_, E} -> {error, io_lib:format("cannot write ~ts: ~p", [Html, E])}
+            end;
+        {error, Why} ->
+            {error, io_lib:format("cannot create ~ts: ~p", [Dir, Why])}
+    end.
+
+unique_stamp(Dir) ->
+    {{Y, Mo, D}, {H, Mi, S}} = calendar:local_time(),
+    Stamp = lists:flatten(io_lib:format("~4..0b-~2..0b-~2..0bT~2..0b~2..0b~2..0b",
+                                        [Y, Mo, D, H, Mi, S])),
+    hd([N || N <- [Stamp | [Stamp ++ "-" ++ integer_to_list(I) || I <- lists:seq(2, 99)]],
+             not filelib:is_file(filename:join(Dir, N ++ ".json"))]).
+
+relative(File, Root) ->
+    case string:prefix(File, Root ++ "/") of
+        nomatch -> File;
+        Rest -> Rest
+    end.
+
+%% The machine, for the reports.
+machine() ->
+    {Family, Name} = os:type(),
+    #{nproc => erlang:system_info(logical_processors_available),
+      nproc_online => erlang:system_info(logical_processors_online),
+      cpu_model => sluice_procfs:cpu_model(),
+      otp_release => list_to_binary(erlang:system_info(otp_release)),
+      erts_version => list_to_binary(erlang:system_info(version)),
+      kernel => iolist_to_binary([atom_to_list(Family), "/", atom_to_list(Name), " ",
+                                  sluice_procfs:kernel_release()]),
+      clk_tck => sluice_procfs:clk_tck(),
+      open_file_limit => sluice_procfs:open_file_limit(),
+      erl_flags => list_to_binary(os:getenv("SLUICE_ERL_FLAGS", ""))}.
+
+%%% ------------------------------------------------------------------
+%%% Ctrl-C: bin/sluice turns SIGINT into SIGTERM for the VM. The run in
+%%% progress ends normally (its server is stopped), then the results so
+%%% far are reported.
+%%% ------------------------------------------------------------------
+
+%% @doc From now on SIGTERM makes bench/1, called from this process, stop
+%% after the run in progress and report what it has.
+-spec stop_on_signal() -> ok.
+stop_on_signal() ->
+    Main = self(),
+    Watcher = spawn_link(fun() -> watch(Main) end),
+    sluice_signal:install(Watcher).
+
+watch(Main) ->
+    receive
+        {sluice_signal, sigterm} ->
+            io:format(standard_error, "~nsluice bench: stopping after the current run~n", []),
+            Main ! {?MODULE, interrupt},
+            watch(Main);
+        _ -> watch(Main)
+    end.
+
+interrupted() ->
+    receive {?MODULE, interrupt} -> true
+    after 0 -> false
+    end.

@@ -1,0 +1,85 @@
+%% @doc `bin/sluice bench': its options, and from them the cells, rounds
+%% and timings that sluice_bench runs. Exit codes: 0 every run succeeded,
+%% 1 some run failed or the benchmark could not start, 2 bad usage, 130
+%% interrupted (the runs done are reported and written all the same).
+%% Speed targets that fail do not change the exit code: benchmarks are not
+%% tests.
+-module(sluice_cmd_bench).
+
+-export([run/1, specs/0]).
+
+-define(ABOUT,
+        "Run the benchmark matrix: every sluice figure beside the C reference server's,\n"
+        "measured in the same round. Prints a table and the speed targets, and writes\n"
+        "bench/results/<timestamp>.json and .html. Builds nothing: run `make' first.\n"
+        "--scenario and --server pick cells: both together run that one cell.").
+
+-spec specs() -> [sluice_cli_args:spec()].
+specs() ->
+    O = fun sluice_cli_args:opt/4,
+    [O(quick, boolean, false, "the smaller matrix (make bench QUICK=1)"),
+     O(scenario, {enum, [all | sluice_bench_matrix:scenarios()]}, all, "only this scenario"),
+     O(server, {enum, [all | sluice_bench_matrix:servers()]}, all, "only this server"),
+     O(backend, {enum, [inet, socket]}, inet,
+       "socket layer of every sluice server (the -socket servers always use socket)"),
+     O(rounds, {integer, 1, 100}, 3, "rounds (each cell is measured once per round)"),
+     (O(warmup, {number, 0, 60}, undefined, "seconds of load before each measurement"))
+         #{shown => "1 (--quick: 0.5)"},
+     (O(duration, {number, 0.1, 600}, undefined, "seconds measured per run"))
+         #{shown => "1.25 (--quick: 1)"},
+     O(out, string, "bench/results", "directory for the results (the default is in the repository)")].
+
+-spec run([string()]) -> sluice_cli:result().
+run(Args) ->
+    sluice_cli_args:with_options("bench", ?ABOUT, specs(), Args,
+                                 fun(Opts) -> bench(Opts, Args) end).
+
+bench(Opts, Args) ->
+    case cells(Opts) of
+        {error, Msg} ->
+            {error, 2, Msg};
+        {ok, Cells} ->
+            sluice_bench:stop_on_signal(),
+            case sluice_bench:bench(config(Opts, Cells, Args)) of
+                {ok, #{interrupted := true}} -> 130;
+                {ok, #{failed_runs := 0}} -> 0;
+                {ok, _} -> 1;
+                {error, Msg} -> {error, 1, Msg}
+            end
+    end.
+
+config(#{quick := Quick} = O, Cells, Args) ->
+    Pick = fun(K, Normal, Short) ->
+                   case {maps:get(K, O), Quick} of
+                       {undefined, false} -> Normal;
+                       {undefined, true} -> Short;
+                       {V, _} -> V
+                   end
+           end,
+    #{cells => Cells, rounds => maps:get(rounds, O),
+      warmup => Pick(warmup, 1, 0.5), duration => Pick(duration, 1.25, 1),
+      backend => maps:get(backend, O), quick => Quick,
+      out => case maps:get(out, O) of
+                 "bench/results" -> filename:join([sluice_build:root(), "bench", "results"]);
+                 Dir -> filename:absname(Dir)
+             end,
+      command => iolist_to_binary(lists:join(" ", ["bin/sluice", "bench" | Args]))}.
+
+cells(#{scenario := Sc, server := Sv}) when Sc =/= all, Sv =/= all ->
+    case sluice_bench_matrix:check_cell(Sc, Sv) of
+        ok -> {ok, [{Sc, Sv}]};
+        {error, _} = E -> E
+    end;
+cells(#{quick := Quick, scenario := Sc, server := Sv}) ->
+    Match = fun(Cells) -> [C || {S, V} = C <- Cells, Sc =:= all orelse S =:= Sc,
+                                Sv =:= all orelse V =:= Sv] end,
+    Base = case Quick of
+               true -> sluice_bench_matrix:quick();
+               false -> sluice_bench_matrix:default()
+           end,
+    case {Match(Base), Match(sluice_bench_matrix:default())} of
+        {[_ | _] = Cells, _} -> {ok, Cells};
+        {[], [_ | _] = Cells} -> {ok, Cells};
+        {[], []} -> {error, "no cell of the matrix has that server: "
+                            "name a scenario as well (--scenario S --server X)"}
+    end.

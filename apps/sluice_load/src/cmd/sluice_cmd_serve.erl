@@ -1,0 +1,97 @@
+%% @doc `bin/sluice serve': its options, and the choice of where the
+%% listener runs: in this VM (sluice_serve), in a VM started with the
+%% emulator flags asked for when this one lacks them (sluice_vm_flags), or
+%% on several nodes (sluice_serve_cluster).
+-module(sluice_cmd_serve).
+
+-export([run/1, specs/0, listener_opts/1]).
+
+-define(ABOUT, "Serve the ack, ping or echo protocol until SIGTERM or SIGINT, then drain\n"
+        "and exit. Prints one line \"listening on IP:PORT\" once it accepts.").
+
+-spec specs() -> [sluice_cli_args:spec()].
+specs() ->
+    D = sluice_opts:defaults(),
+    O = fun sluice_cli_args:opt/4,
+    [O(ip, ip, {0, 0, 0, 0}, "address to listen on"),
+     O(port, {integer, 0, 65535}, 8000, "port to listen on (0: any free port)"),
+     O(protocol, {enum, [ack, ping, echo]}, ack, "protocol to serve"),
+     O(ack, {enum, [each, last, counted]}, each,
+       "ack protocol: one ack per frame (each), one per read (last), or one per read with a count (counted)"),
+     O(max_frame, {integer, 0, 16#ffffffff}, 1048576,
+       "ack protocol: largest frame payload accepted; a larger Len closes the connection"),
+     O(frame_timeout, timeout, 30000,
+       "ack protocol: close a connection whose partial frame does not complete in this many ms"),
+     O(active, active, maps:get(active, D),
+       "socket delivery: false (recv), once, N (flow control every N reads) or true (unbounded mailbox)"),
+     O(acceptors, {integer, 1, 65535}, maps:get(num_acceptors, D), "acceptor processes"),
+     O(listen_sockets, {integer, 1, 1024}, maps:get(num_listen_sockets, D),
+       "listen sockets on the port (SO_REUSEPORT when more than one)"),
+     O(max_connections, {integer, 0, infinity}, maps:get(max_connections, D),
+       "connection limit for the listener (default: the VM's descriptor limit less a reserve)"),
+     O(idle_timeout, timeout, maps:get(idle_timeout, D),
+       "close a connection that receives nothing for this long"),
+     O(backlog, {integer, 1, 65535}, maps:get(backlog, D), "listen backlog"),
+     O(buffer, {integer, 0, infinity}, 0,
+       "read buffer in bytes, inet driver or socket recv (0: the library's default)"),
+     O(drain_timeout, {integer, 0, 60000}, 5000,
+       "on SIGTERM/SIGINT, how long connections get to end before they are closed"),
+     O(hibernate_after, timeout, maps:get(hibernate_after, D),
+       "hibernate a connection quiet for this long"),
+     O(park_after, timeout, maps:get(park_after, D),
+       "park an inet connection quiet for this long: its process exits, its socket waits in its supervisor"),
+     O(backend, {enum, [inet, socket]}, maps:get(transport, D),
+       "socket layer: inet (gen_tcp, the inet driver) or socket (OTP's socket NIF)"),
+     O(nodes, {integer, 0, 64}, 0,
+       "run the listener on this many BEAM nodes (peer), one OS process each, on one port "
+       "(SO_REUSEPORT); 0: in this VM"),
+     O(hosts, string, "local",
+       "with --nodes: comma-separated hosts to start the nodes on, round-robin, over ssh "
+       "(the same checkout path on each); local: this host"),
+     O(metrics_port, {integer, 0, 65535}, undefined,
+       "serve Prometheus text at http://IP:PORT/metrics (0: any free port, printed on stderr)")]
+        ++ sluice_vm_flags:specs().
+
+-spec run([string()]) -> sluice_cli:result().
+run(Args) ->
+    sluice_cli_args:with_options("serve", ?ABOUT, specs(), Args,
+                                 fun(Opts) ->
+                                         case sluice_vm_flags:check(Opts) of
+                                             ok -> serve(Opts, Args);
+                                             {error, Msg} -> {error, 2, Msg}
+                                         end
+                                 end).
+
+%% Emulator flags this VM lacks: the same command in a VM that has them
+%% (once: a relaunched VM serves with what it got, and says so).
+serve(#{nodes := 0} = O, Args) ->
+    Relaunched = sluice_vm_flags:relaunched(),
+    case sluice_vm_flags:missing(O) of
+        [_ | _] when not Relaunched -> sluice_vm_flags:relaunch(O, Args);
+        _ -> sluice_serve:run(O, listener_opts(O))
+    end;
+serve(O, _Args) ->
+    sluice_serve_cluster:run(O, listener_opts(O)).
+
+%% @doc The library options that the CLI options stand for.
+-spec listener_opts(map()) -> map().
+listener_opts(O) ->
+    Handler = case maps:get(protocol, O) of
+                  ack -> {sluice_proto_ack, #{ack => maps:get(ack, O),
+                                              max_frame => maps:get(max_frame, O),
+                                              frame_timeout => maps:get(frame_timeout, O)}};
+                  ping -> {sluice_proto_ping, []};
+                  echo -> {sluice_proto_echo, []}
+              end,
+    SocketOpts = case maps:get(buffer, O) of
+                     0 -> [];
+                     B -> [{buffer, B}]
+                 end,
+    #{ip => maps:get(ip, O), port => maps:get(port, O), handler => Handler,
+      active => maps:get(active, O), num_acceptors => maps:get(acceptors, O),
+      num_listen_sockets => maps:get(listen_sockets, O),
+      max_connections => maps:get(max_connections, O),
+      idle_timeout => maps:get(idle_timeout, O), backlog => maps:get(backlog, O),
+      hibernate_after => maps:get(hibernate_after, O),
+      park_after => maps:get(park_after, O),
+      socket_opts => SocketOpts, transport => maps:get(backend, O)}.

@@ -1,0 +1,111 @@
+%% @doc Merges the `--json' results of several load engine processes into
+%% one result of the same shape: counts are summed, histograms are merged
+%% bucket by bucket and every percentile is computed again from the merged
+%% buckets (sluice_hist: percentiles themselves cannot be averaged),
+%% ping/scale rounds are merged round by round (the engines start their
+%% window together, on the coordinator's `go').
+-module(sluice_load_merge).
+
+-export([merge/1, merge_rounds/1]).
+
+-type result() :: #{binary() => term()}.
+
+-define(SUM, [<<"conns">>, <<"messages">>, <<"rate">>, <<"bytes">>, <<"errors">>,
+              <<"threads">>, <<"conns_up_at_end">>, <<"pings">>, <<"pongs">>,
+              <<"timeouts">>, <<"timeouts_whole_run">>, <<"skipped">>,
+              <<"late_pongs">>, <<"held_at_end">>, <<"writes">>, <<"writes_per_s">>,
+              <<"echo_bytes_per_s">>, <<"conns_up">>, <<"attempts">>, <<"handshakes">>,
+              <<"established">>]).
+
+%% @doc One result from the results of engines run side by side.
+-spec merge([result()]) -> result().
+merge([First | _] = Rs) ->
+    Hist = sluice_hist:merge([H || #{<<"latency_hist">> := H} <- Rs]),
+    Base = maps:map(fun(K, V) -> field(K, V, Rs) end, First),
+    Merged = Base#{<<"latency_hist">> => Hist,
+                   <<"latency_us">> => (sluice_hist:latency(Hist))#{<<"mean">> => mean([L || #{<<"latency_us">> := L} <- Rs])},
+                   <<"engines">> => length(Rs),
+                   <<"exit_code">> => exit_code(Rs),
+                   <<"protocol_error">> => lists:any(fun(R) -> maps:get(<<"protocol_error">>, R, false) =:= true end, Rs),
+                   <<"failures">> => sum_maps([maps:get(<<"failures">>, R, #{}) || R <- Rs])},
+    with_connect(with_rounds(Merged, Rs), Rs).
+
+field(K, V, Rs) when is_number(V) ->
+    Vs = [N || R <- Rs, N <- [maps:get(K, R, 0)], is_number(N)],
+    case K of
+        <<"duration_s">> -> lists:max(Vs);
+        <<"window_start_unix_ms">> -> lists:min(Vs);
+        _ ->
+            case lists:member(K, ?SUM) of
+                true -> lists:sum(Vs);
+                false -> V
+            end
+    end;
+field(_K, V, _Rs) ->
+    V.
+
+exit_code(Rs) ->
+    Codes = [maps:get(<<"exit_code">>, R, 0) || R <- Rs],
+    case {lists:member(1, Codes), lists:all(fun(C) -> C =:= 3 end, Codes)} of
+        {true, _} -> 1;
+        {false, true} -> 3;
+        _ -> 0
+    end.
+
+with_connect(M, Rs) ->
+    case [C || #{<<"connect">> := C} <- Rs] of
+        [] -> M;
+        Cs ->
+            Sum = fun(K) -> lists:sum([maps:get(K, C, 0) || C <- Cs]) end,
+            Est = Sum(<<"established">>),
+            %% the engines connect at the same time: the span of the whole
+            %% is the longest of theirs
+            Span = lists:max([maps:get(<<"span_s">>, C, 0) || C <- Cs]),
+            H = sluice_hist:merge([maps:get(<<"latency_hist">>, C) || C <- Cs]),
+            M#{<<"connect">> =>
+                   #{<<"attempts">> => Sum(<<"attempts">>),
+                     <<"handshakes">> => Sum(<<"handshakes">>),
+                     <<"established">> => Est,
+                     <<"span_s">> => Span,
+                     <<"rate_per_s">> => case Span > 0 of true -> Est / Span; false -> 0 end,
+                     <<"latency_us">> => (sluice_hist:latency(H))#{<<"mean">> => mean([maps:get(<<"latency_us">>, C, #{}) || C <- Cs])},
+                     <<"latency_hist">> => H}}
+    end.
+
+%% @doc Only the rounds of several results, merged: `#{<<"rounds">> => [...]}'.
+-spec merge_rounds([result()]) -> result().
+merge_rounds(Rs) ->
+    with_rounds(#{}, Rs).
+
+with_rounds(M, Rs) ->
+    case [Rounds || #{<<"rounds">> := Rounds} <- Rs] of
+        [] -> M;
+        All ->
+            ByIdx = lists:foldl(
+                      fun(R, Acc) ->
+                              maps:update_with(maps:get(<<"round">>, R), fun(L) -> [R | L] end, [R], Acc)
+                      end, #{}, lists:append(All)),
+            M#{<<"rounds">> => [merge_round(lists:reverse(maps:get(I, ByIdx)))
+                                || I <- lists:sort(maps:keys(ByIdx))]}
+    end.
+
+merge_round([First | _] = Rs) ->
+    H = sluice_hist:merge([maps:get(<<"latency_hist">>, R) || R <- Rs]),
+    Base = maps:map(fun(K, V) -> field(K, V, Rs) end, First),
+    L = sluice_hist:latency(H),
+    Base#{<<"latency_hist">> => H,
+          <<"latency_us">> => maps:with([<<"p50">>, <<"p90">>, <<"p99">>, <<"p999">>, <<"max">>], L)}.
+
+%% The exact mean: the engines' means weighted by their sample counts.
+mean(Ls) ->
+    N = lists:sum([maps:get(<<"samples">>, L, 0) || L <- Ls]),
+    case N of
+        0 -> 0;
+        _ -> lists:sum([maps:get(<<"mean">>, L, 0) * maps:get(<<"samples">>, L, 0) || L <- Ls]) / N
+    end.
+
+sum_maps(Ms) ->
+    lists:foldl(fun(M, Acc) ->
+                        maps:fold(fun(K, V, A) -> maps:update_with(K, fun(X) -> X + V end, V, A) end,
+                                  Acc, M)
+                end, #{}, Ms).

@@ -1,0 +1,67 @@
+%% @doc The `serve' command's figures as Prometheus text (exposition format
+%% 0.0.4), per node and summed over its nodes (sluice_cluster), served at
+%% /metrics by sluice_prometheus_httpd.
+%%
+%% Every series carries `node="<node name>"', and once more `node="all"'
+%% with the sum. `sluice_accept_errors_total' also has `reason': one series
+%% per reason seen and `reason="all"' with their sum (present even at 0).
+-module(sluice_prometheus).
+
+-export([series/0, format/1, scrape/1]).
+
+%% @doc The series: {Name, info key, type, help}. The telemetry events
+%% carry the same figures (sluice_serve_telemetry).
+-spec series() -> [{string(), atom(), gauge | counter, string()}].
+series() ->
+    [{"sluice_connections", connections, gauge, "Open connections."},
+     {"sluice_parked_connections", parked, gauge,
+      "Open connections parked while idle (no process of their own)."},
+     {"sluice_accepted_total", accepted, counter, "Connections accepted and admitted."},
+     {"sluice_rejected_total", rejected, counter,
+      "Connections accepted and closed at once: over max_connections."},
+     {"sluice_closed_total", closed, counter, "Connections that ended."},
+     {"sluice_protocol_errors_total", protocol_errors, counter,
+      "Connections closed for a protocol error."},
+     {"sluice_messages_total", messages, counter, "Chunks read from sockets and handled."},
+     {"sluice_bytes_in_total", bytes_in, counter, "Bytes received."},
+     {"sluice_bytes_out_total", bytes_out, counter, "Bytes sent."},
+     {"sluice_beam_memory_bytes", beam_memory, gauge,
+      "BEAM memory of the node (erlang:memory(total))."},
+     {"sluice_resident_memory_bytes", resident_memory, gauge,
+      "Resident set size of the node's OS process."}].
+
+%% @doc Prometheus text of a sluice_cluster:info/2 result.
+-spec format(map() | {error, not_found}) -> iolist().
+format({error, not_found}) ->
+    [];
+format(All = #{nodes := PerNode}) ->
+    Rows = [{atom_to_list(N), I} || {N, I} <- lists:sort(maps:to_list(PerNode))]
+        ++ [{"all", All}],
+    [[header(Metric, Type, Help),
+      [sample(Metric, [{"node", Node}], maps:get(Key, I, 0)) || {Node, I} <- Rows]]
+     || {Metric, Key, Type, Help} <- series()]
+        ++ [header("sluice_accept_errors_total", counter, "Failed accept calls, by reason."),
+            [[[sample("sluice_accept_errors_total", [{"node", Node}, {"reason", atom_to_list(R)}], C)
+               || {R, C} <- lists:sort(maps:to_list(maps:get(accept_errors, I, #{})))],
+              sample("sluice_accept_errors_total", [{"node", Node}, {"reason", "all"}],
+                     lists:sum(maps:values(maps:get(accept_errors, I, #{}))))]
+             || {Node, I} <- Rows]].
+
+%% @doc The text for listener `Name' over the nodes that serve it, gathered
+%% now.
+-spec scrape(sluice:name()) -> iolist().
+scrape(Name) ->
+    format(sluice_cluster:serving_info(Name)).
+
+header(Metric, Type, Help) ->
+    io_lib:format("# HELP ~s ~s~n# TYPE ~s ~s~n", [Metric, Help, Metric, Type]).
+
+sample(Metric, Labels, Value) ->
+    L = lists:join(",", [[K, "=\"", escape(V), "\""] || {K, V} <- Labels]),
+    [Metric, "{", L, "} ", value(Value), "\n"].
+
+value(infinity) -> "+Inf";
+value(V) when is_integer(V) -> integer_to_list(V).
+
+escape(S) ->
+    lists:flatmap(fun($\\) -> "\\\\"; ($") -> "\\\""; ($\n) -> "\\n"; (C) -> [C] end, S).

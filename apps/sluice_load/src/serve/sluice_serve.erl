@@ -1,0 +1,85 @@
+%% @doc `bin/sluice serve' in this VM: one listener until SIGTERM (SIGINT
+%% comes as SIGTERM through sluice-run), then drain and exit 0. Also what
+%% the cluster needs of it: the metrics endpoint and listen errors in words.
+-module(sluice_serve).
+
+-export([run/2, start_metrics/3, describe_error/1]).
+
+-define(LISTENER, sluice_cli).
+
+%% @doc Serve `ListenerOpts' (the library options `O', the parsed command
+%% line, stands for) until a signal; the exit code or an error.
+-spec run(map(), map()) -> sluice_cli:result().
+run(O, ListenerOpts) ->
+    {ok, _} = application:ensure_all_started(sluice),
+    ok = sluice_signal:install(self()),
+    %% A failed start (eaddrinuse, ...) is reported on one line; the
+    %% supervisor's multi-page report of it would only bury that line.
+    ok = logger:add_primary_filter(sluice_cli_start, {fun drop_start_errors/2, []}),
+    Started = sluice:start_listener(?LISTENER, ListenerOpts),
+    ok = logger:remove_primary_filter(sluice_cli_start),
+    case Started of
+        {ok, _} ->
+            #{ip := IP, port := Port} = sluice:info(?LISTENER),
+            case start_metrics(O, IP, ?LISTENER) of
+                ok -> serve(O, IP, Port);
+                {error, _, _} = E -> E
+            end;
+        {error, Reason} ->
+            {error, 1, lists:flatten(io_lib:format("cannot listen on ~s:~b: ~s",
+                                                   [inet:ntoa(maps:get(ip, O)), maps:get(port, O),
+                                                    describe_error(Reason)]))}
+    end.
+
+serve(O, IP, Port) ->
+    io:format("listening on ~s:~b~n", [inet:ntoa(IP), Port]),
+    io:format(standard_error, "sluice: backend ~s; ~s~n",
+              [maps:get(backend, O), sluice_vm_flags:describe(O)]),
+    wait_signal(),
+    Left = case sluice:drain(?LISTENER, maps:get(drain_timeout, O)) of
+               {ok, N} -> N;
+               {error, _} -> 0
+           end,
+    %% What the handlers were given and what they sent, for a caller that
+    %% checks nothing read went unanswered.
+    #{bytes_in := In, bytes_out := Out} = sluice:info(?LISTENER),
+    ok = sluice:stop_listener(?LISTENER),
+    io:format(standard_error, "sluice: drained (~b connections closed at the deadline; "
+              "~b bytes read, ~b bytes written)~n", [Left, In, Out]),
+    0.
+
+%% @doc Once the listener accepts (on every node), before the listening
+%% line: the telemetry events where telemetry is present, and the /metrics
+%% endpoint if --metrics-port asks for it (where it is said on stderr).
+-spec start_metrics(map(), inet:ip_address(), sluice:name()) -> ok | {error, 1, string()}.
+start_metrics(O, IP, Name) ->
+    _ = sluice_serve_telemetry:start(Name),
+    case maps:get(metrics_port, O) of
+        undefined ->
+            ok;
+        Port ->
+            case sluice_prometheus_httpd:start(IP, Port, Name) of
+                {ok, Pid} ->
+                    io:format(standard_error, "sluice: metrics at http://~s:~b/metrics~n",
+                              [inet:ntoa(IP), sluice_prometheus_httpd:port(Pid)]);
+                {error, Reason} ->
+                    {error, 1, lists:flatten(io_lib:format("cannot serve metrics on port ~b: ~p",
+                                                           [Port, Reason]))}
+            end
+    end.
+
+drop_start_errors(#{msg := {report, #{label := {supervisor, start_error}}}}, _) -> stop;
+drop_start_errors(Event, _) -> Event.
+
+%% @doc A listen error in words.
+-spec describe_error(term()) -> string().
+describe_error(eaddrinuse) -> "address in use";
+describe_error(eacces) -> "permission denied";
+describe_error(eaddrnotavail) -> "address not available";
+describe_error(Reason) -> sluice:format_error(Reason).
+
+wait_signal() ->
+    receive
+        {sluice_signal, sigterm} -> ok;
+        {sluice_signal, _} -> wait_signal()
+    end.

@@ -1,0 +1,228 @@
+%% @doc `bin/sluice serve --nodes K': the listener on K BEAM nodes, one OS
+%% process each, all on one port (SO_REUSEPORT, the kernel spreads the
+%% connections), so that the server holds more connections than one OS
+%% process's descriptor limit allows.
+%%
+%% The CLI node starts Erlang distribution itself (bin/sluice runs `erl'
+%% without a name), then starts the nodes with `peer', over ssh for the
+%% hosts of `--hosts'; every node gets this node's cookie, code path,
+%% SLUICE_ERL_FLAGS and the emulator flags of --io-poll-threads,
+%% --io-poll-sets and --scheduler-bind. The first node binds the port (the
+%% real one when 0 was asked), the others that same port. `listening on IP:PORT' is printed once
+%% every node accepts. A node that dies is reported on stderr and the
+%% others keep serving; when none is left the command exits 1. SIGTERM
+%% (SIGINT through bin/sluice) drains every node at once, stops them and
+%% exits 0.
+-module(sluice_serve_cluster).
+
+-export([run/2, start_node_listener/1]).
+
+-define(LISTENER, sluice_cli).
+-define(PEER_TIMEOUT, 30000).
+-define(CALL_TIMEOUT, 15000).
+
+%% @doc Run the cluster until a signal; the exit code or an error. `O' is
+%% the parsed `serve' options, `ListenerOpts' the library options they
+%% stand for.
+-spec run(map(), map()) -> sluice_cli:result().
+run(O, ListenerOpts) ->
+    {ok, _} = application:ensure_all_started(sluice),
+    ok = sluice_signal:install(self()),
+    Hosts = hosts(O),
+    case start_distribution(Hosts) of
+        ok -> with_peers(O, ListenerOpts, start_peers(maps:get(nodes, O), Hosts, O));
+        {error, Reason} -> {error, 1, Reason}
+    end.
+
+with_peers(_O, _ListenerOpts, {error, Reason}) ->
+    {error, 1, Reason};
+with_peers(O, ListenerOpts, {ok, Peers}) ->
+    Nodes = [N || {_, N} <- Peers],
+    IP = maps:get(ip, ListenerOpts),
+    Started = case start_listeners(Nodes, ListenerOpts#{reuseport => true}) of
+                  {ok, Port} ->
+                      ok = sluice_cluster:set_serving_nodes(Nodes),
+                      case sluice_serve:start_metrics(O, IP, ?LISTENER) of
+                          ok -> {ok, Port};
+                          {error, _, Reason} -> {error, Reason}
+                      end;
+                  {error, _} = E -> E
+              end,
+    case Started of
+        {ok, P} ->
+            [monitor_node(N, true) || N <- Nodes],
+            io:format("listening on ~s:~b~n", [inet:ntoa(IP), P]),
+            Code = wait(Nodes),
+            Alive = alive(Nodes),
+            Left = drain(Alive, maps:get(drain_timeout, O)),
+            stop_peers(Peers),
+            io:format(standard_error, "sluice: drained ~b nodes (~b connections "
+                      "closed at the deadline)~n", [length(Alive), Left]),
+            Code;
+        {error, Why} ->
+            stop_peers(Peers),
+            {error, 1, Why}
+    end.
+
+%% The hosts of --hosts, [] for this host only.
+hosts(O) ->
+    case string:lexemes(maps:get(hosts, O), ", ") of
+        ["local"] -> [];
+        Hosts -> Hosts
+    end.
+
+%% Distribution with long names: 127.0.0.1 when every node is local (no
+%% DNS needed); when nodes run elsewhere, the name they reach this host by:
+%% $SLUICE_DIST_HOST, or this host's name. epmd is started first: a VM
+%% started without -name does not start it.
+start_distribution(Hosts) ->
+    Host = case Hosts of
+               [] -> "127.0.0.1";
+               _ -> os:getenv("SLUICE_DIST_HOST", net_adm:localhost())
+           end,
+    _ = os:cmd(epmd() ++ " -daemon"),
+    Name = list_to_atom("sluice_serve_" ++ os:getpid() ++ "@" ++ Host),
+    case net_kernel:start([Name, longnames]) of
+        {ok, _} -> ok;
+        {error, {already_started, _}} -> ok;
+        {error, Reason} ->
+            {error, lists:flatten(io_lib:format("cannot start Erlang distribution: ~p", [Reason]))}
+    end.
+
+epmd() ->
+    Erts = filename:join([code:root_dir(), "erts-" ++ erlang:system_info(version), "bin", "epmd"]),
+    case filelib:is_regular(Erts) of
+        true -> Erts;
+        false -> "epmd"
+    end.
+
+%% All peers at once (each takes a second or two to boot); any failure
+%% stops those that did start.
+start_peers(K, Hosts, O) ->
+    Self = self(),
+    Specs = [{I, host(I, Hosts)} || I <- lists:seq(1, K)],
+    Pids = [spawn(fun() -> Self ! {peer_started, self(), start_peer(I, Host, O)} end)
+            || {I, Host} <- Specs],
+    Results = [receive {peer_started, P, R} -> R end || P <- Pids],
+    case [Why || {error, Why} <- Results] of
+        [] ->
+            {ok, [{Peer, Node} || {ok, Peer, Node} <- Results]};
+        [Why | _] ->
+            stop_peers([{Peer, Node} || {ok, Peer, Node} <- Results]),
+            {error, Why}
+    end.
+
+host(_I, []) -> local;
+host(I, Hosts) -> lists:nth((I - 1) rem length(Hosts) + 1, Hosts).
+
+start_peer(I, Host, O) ->
+    Name = list_to_atom("sluice_serve_" ++ os:getpid() ++ "_" ++ integer_to_list(I)),
+    Erl = os:find_executable("erl"),
+    Flags = string:lexemes(os:getenv("SLUICE_ERL_FLAGS", ""), " ")
+        ++ sluice_vm_flags:emulator_args(O),
+    %% +Bi: Ctrl-C in a terminal reaches the whole process group; the nodes
+    %% ignore it and are drained by the CLI node like the rest.
+    %% -connect_all false: the nodes only need the CLI node, not each other;
+    %% a full mesh also makes `global' warn about overlapping partitions
+    %% as they stop one after the other.
+    Args = ["+Bi", "-connect_all", "false", "-setcookie", atom_to_list(erlang:get_cookie())
+            | lists:append([["-pa", D] || D <- sluice_build:code_path()])] ++ Flags,
+    Opts = #{name => Name, args => Args, wait_boot => ?PEER_TIMEOUT},
+    case Host of
+        local -> boot_peer(Host, Opts#{host => "127.0.0.1", exec => Erl});
+        _ -> case ssh() of
+                 {ok, Ssh} -> boot_peer(Host, Opts#{host => Host, exec => {Ssh, ["-T", Host, Erl]}});
+                 {error, _} = E -> E
+             end
+    end.
+
+boot_peer(Host, Opts) ->
+    try peer:start(Opts) of
+        {ok, Peer, Node} -> {ok, Peer, Node};
+        {error, Reason} -> {error, peer_error(Host, Reason)}
+    catch
+        Class:Reason -> {error, peer_error(Host, {Class, Reason})}
+    end.
+
+%% $SLUICE_SSH (a wrapper, or a stand-in in tests), else ssh from $PATH.
+ssh() ->
+    case os:getenv("SLUICE_SSH") of
+        Ssh when is_list(Ssh), Ssh =/= "" -> {ok, Ssh};
+        _ -> case os:find_executable("ssh") of
+                 false -> {error, "--hosts needs ssh, and there is none in PATH"};
+                 Ssh -> {ok, Ssh}
+             end
+    end.
+
+peer_error(Host, Reason) ->
+    lists:flatten(io_lib:format("cannot start a node on ~s: ~p",
+                                [case Host of local -> "this host"; _ -> Host end, Reason])).
+
+start_listeners([First | Rest], Opts) ->
+    case call(First, Opts) of
+        {ok, Port} ->
+            Others = [{N, call(N, Opts#{port => Port})} || N <- Rest],
+            case [{N, R} || {N, R} <- Others, R =/= {ok, Port}] of
+                [] -> {ok, Port};
+                [{N, R} | _] -> {error, listen_error(N, Opts#{port => Port}, R)}
+            end;
+        Error ->
+            {error, listen_error(First, Opts, Error)}
+    end.
+
+call(Node, Opts) ->
+    try erpc:call(Node, ?MODULE, start_node_listener, [Opts], ?CALL_TIMEOUT)
+    catch Class:Reason -> {error, {Class, Reason}}
+    end.
+
+listen_error(Node, #{ip := IP, port := Port}, {error, Reason}) ->
+    lists:flatten(io_lib:format("cannot listen on ~s:~b on node ~s: ~s",
+                                [inet:ntoa(IP), Port, Node,
+                                 sluice_serve:describe_error(Reason)])).
+
+%% @doc Runs on each node: start sluice and the listener; its real port.
+-spec start_node_listener(map()) -> {ok, inet:port_number()} | {error, term()}.
+start_node_listener(Opts) ->
+    {ok, _} = application:ensure_all_started(sluice),
+    case sluice:start_listener(?LISTENER, Opts) of
+        {ok, _} ->
+            #{port := Port} = sluice:info(?LISTENER),
+            {ok, Port};
+        Error ->
+            Error
+    end.
+
+%% Serve until SIGTERM; a node going down is reported, and when none is
+%% left there is nothing to serve.
+wait(Nodes) ->
+    receive
+        {sluice_signal, sigterm} ->
+            0;
+        {nodedown, Node} ->
+            Left = alive(Nodes),
+            ok = sluice_cluster:set_serving_nodes(Left),
+            io:format(standard_error, "sluice: node ~s is down, its connections are lost; "
+                      "~b of ~b nodes still serving~n", [Node, length(Left), length(Nodes)]),
+            case Left of
+                [] -> io:format(standard_error, "sluice: no node left~n", []), 1;
+                _ -> wait(Nodes)
+            end;
+        _ ->
+            wait(Nodes)
+    end.
+
+alive(Nodes) ->
+    Connected = nodes(),
+    [N || N <- Nodes, lists:member(N, Connected)].
+
+%% Drain every node at once; the connections still open at the deadline.
+drain([], _DrainMs) ->
+    0;
+drain(Nodes, DrainMs) ->
+    Results = erpc:multicall(Nodes, sluice, drain, [?LISTENER, DrainMs], DrainMs + ?CALL_TIMEOUT),
+    _ = erpc:multicall(Nodes, sluice, stop_listener, [?LISTENER], ?CALL_TIMEOUT),
+    lists:sum([N || {ok, {ok, N}} <- Results]).
+
+stop_peers(Peers) ->
+    _ = [catch peer:stop(Peer) || {Peer, _} <- Peers],
+    ok.
