@@ -6,7 +6,7 @@
 -behaviour(sluice_transport).
 
 -export([fail_next_accept/1]).
--export([listen/2, accept/2, listen_port/1, close_listener/1, controlling_process/2,
+-export([listen/2, accept/2, listen_port/1, close_listener/1, controlling_process/2, handover/2,
          recv/3, bytes_received/1, close_socket/1, peername/1, sockname/1,
          handshake/2, activate/2, classify/2, await/2, pause/1, send/2, shutdown/2,
          close/1, info/1, socket/1]).
@@ -37,6 +37,7 @@ listen(Port, Opts) -> ?INET:listen(Port, Opts).
 listen_port(LSock) -> ?INET:listen_port(LSock).
 close_listener(LSock) -> ?INET:close_listener(LSock).
 controlling_process(Sock, Pid) -> ?INET:controlling_process(Sock, Pid).
+handover(Sock, Pid) -> ?INET:handover(Sock, Pid).
 recv(Sock, Len, Timeout) -> ?INET:recv(Sock, Len, Timeout).
 bytes_received(Sock) -> ?INET:bytes_received(Sock).
 close_socket(Sock) -> ?INET:close_socket(Sock).
