@@ -18,6 +18,8 @@
 
 -export_type([conn/0, name/0]).
 
+-include_lib("kernel/include/logger.hrl").
+
 -type name() :: term().
 %% What a handler's init/2 gets: which listener, the connection process
 %% (for send/2, close/1 and call/3 from other processes), the raw socket
@@ -35,15 +37,47 @@
 start_listener(Name, Opts) ->
     case sluice_opts:validate(Opts) of
         {ok, Valid} ->
-            case supervisor:start_child(sluice_sup, spec(Name, Valid)) of
-                {ok, Pid} -> {ok, Pid};
-                {error, {already_started, _}} -> {error, already_started};
-                {error, already_present} -> {error, already_started};
-                {error, Reason} -> {error, start_error(Reason)}
+            case can_listen(Name, Valid) of
+                ok ->
+                    case supervisor:start_child(sluice_sup, spec(Name, Valid)) of
+                        {ok, Pid} -> {ok, Pid};
+                        {error, {already_started, _}} -> {error, already_started};
+                        {error, already_present} -> {error, already_started};
+                        {error, Reason} -> {error, start_error(Reason)}
+                    end;
+                Error ->
+                    Error
             end;
         Error ->
             Error
     end.
+
+%% The usual reasons a listener cannot start (the port is taken, or
+%% privileged) are found by binding it here first and letting it go: the
+%% caller gets the error and the log one line, where the listener's
+%% supervisor would log a report of its whole configuration. (Taken in the
+%% instant between, the port still fails the start, with that report.)
+can_listen(_Name, #{port := 0}) ->
+    ok;
+can_listen(Name, Opts = #{transport := T, port := Port, ip := IP}) ->
+    case sluice_already_started(Name) of
+        true ->
+            ok;
+        false ->
+            Mod = sluice_transport:module(T),
+            case Mod:listen(Port, Opts) of
+                {ok, LSock} ->
+                    Mod:close_listener(LSock);
+                {error, Reason} ->
+                    ?LOG_WARNING("sluice listener ~0p: cannot listen on ~s: ~s",
+                                 [Name, sluice_opts:format_address(IP, Port),
+                                  inet:format_error(Reason)]),
+                    {error, Reason}
+            end
+    end.
+
+sluice_already_started(Name) ->
+    sluice_registry:lookup(Name) =/= error.
 
 %% Dig the cause (eaddrinuse, eacces, ...) out of the supervisor's wrapping.
 start_error({shutdown, {failed_to_start_child, _, Reason}}) -> start_error(Reason);

@@ -5,7 +5,7 @@
 -module(sluice_opts).
 
 -export([validate/1, defaults/0, default_max_connections/0, default_backlog/0,
-         format_error/1]).
+         format_error/1, format_address/2]).
 
 -export_type([opts/0, error/0]).
 
@@ -266,6 +266,13 @@ is_ip(_) ->
 -spec bad(atom(), term()) -> no_return().
 bad(K, V) ->
     throw({bad_option, K, V}).
+
+%% @doc `IP:Port' as a user writes it: `[::1]:8080' for IPv6.
+-spec format_address(inet:ip_address(), inet:port_number()) -> string().
+format_address(IP, Port) when tuple_size(IP) =:= 8 ->
+    "[" ++ inet:ntoa(IP) ++ "]:" ++ integer_to_list(Port);
+format_address(IP, Port) ->
+    inet:ntoa(IP) ++ ":" ++ integer_to_list(Port).
 
 %% @doc A one-line, human description of a validation error.
 -spec format_error(term()) -> string().

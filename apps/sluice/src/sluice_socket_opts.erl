@@ -1,6 +1,6 @@
 %% @doc gen_tcp's socket options in terms of OTP's `socket' module, for the
-%% socket backend (sluice_transport_socket) and for sluice_socket: one
-%% table, so that both accept the same names as gen_tcp does.
+%% socket backend (sluice_transport_socket): listeners take the same option
+%% names on both backends.
 %%
 %% Options that exist only in the inet driver's user-space queue
 %% (`high_watermark', `low_watermark', `high_msgq_watermark',

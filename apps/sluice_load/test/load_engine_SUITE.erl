@@ -524,7 +524,7 @@ start_ref(Config, Args) ->
 
 spawn_ref(Config, Args) ->
     P = open_port({spawn_executable, bin(Config, "sluice-ref")},
-                  [{args, ["--port", "0" | Args]}, exit_status, binary,
+                  [{args, ["--ip", "127.0.0.1", "--port", "0" | Args]}, exit_status, binary,
                    {line, 256}, hide]),
     {os_pid, OsPid} = erlang:port_info(P, os_pid),
     sluice_load_test_lib:reap(Config, OsPid),
