@@ -9,7 +9,7 @@ CSRC := apps/sluice_load/c_src
 # Debian). erlang-nox brings inets, runtime_tools, os_mon and the others.
 DEB_PACKAGES := erlang-nox erlang-dev erlang-eunit erlang-common-test \
 	erlang-proper erlang-dialyzer erlang-tools erlang-edoc rebar3 gcc make \
-	libc6-dev elixir
+	libc6-dev libssl-dev openssl elixir
 
 # The Elixir example (examples/kv) builds apps/sluice as a mix path
 # dependency: mix runs rebar3 for it, this one (mix cannot fetch its own
@@ -18,7 +18,8 @@ DEB_PACKAGES := erlang-nox erlang-dev erlang-eunit erlang-common-test \
 MIX = MIX_ENV=test MIX_REBAR3=$(shell command -v $(REBAR)) \
 	REBAR_BASE_DIR=$(CURDIR)/examples/kv/_build/rebar3 mix
 
-.PHONY: all deps build c test test-elixir check docs bench bench-quick soak clean distclean
+.PHONY: all deps build c certs test test-elixir check docs bench bench-quick soak clean \
+	distclean
 
 all: build
 
@@ -44,6 +45,11 @@ build: deps
 # The C programs alone.
 c: deps
 	$(MAKE) -C $(CSRC)
+
+# Throwaway TLS certificates (a CA, an ECDSA and an RSA server certificate
+# for localhost/127.0.0.1) in _build/certs; never committed.
+certs: deps
+	bench/certs.sh
 
 # EUnit (pure functions), the Elixir example's ExUnit tests, then the
 # Common Test suites (which include the PropEr properties).

@@ -38,6 +38,8 @@
          ref_closes_on_oversized_frame_only/1,
          ref_ping_and_echo/1,
          ref_usage_and_sigterm/1]).
+%% Helpers shared with load_engine_tls_SUITE and load_engine_storm_SUITE.
+-export([run/4, load/2, start_ref/2, get/2]).
 
 -define(RUN_S, "1").
 
