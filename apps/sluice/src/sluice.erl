@@ -289,22 +289,27 @@ format_error(Reason) ->
     sluice_opts:format_error(Reason).
 
 %% @doc Send on a connection from any process, in order with its own
-%% replies. The connection process sends it and counts it in bytes_out;
-%% the caller waits until it is queued on the socket (as gen_tcp:send/2
-%% does) and gets `{error, closed}' if the connection is gone. Called from
-%% the connection's own handler, it returns at once and the data goes out
-%% after the callback's own reply. From a handler to another connection,
-%% send it a message (its handle_info/2 replies) instead: this waits for
-%% that connection, and two connections sending to each other at the same
-%% moment would wait for each other for ever.
+%% replies. The connection process sends it and counts it in bytes_out.
+%% An ordinary process waits until the data is queued on the socket (as
+%% gen_tcp:send/2 does) and gets `{error, closed}' if the connection is
+%% gone. A connection's own handler does not wait, whichever connection it
+%% sends to: `ok' at once, and the data goes out after the target's
+%% current callback (two connections sending to each other would otherwise
+%% wait for each other for ever).
 -spec send(conn() | pid(), iodata()) -> ok | {error, term()}.
 send(#{pid := Pid}, Data) ->
     send(Pid, Data);
-send(Pid, Data) when Pid =:= self() ->
-    Pid ! {'$sluice', none, {send, Data}},
-    ok;
 send(Pid, Data) ->
-    request(Pid, {send, Data}, infinity).
+    case get('$initial_call') of
+        {sluice_conn, _, _} ->
+            Pid ! {'$sluice', none, {send, Data}},
+            ok;
+        _ when Pid =:= self() ->
+            Pid ! {'$sluice', none, {send, Data}},
+            ok;
+        _ ->
+            request(Pid, {send, Data}, infinity)
+    end.
 
 %% @doc Close a connection from any process: what it has queued goes out,
 %% then FIN; the handler gets nothing more (terminate/2 with reason
