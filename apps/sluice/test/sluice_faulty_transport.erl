@@ -8,7 +8,7 @@
 -export([fail_next_accept/1]).
 -export([listen/2, accept/2, listen_port/1, close_listener/1, controlling_process/2, handover/2,
          recv/3, bytes_received/1, close_socket/1, peername/1, sockname/1,
-         handshake/2, activate/2, classify/2, await/2, pause/1, send/2, shutdown/2,
+         handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1, shutdown/2,
          close/1, info/1, socket/1]).
 
 -define(FAULT, {?MODULE, fault}).
@@ -38,6 +38,7 @@ listen_port(LSock) -> ?INET:listen_port(LSock).
 close_listener(LSock) -> ?INET:close_listener(LSock).
 controlling_process(Sock, Pid) -> ?INET:controlling_process(Sock, Pid).
 handover(Sock, Pid) -> ?INET:handover(Sock, Pid).
+output_queued(TS) -> ?INET:output_queued(TS).
 recv(Sock, Len, Timeout) -> ?INET:recv(Sock, Len, Timeout).
 bytes_received(Sock) -> ?INET:bytes_received(Sock).
 close_socket(Sock) -> ?INET:close_socket(Sock).
