@@ -16,6 +16,7 @@
 %% and the flag lowered. (The freed descriptor goes to whichever acceptor
 %% the driver serves first, hence a flag rather than one acceptor's loop.)
 %% Clients over the limit see their connection closed at once, not silence.
+%% @private
 -module(sluice_acceptor).
 
 -export([start_link/3, init/4]).

@@ -17,6 +17,7 @@
 %%      process for one when its socket has an event;</li>
 %%  <li>passes a drain on to every connection, parked ones included.</li>
 %% </ul>
+%% @private
 -module(sluice_conns_sup).
 
 -export([start_link/2, start_connection/3, drain/2]).

@@ -14,6 +14,7 @@
 %% </ul>
 %% Acceptors, connection supervisors and connection processes update them
 %% through the functions below; sluice:info/1 reads them with read/1.
+%% @private
 -module(sluice_stats).
 
 -export([new/2, num_conns_sups/1]).

@@ -22,14 +22,15 @@
 %% false' reads as `once' (ssl has no asynchronous read to start). A
 %% graceful close (drain) sends `close_notify' before the TCP FIN
 %% (shutdown/2).
+%% @private
 -module(sluice_transport_ssl).
 -behaviour(sluice_transport).
 
 -export([listen/2, accept/2, listen_port/1, close_listener/1]).
 -export([controlling_process/2, handover/2, recv/3, bytes_received/1, close_socket/1,
          peername/1, sockname/1]).
--export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, shutdown/2,
-         close/1, info/1, socket/1]).
+-export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
+         shutdown/2, close/1, info/1, socket/1]).
 -export([check_opts/1]).
 
 -define(INET, sluice_transport_inet).
@@ -201,7 +202,7 @@ handshake(Sock, Opts = #{tls_opts := TlsOpts, handshake_timeout := Timeout,
             Prefix -> gen_tcp:unrecv(Sock, Prefix)
         end,
     {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
-    _ = inet:setopts(Sock, [{buffer, tls_read(Buffer, maps:get(active, Opts, 10))}]),
+    _ = inet:setopts(Sock, [{buffer, tls_read(Buffer, maps:get(active, Opts, adaptive))}]),
     case ssl:handshake(Sock, quiet(TlsOpts), Timeout) of
         {ok, SslSock} -> {ok, #tls{ssl = SslSock, tcp = Sock}};
         {ok, SslSock, _Ext} -> {ok, #tls{ssl = SslSock, tcp = Sock}};
@@ -216,7 +217,8 @@ handshake(Sock, Opts = #{tls_opts := TlsOpts, handshake_timeout := Timeout,
 %% KiB by default, sized for plaintext) a client that floods without
 %% reading could park 25 MiB in every connection. So reads are sized to
 %% keep ssl's backlog at the bound the inet transport keeps (the grant,
-%% `active' reads of `buffer' bytes), and never below one TLS record (ssl
+%% `active' reads of `buffer' bytes; an adaptive grant's floor), and never
+%% below one TLS record (ssl
 %% joins the records of one read into one chunk for the handler): with
 %% the defaults, 26 KiB reads. Setting ssl's internal_active_n lower (it
 %% is documented for tuning) buys bigger reads at the same bound, and
@@ -228,6 +230,8 @@ tls_read(Buffer, Active) ->
               end,
     Grant = case Active of
                 A when is_integer(A) -> A;
+                %% What an adaptive grant falls back to when replies back up.
+                adaptive -> maps:get(min, sluice_opts:adaptive_grant());
                 _ -> 1
             end,
     min(Buffer, max(?TLS_RECORD, Grant * Buffer div ActiveN)).
@@ -280,6 +284,12 @@ pause(T = #tls{ssl = S}) ->
 -spec send(#tls{}, iodata()) -> ok | {error, term()}.
 send(#tls{ssl = S}, Data) ->
     ssl:send(S, Data).
+
+%% @doc What the TLS sender process could not write waits in the TCP
+%% socket's driver queue.
+-spec output_queued(#tls{}) -> boolean().
+output_queued(#tls{tcp = Sock}) ->
+    ?INET:queued(Sock).
 
 %% @doc `write': close_notify, then the TCP FIN; the connection can still
 %% read (and drop) what the peer sends until it closes.
