@@ -242,7 +242,7 @@ header_a_byte_at_a_time_is_read_whole(Config) ->
                     destination => ?DST6, tlvs => [{authority, <<"bytewise.test">>}]}).
 
 %% What follows the header in the same read is the client's, in every
-%% delivery mode (false, once, 1, 10, true): on TCP, 100 KB of random
+%% delivery mode (false, once, 1, 10, adaptive, true): on TCP, 100 KB of random
 %% bytes in the header's own write (more than one read brings) come back
 %% intact, then more in random pieces; under TLS the ClientHello in the
 %% header's write is the start of the TLS stream (the handshake succeeds),
@@ -255,7 +255,7 @@ data_in_the_header_write_reaches_the_handler_intact(Config) ->
                           data_in_header_write(Config, Port),
                           ?assertMatch({#{proxy := #{source := ?SRC4}}, _}, reported()),
                           sluice_test_lib:stop_listener(Name)
-                  end, [false, once, 1, 10, true]).
+                  end, [false, once, 1, 10, adaptive, true]).
 
 data_in_header_write(Config, Port) ->
     Header = <<"PROXY TCP4 192.0.2.1 198.51.100.7 56324 443\r\n">>,

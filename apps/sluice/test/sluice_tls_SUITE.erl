@@ -1,5 +1,6 @@
 %% TLS (`transport => ssl', issue 13 item 2): the protocols work over TLS
-%% in every delivery mode with every reply checked; the handshake runs in
+%% in every delivery mode (false, once, 1, 10, adaptive, true) with every
+%% reply checked; the handshake runs in
 %% the connection process with a timeout, and one that fails or stalls is
 %% closed, counted as handshake_error, never reaches the handler and is
 %% logged about once a second however many there are; ALPN and SNI reach
@@ -43,11 +44,12 @@ all() ->
 groups() ->
     Checked = [echo_returns_every_byte_in_order, ack_each_answers_every_frame],
     [{modes, [], [{group, G} || G <- [active_false, active_once, active_1, active_10,
-                                       active_true]]},
+                                       active_adaptive, active_true]]},
      {active_false, [], Checked},
      {active_once, [], Checked},
      {active_1, [], Checked},
      {active_10, [], Checked},
+     {active_adaptive, [], Checked},
      {active_true, [], Checked},
      {handshake, [], [silent_client_is_closed_at_handshake_timeout,
                       garbage_instead_of_client_hello_is_closed_at_once,
@@ -72,6 +74,7 @@ init_per_group(active_false, Config) -> [{active, false} | Config];
 init_per_group(active_once, Config) -> [{active, once} | Config];
 init_per_group(active_1, Config) -> [{active, 1} | Config];
 init_per_group(active_10, Config) -> [{active, 10} | Config];
+init_per_group(active_adaptive, Config) -> [{active, adaptive} | Config];
 init_per_group(active_true, Config) -> [{active, true} | Config];
 init_per_group(_, Config) -> Config.
 
