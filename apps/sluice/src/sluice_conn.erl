@@ -194,20 +194,19 @@ resumed(Reason, S) ->
 
 loop(S = #s{t = T, ts = TS}) ->
     receive
-        Msg ->
-            %% A transport whose state did not change returns the same
-            %% term: matching it bound saves rebuilding the loop's state.
-            case T:classify(Msg, TS) of
-                {data, Data, TS} -> data(Data, S);
-                {ignore, TS} -> loop(S);
-                {data, Data, TS2} -> data(Data, S#s{ts = TS2});
-                {ignore, TS2} -> loop(S#s{ts = TS2});
-                {passive, TS2} -> passive(S#s{ts = TS2});
-                {closed, TS2} -> sluice_conn_close:finish(closed, S#s{ts = TS2});
-                {error, Reason, TS2} -> sluice_conn_close:finish({error, Reason}, S#s{ts = TS2});
-                other -> control(Msg, S)
-            end
+        Msg -> dispatch(T:classify(Msg, TS), Msg, S)
     end.
+
+%% A transport whose state did not change returns the same term: matching
+%% it bound saves rebuilding the loop's state.
+dispatch({data, Data, TS}, _Msg, S = #s{ts = TS}) -> data(Data, S);
+dispatch({ignore, TS}, _Msg, S = #s{ts = TS}) -> loop(S);
+dispatch({data, Data, TS2}, _Msg, S) -> data(Data, S#s{ts = TS2});
+dispatch({ignore, TS2}, _Msg, S) -> loop(S#s{ts = TS2});
+dispatch({passive, TS2}, _Msg, S) -> passive(S#s{ts = TS2});
+dispatch({closed, TS2}, _Msg, S) -> sluice_conn_close:finish(closed, S#s{ts = TS2});
+dispatch({error, Reason, TS2}, _Msg, S) -> sluice_conn_close:finish({error, Reason}, S#s{ts = TS2});
+dispatch(other, Msg, S) -> control(Msg, S).
 
 %% Messages that are not the transport's: the library's, then the
 %% handler's.
@@ -252,18 +251,25 @@ continue({continue, S}) -> loop(S);
 continue({stop, Reason, S}) -> sluice_conn_close:finish(Reason, S);
 continue({stop_after, Out, Reason, S}) -> sluice_conn_close:linger_close(Out, Reason, S).
 
-%% @doc Where a hibernated connection resumes when a message arrives: the
-%% sweep stops watching a hibernated connection, so tell it this one is
-%% awake before handling the message.
+%% @doc Where a hibernated connection resumes when a message arrives. The
+%% sweep stops watching a hibernated connection, so it is told when this
+%% one is awake again, unless the message ends the connection: after a
+%% storm, thousands of hibernated connections wake for their clients'
+%% close at once, and their supervisor has their exits to handle as it is.
 -spec wake(#s{}) -> no_return().
-wake(S = #s{parent = Parent}) ->
+wake(S = #s{t = T, ts = TS, parent = Parent}) ->
     receive
         {sluice_sweep, park} ->
             %% Woken by the sweep to park: no activity to report.
-            park(S)
-    after 0 ->
-            Parent ! {sluice_woke, self()},
-            loop(S)
+            park(S);
+        Msg ->
+            case T:classify(Msg, TS) of
+                {closed, _} = Ended -> dispatch(Ended, Msg, S);
+                {error, _, _} = Ended -> dispatch(Ended, Msg, S);
+                Classified ->
+                    Parent ! {sluice_woke, self()},
+                    dispatch(Classified, Msg, S)
+            end
     end.
 
 data(Data, S) ->
