@@ -263,9 +263,12 @@ wake(S = #s{t = T, ts = TS, parent = Parent}) ->
             %% Woken by the sweep to park: no activity to report.
             park(S);
         Msg ->
+            %% (The ending cases call finish/2 themselves: through
+            %% dispatch/3, whose clauses for them never return, dialyzer
+            %% takes these calls for ones that cannot succeed.)
             case T:classify(Msg, TS) of
-                {closed, _} = Ended -> dispatch(Ended, Msg, S);
-                {error, _, _} = Ended -> dispatch(Ended, Msg, S);
+                {closed, TS2} -> sluice_conn_close:finish(closed, S#s{ts = TS2});
+                {error, Reason, TS2} -> sluice_conn_close:finish({error, Reason}, S#s{ts = TS2});
                 Classified ->
                     Parent ! {sluice_woke, self()},
                     dispatch(Classified, Msg, S)
