@@ -332,7 +332,14 @@ top_up(Left, S = #s{t = T, ts = TS, grant = G, grant_min = Min, grant_max = Max}
                      false -> G
                  end
          end,
-    rearm(G2 - Left, S#s{credit = G2, grant = G2, exhausted = false}).
+    case G2 > Left of
+        true ->
+            rearm(G2 - Left, S#s{credit = G2, grant = G2, exhausted = false});
+        false ->
+            %% Shrunk below what is still outstanding: grant nothing until
+            %% the credit falls under the new grant's half.
+            loop(S#s{credit = Left, grant = G2, exhausted = false})
+    end.
 
 rearm(Mode, S) ->
     case activate(Mode, S) of

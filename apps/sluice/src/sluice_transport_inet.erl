@@ -33,6 +33,10 @@
 %% The read buffer of a parked socket: only the read that wakes it.
 -define(PARK_BUFFER, 64).
 
+%% The inet driver's default high_watermark: from this many bytes queued
+%% it marks the port busy.
+-define(BUSY_QUEUE, 8192).
+
 -record(inet, {sock :: gen_tcp:socket(),
                %% socket_opts' buffer: what reads use once armed
                buffer :: pos_integer(),
@@ -243,13 +247,15 @@ send(#inet{sock = Sock}, Data) ->
 output_queued(#inet{sock = Sock}) ->
     queued(Sock).
 
-%% @doc Bytes waiting in a gen_tcp socket's driver queue (also the TCP
-%% socket under TLS).
+%% @doc Whether a gen_tcp socket's driver queue (also the TCP socket under
+%% TLS) holds as much as makes the driver busy (its default
+%% high_watermark): the peer is not keeping up with its replies. A few
+%% bytes queued for a moment are a peer that reads a little late, not one
+%% that does not read.
 -spec queued(gen_tcp:socket()) -> boolean().
 queued(Sock) ->
     case erlang:port_info(Sock, queue_size) of
-        {queue_size, 0} -> false;
-        {queue_size, _} -> true;
+        {queue_size, N} -> N >= ?BUSY_QUEUE;
         undefined -> false
     end.
 
