@@ -18,6 +18,8 @@
 
 -export_type([conn/0, name/0]).
 
+-include_lib("kernel/include/logger.hrl").
+
 -type name() :: term().
 %% What a handler's init/2 gets: which listener, the connection process
 %% (for send/2, close/1 and call/3 from other processes), the raw socket
@@ -35,15 +37,47 @@
 start_listener(Name, Opts) ->
     case sluice_opts:validate(Opts) of
         {ok, Valid} ->
-            case supervisor:start_child(sluice_sup, spec(Name, Valid)) of
-                {ok, Pid} -> {ok, Pid};
-                {error, {already_started, _}} -> {error, already_started};
-                {error, already_present} -> {error, already_started};
-                {error, Reason} -> {error, start_error(Reason)}
+            case can_listen(Name, Valid) of
+                ok ->
+                    case supervisor:start_child(sluice_sup, spec(Name, Valid)) of
+                        {ok, Pid} -> {ok, Pid};
+                        {error, {already_started, _}} -> {error, already_started};
+                        {error, already_present} -> {error, already_started};
+                        {error, Reason} -> {error, start_error(Reason)}
+                    end;
+                Error ->
+                    Error
             end;
         Error ->
             Error
     end.
+
+%% The usual reasons a listener cannot start (the port is taken, or
+%% privileged) are found by binding it here first and letting it go: the
+%% caller gets the error and the log one line, where the listener's
+%% supervisor would log a report of its whole configuration. (Taken in the
+%% instant between, the port still fails the start, with that report.)
+can_listen(_Name, #{port := 0}) ->
+    ok;
+can_listen(Name, Opts = #{transport := T, port := Port, ip := IP}) ->
+    case sluice_already_started(Name) of
+        true ->
+            ok;
+        false ->
+            Mod = sluice_transport:module(T),
+            case Mod:listen(Port, Opts) of
+                {ok, LSock} ->
+                    Mod:close_listener(LSock);
+                {error, Reason} ->
+                    ?LOG_WARNING("sluice listener ~0p: cannot listen on ~s: ~s",
+                                 [Name, sluice_opts:format_address(IP, Port),
+                                  inet:format_error(Reason)]),
+                    {error, Reason}
+            end
+    end.
+
+sluice_already_started(Name) ->
+    sluice_registry:lookup(Name) =/= error.
 
 %% Dig the cause (eaddrinuse, eacces, ...) out of the supervisor's wrapping.
 start_error({shutdown, {failed_to_start_child, _, Reason}}) -> start_error(Reason);
@@ -194,6 +228,8 @@ info(Name, Status, #{opts := Opts, stats := Stats} = Info) ->
                  port => maps:get(port, Info, maps:get(port, Opts)),
                  status => Status,
                  accept_errors => sluice_registry:accept_errors(Name),
+                 %% host-wide, since boot (see sluice_kernel)
+                 kernel => sluice_kernel:listen_drops(),
                  active => maps:get(active, Opts),
                  transport => maps:get(transport, Opts),
                  handler => maps:get(handler, Opts)}).
@@ -240,28 +276,40 @@ connections(Name) ->
             []
     end.
 
+%% @doc The names of the listeners started with start_listener/2 or
+%% embedded with child_spec/1,2 that are running or suspended.
 -spec listeners() -> [name()].
 listeners() ->
     sluice_registry:listeners().
 
+%% @doc A one-line, human description of an error start_listener/2
+%% returns (or child_spec/1,2 raises): which option, what it expects.
 -spec format_error(term()) -> string().
 format_error(Reason) ->
     sluice_opts:format_error(Reason).
 
 %% @doc Send on a connection from any process, in order with its own
-%% replies. The connection process sends it and counts it in bytes_out;
-%% the caller waits until it is queued on the socket (as gen_tcp:send/2
-%% does) and gets `{error, closed}' if the connection is gone. Called from
-%% the connection's own handler, it returns at once and the data goes out
-%% after the callback's own reply.
+%% replies. The connection process sends it and counts it in bytes_out.
+%% An ordinary process waits until the data is queued on the socket (as
+%% gen_tcp:send/2 does) and gets `{error, closed}' if the connection is
+%% gone. A connection's own handler does not wait, whichever connection it
+%% sends to: `ok' at once, and the data goes out after the target's
+%% current callback (two connections sending to each other would otherwise
+%% wait for each other for ever).
 -spec send(conn() | pid(), iodata()) -> ok | {error, term()}.
 send(#{pid := Pid}, Data) ->
     send(Pid, Data);
-send(Pid, Data) when Pid =:= self() ->
-    Pid ! {'$sluice', none, {send, Data}},
-    ok;
 send(Pid, Data) ->
-    request(Pid, {send, Data}, infinity).
+    case get('$initial_call') of
+        {sluice_conn, _, _} ->
+            Pid ! {'$sluice', none, {send, Data}},
+            ok;
+        _ when Pid =:= self() ->
+            Pid ! {'$sluice', none, {send, Data}},
+            ok;
+        _ ->
+            request(Pid, {send, Data}, infinity)
+    end.
 
 %% @doc Close a connection from any process: what it has queued goes out,
 %% then FIN; the handler gets nothing more (terminate/2 with reason
@@ -297,10 +345,13 @@ request(Pid, Req, Timeout) ->
     catch exit:_ -> {error, closed}
     end.
 
+%% @doc The client's address and port (under the PROXY protocol, the load
+%% balancer's: the client's are in the conn's `proxy').
 -spec peername(conn()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
 peername(#{socket := Sock, transport := T}) ->
     T:peername(Sock).
 
+%% @doc The server's address and port of the connection.
 -spec sockname(conn()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
 sockname(#{socket := Sock, transport := T}) ->
     T:sockname(Sock).

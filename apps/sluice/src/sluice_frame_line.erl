@@ -9,6 +9,7 @@
 %% by looking back from its end (a few bytes, usually), and only the part
 %% before it is split. A chunk whose end has no delimiter within ?LOOKBACK
 %% bytes takes the general way.
+%% @private
 -module(sluice_frame_line).
 
 -export([params/2, decode/3, encode/2, pending/1]).
@@ -122,10 +123,11 @@ general([L | _], _P, Max, Acc) when byte_size(L) > Max ->
 general([L | Ls], P, Max, Acc) ->
     general(Ls, P, Max, [L | Acc]).
 
-%% binary:match/2 and binary:split/3 cost a fixed ~200 ns a call (OTP 25),
-%% as much as looking at ~60 bytes here: a short chunk, e.g. one line of a
-%% lock-step client, is searched by these loops instead.
--define(SHORT, 128).
+%% binary:match/2 and binary:split/3 are slow on a subject of fewer than 8
+%% bytes that holds no match (OTP 25; bench/frame/README.md), as the one
+%% line of a lock-step client's chunk is once its delimiter is cut off:
+%% parts that short are searched by these loops instead.
+-define(SHORT, 7).
 
 find(Bin, Delim, _Pattern) when byte_size(Bin) =< ?SHORT ->
     case scan(Bin, Delim, 0) of

@@ -1,10 +1,11 @@
 %% @doc Validation of listener options. Every option is checked here, once,
 %% at start, so that the accept and receive paths never meet a bad value and a
 %% user gets an error that names the option and what it expects.
+%% @private
 -module(sluice_opts).
 
 -export([validate/1, defaults/0, default_max_connections/0, default_backlog/0,
-         format_error/1]).
+         adaptive_grant/0, format_error/1, format_address/2]).
 
 -export_type([opts/0, error/0]).
 
@@ -18,7 +19,7 @@
                   reuseport := boolean(),
                   backlog := pos_integer(),
                   max_connections := non_neg_integer() | infinity,
-                  active := false | once | true | pos_integer(),
+                  active := false | once | true | pos_integer() | adaptive,
                   socket_opts := [gen_tcp:option()],
                   idle_timeout := timeout(),
                   hibernate_after := timeout(),
@@ -74,9 +75,10 @@ defaults() ->
       reuseport => false,
       backlog => default_backlog(),
       max_connections => default_max_connections(),
-      %% The mailbox of a connection whose client outruns its handler
-      %% holds at most this many reads (bench/README.md, "Defaults").
-      active => 10,
+      %% A grant of reads that grows while the client reads its replies
+      %% and stays small when it does not (sluice_conn: top_up/2;
+      %% bench/README.md, "Defaults").
+      active => adaptive,
       socket_opts => [],
       idle_timeout => 60000,
       %% A connection quiet this long hibernates (sluice_sweep): its heap
@@ -101,6 +103,14 @@ defaults() ->
       proxy_max_size => 4096,
       %% Whole frames to handle_data/2 instead of chunks (sluice_frame).
       framing => none}.
+
+%% @doc The bounds of `active => adaptive' (sluice_conn): the grant of
+%% reads starts at `min', where the mailbox of a client that outruns its
+%% handler stays small, and grows while the client reads its replies, up
+%% to as many reads of the listener's `buffer' as fit in `max_bytes'.
+-spec adaptive_grant() -> #{min := pos_integer(), max_bytes := pos_integer()}.
+adaptive_grant() ->
+    #{min => 10, max_bytes => 16 * 1024 * 1024}.
 
 %% @doc The kernel's own cap on a listen backlog (Linux's
 %% net.core.somaxconn), as Go and nginx take it: a listen(2) backlog above
@@ -187,7 +197,7 @@ check(max_connections, infinity) ->
 check(max_connections, N) ->
     (is_integer(N) andalso N >= 0) orelse bad(max_connections, N);
 check(active, A) ->
-    A =:= false orelse A =:= once orelse A =:= true
+    A =:= false orelse A =:= once orelse A =:= true orelse A =:= adaptive
         orelse (is_integer(A) andalso A > 0 andalso A =< 32767)
         orelse bad(active, A);
 check(socket_opts, SO) when is_map(SO) ->
@@ -266,6 +276,13 @@ is_ip(_) ->
 bad(K, V) ->
     throw({bad_option, K, V}).
 
+%% @doc `IP:Port' as a user writes it: `[::1]:8080' for IPv6.
+-spec format_address(inet:ip_address(), inet:port_number()) -> string().
+format_address(IP, Port) when tuple_size(IP) =:= 8 ->
+    "[" ++ inet:ntoa(IP) ++ "]:" ++ integer_to_list(Port);
+format_address(IP, Port) ->
+    inet:ntoa(IP) ++ ":" ++ integer_to_list(Port).
+
 %% @doc A one-line, human description of a validation error.
 -spec format_error(term()) -> string().
 format_error({unknown_option, K}) ->
@@ -288,7 +305,7 @@ expected(transport) -> "inet (gen_tcp, the inet driver), socket (OTP's socket NI
                          "(TLS) or a module implementing the sluice_transport behaviour";
 expected(reuseport) -> "a boolean";
 expected(max_connections) -> "a non-negative integer or infinity";
-expected(active) -> "false, once, true or an integer 1..32767";
+expected(active) -> "adaptive, false, once, true or an integer 1..32767";
 expected(socket_opts) -> "a list of {Key, Value} with Key one of " ++
                              lists:flatten(io_lib:format("~w", [?SOCKET_OPTS]));
 expected(proxy_protocol) -> "true or false";

@@ -7,6 +7,7 @@
 %% than `proxy_max_size' (a v2 header announcing more is refused as soon as
 %% its length is read). Whatever the read brought after the header is the
 %% client's: it is returned as the prefix of the stream.
+%% @private
 -module(sluice_proxy).
 
 -export([read/3]).

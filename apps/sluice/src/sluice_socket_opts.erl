@@ -1,12 +1,13 @@
 %% @doc gen_tcp's socket options in terms of OTP's `socket' module, for the
-%% socket backend (sluice_transport_socket) and for sluice_socket: one
-%% table, so that both accept the same names as gen_tcp does.
+%% socket backend (sluice_transport_socket): listeners take the same option
+%% names on both backends.
 %%
 %% Options that exist only in the inet driver's user-space queue
 %% (`high_watermark', `low_watermark', `high_msgq_watermark',
 %% `low_msgq_watermark', `delay_send', `send_timeout_close') are accepted
 %% and have no effect: the socket backend has no such queue. `send_timeout'
 %% is applied by the caller, not by the socket.
+%% @private
 -module(sluice_socket_opts).
 
 -export([set/2, get/2, address/1, sockaddr/2, steps/1]).

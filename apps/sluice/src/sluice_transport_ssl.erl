@@ -15,14 +15,15 @@
 %% accounting as the inet driver's; `active => false' reads as `once' (ssl
 %% has no asynchronous read to start). A graceful close (drain) sends
 %% `close_notify' before the TCP FIN (shutdown/2).
+%% @private
 -module(sluice_transport_ssl).
 -behaviour(sluice_transport).
 
 -export([listen/2, accept/2, listen_port/1, close_listener/1]).
 -export([controlling_process/2, handover/2, recv/3, bytes_received/1, close_socket/1,
          peername/1, sockname/1]).
--export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, shutdown/2,
-         close/1, info/1, socket/1]).
+-export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
+         shutdown/2, close/1, info/1, socket/1]).
 
 -define(INET, sluice_transport_inet).
 
@@ -129,6 +130,12 @@ pause(T = #tls{ssl = S}) ->
 -spec send(#tls{}, iodata()) -> ok | {error, term()}.
 send(#tls{ssl = S}, Data) ->
     ssl:send(S, Data).
+
+%% @doc What the TLS sender process could not write waits in the TCP
+%% socket's driver queue.
+-spec output_queued(#tls{}) -> boolean().
+output_queued(#tls{tcp = Sock}) ->
+    ?INET:queued(Sock).
 
 %% @doc `write' sends close_notify, then the TCP FIN.
 -spec shutdown(#tls{}, read | write | read_write) -> ok | {error, term()}.

@@ -227,15 +227,31 @@ start_errors_are_reported(Config) ->
                  sluice:start_listener(Name, #{handler => {sluice_proto_echo, []}})),
     {ok, Other} = gen_tcp:listen(0, [{ip, ?LOOPBACK}]),
     {ok, Taken} = inet:port(Other),
-    ?assertEqual({error, eaddrinuse},
-                 sluice:start_listener({Name, other}, #{ip => ?LOOPBACK, port => Taken,
-                                                        transport => sluice_test_lib:transport(),
-                                                        handler => {sluice_proto_echo, []}})),
+    ok = sluice_log_forwarder:start(self()),
+    try
+        ?assertEqual({error, eaddrinuse},
+                     sluice:start_listener({Name, other},
+                                           #{ip => ?LOOPBACK, port => Taken,
+                                             transport => sluice_test_lib:transport(),
+                                             handler => {sluice_proto_echo, []}}))
+    after
+        sluice_log_forwarder:stop()
+    end,
+    %% One line that says what failed; not a supervisor report.
+    Logs = [Text || {log, _Level, Text, _} <- flush_logs()],
+    ct:log("logged: ~p", [Logs]),
+    Expected = "cannot listen on 127.0.0.1:" ++ integer_to_list(Taken) ++ ": address already in use",
+    ?assertMatch([_], [L || L <- Logs, string:find(L, Expected) =/= nomatch]),
+    ?assertEqual([], [L || L <- Logs, string:find(L, "supervisor") =/= nomatch]),
+    ?assertEqual([], [L || L <- Logs, string:find(L, "\n") =/= nomatch]),
     ok = gen_tcp:close(Other),
     ?assertEqual({error, not_found}, sluice:stop_listener({Name, other})),
     ?assertEqual({error, not_found}, sluice:stop_listener({Name, other}, 100)),
     %% The first listener is unharmed.
     ?assert(echo_ok(connect(Port))).
+
+flush_logs() ->
+    receive {log, _, _, _} = L -> [L | flush_logs()] after 200 -> [] end.
 
 %% child_spec/2 puts a listener in the caller's own supervisor: it serves,
 %% info/1 and drain/2 work on it, it is not under sluice_sup, and it goes

@@ -1,12 +1,12 @@
 /* The load engine core: one epoll loop per worker thread, non-blocking
- * connects from round-robin source addresses, a timer heap per worker, and
- * failure accounting.  What flows on an established connection belongs to
- * the scenario (struct scenario). */
+ * connects from round-robin source addresses, a timer heap per worker.
+ * A connection's life cycle, I/O and failure accounting are in conn.c;
+ * what flows on an established connection belongs to the scenario
+ * (struct scenario). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "load.h"
+#include "tls.h"
 #include "util.h"
 
 #ifndef IP_BIND_ADDRESS_NO_PORT
@@ -24,31 +25,8 @@
 
 #define MAX_EVENTS 512
 #define OPENS_PER_ROUND 16
-#define MAX_WARNINGS 5
+#define OPENS_PER_ROUND_BURST 64 /* storm: reopen as fast as we can */
 #define RBUF_LEN (256 * 1024)
-
-const char *const fail_names[F_NREASONS] = {
-    "ECONNREFUSED", "ETIMEDOUT",    "EADDRNOTAVAIL", "EADDRINUSE",
-    "EMFILE",       "ENFILE",       "ECONNRESET",    "EHOSTUNREACH",
-    "ENETUNREACH",  "ENOBUFS",      "closed_by_peer", "other",
-};
-
-int fail_reason_of_errno(int e)
-{
-    switch (e) {
-    case ECONNREFUSED: return F_ECONNREFUSED;
-    case ETIMEDOUT: return F_ETIMEDOUT;
-    case EADDRNOTAVAIL: return F_EADDRNOTAVAIL;
-    case EADDRINUSE: return F_EADDRINUSE;
-    case EMFILE: return F_EMFILE;
-    case ENFILE: return F_ENFILE;
-    case ECONNRESET: return F_ECONNRESET;
-    case EHOSTUNREACH: return F_EHOSTUNREACH;
-    case ENETUNREACH: return F_ENETUNREACH;
-    case ENOBUFS: return F_ENOBUFS;
-    default: return F_OTHER;
-    }
-}
 
 /* ---- timer heap (min-heap on conn->deadline, conns know their slot) ---- */
 
@@ -119,111 +97,6 @@ void timer_clear(struct worker *w, struct conn *c)
     heap_down(w, w->heap[i]->heap_pos);
 }
 
-/* ---- connection life cycle ---- */
-
-void conn_want(struct worker *w, struct conn *c, uint32_t events)
-{
-    if (c->events == (uint8_t)events || c->state == CS_DONE)
-        return;
-    struct epoll_event e = {.events = events, .data.ptr = c};
-    epoll_ctl(w->ep, EPOLL_CTL_MOD, c->fd, &e);
-    c->events = (uint8_t)events;
-}
-
-static void resolved(struct worker *w, uint64_t now)
-{
-    w->resolved++;
-    w->last_resolve = now;
-}
-
-static void conn_close(struct worker *w, struct conn *c)
-{
-    timer_clear(w, c);
-    if (c->fd >= 0)
-        close(c->fd);
-    c->fd = -1;
-    if (c->state == CS_CONNECTING || c->state == CS_PROBING)
-        w->pending--;
-    else if (c->state == CS_UP)
-        w->up--;
-    c->state = CS_DONE;
-    free(c->sx);
-    c->sx = NULL;
-}
-
-void conn_established(struct worker *w, struct conn *c, uint64_t now)
-{
-    if (c->state == CS_CONNECTING || c->state == CS_PROBING)
-        w->pending--;
-    c->state = CS_UP;
-    w->up++;
-    w->st.established++;
-    hist_record(w->clat, now - c->t_connect);
-    if (now > w->st.last_established)
-        w->st.last_established = now;
-    timer_clear(w, c);
-    resolved(w, now);
-}
-
-void conn_fail(struct worker *w, struct conn *c, int reason, uint64_t now)
-{
-    int was_up = c->state == CS_UP;
-    w->st.failures[reason]++;
-    conn_close(w, c);
-    if (!was_up)
-        resolved(w, now);
-}
-
-void conn_lost(struct worker *w, struct conn *c, int err, uint64_t now)
-{
-    if (stopping(w->run)) {
-        conn_close(w, c);
-        return;
-    }
-    char local[64];
-    sock_local_str(c->fd, local, sizeof local);
-    int n = atomic_fetch_add(&w->run->warnings, 1);
-    if (n < MAX_WARNINGS)
-        fprintf(stderr, PROG ": connection %u (local %s) closed by the "
-                "server%s%s%s\n", c->idx, local, err ? " (" : "",
-                err ? strerror(err) : "", err ? ")" : "");
-    else if (n == MAX_WARNINGS)
-        fprintf(stderr, PROG ": more connections closed by the server; "
-                "see the failure counts\n");
-    conn_fail(w, c, F_CLOSED_BY_PEER, now);
-}
-
-void protocol_error(struct worker *w, struct conn *c, const char *fmt, ...)
-{
-    char local[64], msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    sock_local_str(c->fd, local, sizeof local);
-    int expected = 0;
-    if (atomic_compare_exchange_strong(&w->run->proto_error, &expected, 1)) {
-        fprintf(stderr, PROG ": protocol error on connection %u (local %s): "
-                "%s\n", c->idx, local, msg);
-        fflush(stderr);
-    }
-    atomic_store(&w->run->stop, 1);
-    uint64_t one = 1;
-    if (write(w->run->main_wake, &one, sizeof one) < 0)
-        perror(PROG ": eventfd");
-}
-
-long conn_read(struct worker *w, struct conn *c, uint64_t now)
-{
-    ssize_t n = read(c->fd, w->rbuf, w->rbuf_len);
-    if (n > 0)
-        return n;
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return 0;
-    conn_lost(w, c, n < 0 ? errno : 0, now);
-    return -1;
-}
-
 static void conn_open(struct worker *w, struct conn *c, uint64_t now)
 {
     struct cfg *cfg = w->run->cfg;
@@ -278,6 +151,16 @@ static void conn_handshake(struct worker *w, struct conn *c, uint64_t now)
         return;
     }
     w->st.handshakes++;
+    if (w->run->cfg->tls) {
+        c->t_a = now;
+        engine_tls_start(w, c, now); /* connect timeout still armed */
+        return;
+    }
+    conn_ready(w, c, now);
+}
+
+void conn_ready(struct worker *w, struct conn *c, uint64_t now)
+{
     conn_want(w, c, 0);
     if (w->run->sc->probe) {
         c->state = CS_PROBING; /* connect timeout still armed */
@@ -294,7 +177,7 @@ static void open_due(struct worker *w, uint64_t now)
     w->next_open_at = 0;
     while (w->next_open < w->n && w->pending < w->pending_cap) {
         struct conn *c = &w->conns[w->next_open];
-        if (r->cfg->scenario >= SC_PING && r->cfg->rate > 0) {
+        if (r->cfg->scenario >= SC_PING && r->cfg->rate > 0 && !w->burst) {
             uint64_t due = r->t0 + (uint64_t)((double)c->idx * 1e9 /
                                               r->cfg->rate);
             if (due > now) {
@@ -302,7 +185,7 @@ static void open_due(struct worker *w, uint64_t now)
                 return;
             }
         }
-        if (opened++ == OPENS_PER_ROUND) {
+        if (opened++ == (w->burst ? OPENS_PER_ROUND_BURST : OPENS_PER_ROUND)) {
             w->next_open_at = now;
             return;
         }
@@ -335,6 +218,7 @@ void worker_publish(struct worker *w)
     if (w->run->sc->errors)
         e += w->run->sc->errors(w);
     atomic_store_explicit(&w->pub_errors, e, memory_order_relaxed);
+    atomic_store(&w->pub_phase, w->phase); /* after the counters */
 }
 
 static void wait_events(struct worker *w, struct epoll_event *evs, int *n,
@@ -345,7 +229,7 @@ static void wait_events(struct worker *w, struct epoll_event *evs, int *n,
         until = w->heap[0]->deadline;
     if (w->next_open_at && w->next_open_at < until)
         until = w->next_open_at;
-    uint64_t wait = until > now ? until - now : 0;
+    uint64_t wait = until > now && !w->tls_pending ? until - now : 0;
     /* epoll_pwait2 takes nanoseconds: open-loop --rate needs sub-ms sends */
     struct timespec ts = {.tv_sec = (time_t)(wait / NS_PER_S),
                           .tv_nsec = (long)(wait % NS_PER_S)};
@@ -385,6 +269,10 @@ static void *worker_main(void *arg)
                 conn_handshake(w, c, now);
                 continue;
             }
+            if (c->state == CS_TLS) {
+                engine_tls_step(w, c, now);
+                continue;
+            }
             if (ev & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))
                 sc->readable(w, c, now);
             if ((ev & EPOLLOUT) && c->state != CS_DONE && sc->writable)
@@ -395,11 +283,20 @@ static void *worker_main(void *arg)
             while (w->heap_n && w->heap[0]->deadline <= now && !stopping(r)) {
                 struct conn *c = w->heap[0];
                 timer_clear(w, c);
-                if (c->state == CS_CONNECTING || c->state == CS_PROBING)
+                if (c->state == CS_TLS)
+                    conn_fail(w, c, F_TLS_TIMEOUT, now);
+                else if (conn_pending(c))
                     conn_fail(w, c, F_ETIMEDOUT, now);
                 else if (c->state == CS_UP && sc->timer)
                     sc->timer(w, c, now);
             }
+        }
+        if (w->tls_pending)
+            engine_tls_drain(w, now);
+        int phase = atomic_load(&r->phase);
+        if (phase != w->phase && sc->phase) {
+            w->phase = phase;
+            sc->phase(w, phase, now);
         }
         if (w->next_open < w->n)
             open_due(w, now);
@@ -425,6 +322,7 @@ int engine_start(struct run *r)
         w->heap = calloc(w->n ? w->n : 1, sizeof *w->heap);
         w->lat = malloc(sizeof *w->lat);
         w->clat = malloc(sizeof *w->clat);
+        w->tlslat = malloc(sizeof *w->tlslat);
         w->rbuf_len = RBUF_LEN;
         w->rbuf = malloc(w->rbuf_len);
         w->pending_cap = cap_total / (uint32_t)nw;
@@ -432,13 +330,15 @@ int engine_start(struct run *r)
             w->pending_cap = 1;
         w->ep = epoll_create1(EPOLL_CLOEXEC);
         w->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (!w->conns || !w->heap || !w->lat || !w->clat || !w->rbuf ||
-            w->ep < 0 || w->wake < 0) {
+        if (!w->conns || !w->heap || !w->lat || !w->clat || !w->tlslat ||
+            !w->rbuf || w->ep < 0 || w->wake < 0 ||
+            engine_tls_worker_init(w) < 0) {
             fprintf(stderr, PROG ": worker setup: %s\n", strerror(errno));
             return -1;
         }
         hist_init(w->lat);
         hist_init(w->clat);
+        hist_init(w->tlslat);
         for (uint32_t k = 0; k < w->n; k++) {
             struct conn *c = &w->conns[k];
             c->fd = -1;
@@ -457,6 +357,14 @@ int engine_start(struct run *r)
             return -1;
         }
     return 0;
+}
+
+void engine_reopen(struct worker *w, uint64_t now)
+{
+    w->next_open = 0;
+    w->burst = 1;
+    w->pending_cap = w->n ? w->n : 1;
+    w->next_open_at = now;
 }
 
 void engine_join(struct run *r)

@@ -10,22 +10,32 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "hist.h"
 #include "json.h"
+#include "opts.h"
+#include "util.h"
 
 #define PROG "sluice-load"
+
+struct ssl_st;
+struct ssl_ctx_st;
+struct tls_slot;
 
 /* SC_SCALE is ping with a ramp and a hold: the same callbacks (sc_ping.c);
  * the scenarios from SC_PING on open connections at --rate. */
 enum scenario_id { SC_LOCKSTEP, SC_PIPELINE, SC_FLOOD, SC_PING, SC_CONNECT,
-                   SC_SCALE };
+                   SC_SCALE, SC_STORM };
 enum ack_kind { AK_EACH, AK_LAST, AK_COUNTED };
 enum probe_kind { PROBE_NONE, PROBE_PING };
 
 /* Why a connection failed or ended early.  Errno-named reasons come from
  * socket()/bind()/connect(); CLOSED_BY_PEER is an EOF or reset after the
- * connection was established (or, with --probe ping, after the handshake). */
+ * connection was established (or, with --probe ping, after the handshake);
+ * TLS_HANDSHAKE is any failure of the TLS handshake (alert, bad record,
+ * certificate, EOF or reset during it), TLS_TIMEOUT the connect timeout
+ * expiring during it (ETIMEDOUT: during the TCP handshake). */
 enum fail_reason {
     F_ECONNREFUSED,
     F_ETIMEDOUT,
@@ -37,6 +47,8 @@ enum fail_reason {
     F_EHOSTUNREACH,
     F_ENETUNREACH,
     F_ENOBUFS,
+    F_TLS_HANDSHAKE,
+    F_TLS_TIMEOUT,
     F_CLOSED_BY_PEER,
     F_OTHER,
     F_NREASONS
@@ -63,14 +75,19 @@ struct cfg {
     int progress_json; /* one JSON object per second on stdout */
     int go_stdin;      /* window starts on a "go" line; EOF stops */
     int check;         /* validate the options, run nothing */
+    int tls, tls_verify, tls_resume, tls_version;
+    const char *tls_ca, *tls_sni, *tls_alpn;
     /* derived */
     struct sockaddr_in dst;
     struct in_addr *src;
     int nsrc;
     uint32_t frame_len; /* ack frames: 12 + payload */
+    struct ssl_ctx_st *tls_ctx;
+    int src_auto;       /* storm chose the source addresses */
 };
 
-enum conn_state { CS_NEW, CS_CONNECTING, CS_PROBING, CS_UP, CS_DONE };
+enum conn_state { CS_NEW, CS_CONNECTING, CS_TLS, CS_PROBING, CS_UP,
+                  CS_DONE };
 
 #define HEAP_NONE UINT32_MAX
 
@@ -86,8 +103,11 @@ struct conn {
     uint8_t flags;      /* scenario flags */
     uint64_t deadline;  /* timer, when heap_pos != HEAP_NONE */
     uint64_t t_connect; /* when connect() was called */
-    uint64_t t_a, t_b;  /* scenario clocks (ping: sent at, next tick) */
+    /* scenario clocks (ping: sent at, next tick); before the scenario has
+     * the connection, t_a is the engine's (TLS: end of the TCP handshake) */
+    uint64_t t_a, t_b;
     void *sx;           /* scenario per-connection state (ack scenarios) */
+    struct ssl_st *ssl; /* --tls */
 };
 
 /* Per-worker counters, merged at the end.  "Window" counters only count
@@ -97,6 +117,7 @@ struct stats {
     uint64_t writes, sent_bytes;     /* window (flood) */
     uint64_t pings, pongs, timeouts, skipped, late; /* window (ping) */
     uint64_t attempts, handshakes, established;
+    uint64_t tls_handshakes, tls_resumed;
     uint64_t failures[F_NREASONS];
     uint64_t first_connect, last_established; /* ns, 0 = none */
 };
@@ -118,15 +139,23 @@ struct worker {
     uint32_t heap_n;
     struct hist *lat;     /* scenario latency, window only */
     struct hist *clat;    /* connect latency */
+    struct hist *tlslat;  /* TLS handshake: end of TCP's to end of TLS's */
     struct stats st;
     uint64_t raw_msgs;    /* all messages incl. warmup, for progress */
     unsigned char *rbuf;
     size_t rbuf_len;
     void *sw;             /* scenario per-worker state */
+    struct tls_slot *tls_slot; /* --tls-resume: the session to offer */
+    int tls_pending;      /* a TLS conn may hold buffered plaintext */
+    const char *tls_version, *tls_cipher; /* of the first handshake */
+    char tls_alpn[64];
+    int phase;            /* run->phase last acted on (storm) */
+    int burst;            /* open the rest at once, ignoring --rate */
     /* published for the main thread (relaxed) */
     _Atomic uint64_t pub_msgs, pub_up, pub_pending, pub_resolved, pub_errors,
         pub_last_resolve, pub_unopened, pub_attempts, pub_established,
         pub_failed, pub_fail[F_NREASONS];
+    _Atomic int pub_phase;
 };
 
 struct scenario {
@@ -141,11 +170,17 @@ struct scenario {
     uint64_t (*errors)(const struct worker *w);     /* scenario errors */
     void (*json)(struct run *r, struct json *j);    /* extra JSON fields */
     void (*text)(struct run *r, FILE *f);           /* extra summary lines */
+    /* A scenario in phases (storm): the main thread's loop calls control
+     * instead of its ramp/window logic (1: the run is over; *phase names
+     * the phase for --progress-json), and each worker calls phase when
+     * run->phase changes. */
+    int (*control)(struct run *r, uint64_t now, const char **phase);
+    void (*phase)(struct worker *w, int phase, uint64_t now);
 };
 
 extern const char *const scenario_names[]; /* by cfg->scenario */
 extern const struct scenario sc_ack, sc_flood, sc_ping,
-    sc_connect, sc_connect_probe;
+    sc_connect, sc_connect_probe, sc_storm, sc_storm_probe;
 
 struct run {
     struct cfg *cfg;
@@ -157,11 +192,16 @@ struct run {
     _Atomic int stop, proto_error;
     int main_wake;
     _Atomic int warnings;
+    _Atomic int phase;
+    /* host-wide TcpExt ListenOverflows/ListenDrops around the run */
+    struct listen_counters kbefore, kafter;
 };
 
 /* ---- engine API for scenarios ---- */
 void conn_want(struct worker *w, struct conn *c, uint32_t events);
 void conn_established(struct worker *w, struct conn *c, uint64_t now);
+/* The handshake (TCP, and TLS with --tls) is done: hand it to the scenario. */
+void conn_ready(struct worker *w, struct conn *c, uint64_t now);
 void conn_fail(struct worker *w, struct conn *c, int reason, uint64_t now);
 /* EOF or error after the handshake: counted as closed_by_peer, reported. */
 void conn_lost(struct worker *w, struct conn *c, int err, uint64_t now);
@@ -172,8 +212,28 @@ void protocol_error(struct worker *w, struct conn *c, const char *fmt, ...)
 /* read() into w->rbuf: >0 bytes, 0 nothing now, -1 connection gone
  * (already accounted for via conn_lost). */
 long conn_read(struct worker *w, struct conn *c, uint64_t now);
+/* write(2) on the connection (through TLS with --tls): same contract;
+ * inline, as the plain write it replaces was. */
+ssize_t tls_write(struct ssl_st *ssl, const void *buf, size_t len);
+static inline long conn_write(struct conn *c, const void *buf, size_t len)
+{
+    return c->ssl ? tls_write(c->ssl, buf, len) : write(c->fd, buf, len);
+}
+/* Like conn_lost, with the reason in words. */
+void conn_lost_why(struct worker *w, struct conn *c, const char *why,
+                   uint64_t now);
 /* Make the worker's counters visible to the main thread (progress, stop). */
 void worker_publish(struct worker *w);
+
+/* opened, not yet established nor failed */
+static inline int conn_pending(const struct conn *c)
+{
+    return c->state == CS_CONNECTING || c->state == CS_TLS ||
+           c->state == CS_PROBING;
+}
+
+/* failures and closes printed on stderr (then only counted) */
+#define MAX_WARNINGS 5
 
 static inline int in_window(struct run *r, uint64_t now)
 {
@@ -200,6 +260,24 @@ int ping_live_rounds(struct run *r, FILE *f, uint32_t *next);
 /* engine.c */
 int engine_start(struct run *r);
 void engine_join(struct run *r);
+/* storm: close every connection from this side (TLS: close_notify) and
+ * make all of them new again (conn.c); then open them all at once, with no
+ * concurrency cap and no --rate. */
+void engine_close_all(struct worker *w);
+void engine_reopen(struct worker *w, uint64_t now);
+
+/* sc_storm.c: source addresses on loopback when one has too few ports */
+void storm_sources(struct cfg *cfg);
+
+/* engine_tls.c: --tls in the engine */
+void engine_tls_configure(struct cfg *cfg, const struct opt *opts);
+int engine_tls_worker_init(struct worker *w);
+void engine_tls_start(struct worker *w, struct conn *c, uint64_t now);
+void engine_tls_step(struct worker *w, struct conn *c, uint64_t now);
+/* --tls only: rescan connections whose plaintext waits in OpenSSL */
+void engine_tls_drain(struct worker *w, uint64_t now);
+void engine_tls_json(struct run *r, struct json *j);
+void engine_tls_text(struct run *r, FILE *f);
 
 /* report.c */
 void report_text(struct run *r, FILE *f, double measured_s, int exit_code);

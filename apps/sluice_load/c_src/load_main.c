@@ -16,6 +16,7 @@
 
 #include "load.h"
 #include "opts.h"
+#include "tls.h"
 #include "util.h"
 
 /* Pipeline defaults, chosen by measurement on one connection against
@@ -26,7 +27,8 @@
 #define PIPE_BATCH 2048
 
 const char *const scenario_names[] = {"lockstep", "pipeline", "flood",
-                                        "ping", "connect", "scale", NULL};
+                                        "ping", "connect", "scale", "storm",
+                                        NULL};
 static const char *const acks[] = {"each", "last", "counted", NULL};
 static const char *const probes[] = {"none", "ping", NULL};
 
@@ -136,8 +138,21 @@ static void configure(struct cfg *cfg, struct opt *opts, int argc,
         usage_error(PROG, "--payload must be at least 1 for flood");
     if (sc == SC_FLOOD && opts_given(opts, "rate"))
         usage_error(PROG, "--rate does not apply to flood (it never waits)");
-    if (cfg->probe != PROBE_NONE && sc != SC_CONNECT)
-        usage_error(PROG, "--probe applies to the connect scenario only");
+    if (opts_given(opts, "probe") && sc != SC_CONNECT && sc != SC_STORM)
+        usage_error(PROG, "--probe applies to connect and storm only");
+    if (sc == SC_STORM) {
+        if (!opts_given(opts, "probe"))
+            cfg->probe = PROBE_PING; /* back = served, not just queued */
+        if (!opts_given(opts, "duration"))
+            cfg->duration = 1;       /* the hold between the two waves */
+        /* wait out SYN retransmits (1, 3, 7, 15 s): a straggler is a
+         * figure of the storm, not a failure */
+        if (!opts_given(opts, "connect-timeout"))
+            cfg->connect_timeout_ms = 30000;
+        if (cfg->go_stdin || opts_given(opts, "warmup"))
+            usage_error(PROG, "--go-stdin and --warmup do not apply to "
+                        "storm");
+    }
     int pinging = sc == SC_PING || sc == SC_SCALE;
     if (!pinging && (opts_given(opts, "interval")))
         usage_error(PROG, "--interval applies to ping and scale only");
@@ -151,6 +166,9 @@ static void configure(struct cfg *cfg, struct opt *opts, int argc,
     if (cfg->threads > cfg->conns)
         cfg->threads = cfg->conns;
     resolve_host(cfg);
+    if (sc == SC_STORM && !cfg->source_ips)
+        storm_sources(cfg);
+    engine_tls_configure(cfg, opts);
 }
 
 static int pinging_sc(int sc) { return sc == SC_PING || sc == SC_SCALE; }
@@ -165,6 +183,42 @@ static uint64_t sum_pub(struct run *r, size_t off)
     return s;
 }
 #define SUM(r, field) sum_pub(r, offsetof(struct worker, field))
+
+/* The timeline of every scenario but storm (README.md): the ramp, then
+ * warmup and the measured window (r->mstart, r->mend).  Returns 1 when
+ * the run is over; *phase for --progress-json. */
+static int timeline(struct run *r, uint64_t now, int go, int *ramped,
+                    const char **phase)
+{
+    struct cfg *cfg = r->cfg;
+    uint64_t mstart = atomic_load(&r->mstart), mend = atomic_load(&r->mend);
+    uint64_t up = SUM(r, pub_up), pending = SUM(r, pub_pending);
+    uint64_t unopened = SUM(r, pub_unopened);
+    if (!*ramped && SUM(r, pub_resolved) == (uint64_t)cfg->conns)
+        *ramped = 1;
+    if (!mstart && *ramped && go) {
+        uint64_t ramp_end = 0;
+        for (int i = 0; i < r->nw; i++) {
+            uint64_t t = atomic_load(&r->w[i].pub_last_resolve);
+            if (t > ramp_end)
+                ramp_end = t;
+        }
+        /* with --go-stdin the window starts at "go", not at this
+         * engine's own ramp end */
+        mstart = (cfg->go_stdin ? now : ramp_end) +
+                 (uint64_t)(cfg->warmup * 1e9);
+        if (mstart < now)
+            mstart = now;
+        mend = mstart + (uint64_t)(cfg->duration * 1e9);
+        atomic_store(&r->mend, mend);
+        atomic_store(&r->mstart, mstart);
+    }
+    *phase = !*ramped ? "ramp" : !mstart ? "ready" :
+             now < mstart ? "warmup" : "window";
+    if (mstart && now >= mend)
+        return 1;
+    return *ramped && up + pending + unopened == 0; /* all failed or closed */
+}
 
 int main(int argc, char **argv)
 {
@@ -184,9 +238,9 @@ int main(int argc, char **argv)
          65535, 0},
         {"conns", OPT_INT, &cfg.conns, "N", "1", "connections", NULL, 1,
          4000000, 0},
-        {"duration", OPT_DOUBLE, &cfg.duration, "SECONDS", "10",
-         "measurement time after the ramp and warmup (connect: hold time)",
-         NULL, 0, 1e7, 0},
+        {"duration", OPT_DOUBLE, &cfg.duration, "SECONDS", "10 (storm: 1)",
+         "measurement time after the ramp and warmup (connect: hold time; "
+         "storm: hold between the waves)", NULL, 0, 1e7, 0},
         {"warmup", OPT_DOUBLE, &cfg.warmup, "SECONDS", "0",
          "run this long after the ramp before measuring", NULL, 0, 1e7, 0},
         {"window", OPT_INT, &cfg.window, "FRAMES", "262144 (pipeline)",
@@ -200,21 +254,24 @@ int main(int argc, char **argv)
          "ack mode; must match the server's --ack", acks, 0, 0, 0},
         {"rate", OPT_DOUBLE, &cfg.rate, "R", "0",
          "lockstep/pipeline: open loop, frames/s per connection, latency "
-         "from intended send times; ping/connect: connections opened per "
-         "second; 0 = closed loop / as fast as possible", NULL, 0, 1e12, 0},
+         "from intended send times; ping/connect/scale/storm: connections "
+         "opened per second (storm: first wave); 0 = closed loop / as fast "
+         "as possible", NULL, 0, 1e12, 0},
         {"interval", OPT_INT, &cfg.interval_ms, "MS", "1000",
          "ping: each connection pings this often", NULL, 1, 86400000, 0},
         {"timeout", OPT_INT, &cfg.timeout_ms, "MS", "5000",
          "ping: a Pong later than this is a timeout (connection kept)", NULL,
          1, 86400000, 0},
-        {"connect-timeout", OPT_INT, &cfg.connect_timeout_ms, "MS", "5000",
+        {"connect-timeout", OPT_INT, &cfg.connect_timeout_ms, "MS",
+         "5000 (storm: 30000)",
          "give up a connect (and a --probe) after this long", NULL, 1,
          86400000, 0},
         {"connect-concurrency", OPT_INT, &cfg.connect_concurrency, "N",
          "256", "connects in progress at once, over all threads", NULL, 1,
          1000000, 0},
-        {"probe", OPT_CHOICE, &cfg.probe, "KIND", "none",
-         "connect: established only once Ping got Pong", probes, 0, 0, 0},
+        {"probe", OPT_CHOICE, &cfg.probe, "KIND", "none (storm: ping)",
+         "connect, storm: established only once Ping got Pong", probes, 0,
+         0, 0},
         {"threads", OPT_INT, &cfg.threads, "T", "number of cores",
          "worker threads (capped at --conns)", NULL, 1, 1024, 0},
         {"source-ips", OPT_STR, &cfg.source_ips, "LIST", "kernel's choice",
@@ -233,6 +290,23 @@ int main(int argc, char **argv)
         {"go-stdin", OPT_FLAG, &cfg.go_stdin, NULL, NULL,
          "start the measured window only when the line \"go\" arrives on "
          "stdin after the ramp; EOF on stdin ends the run", NULL, 0, 0, 0},
+        {"tls", OPT_FLAG, &cfg.tls, NULL, NULL,
+         "TLS (OpenSSL) on every connection, any scenario; the connect "
+         "timeout covers the TLS handshake", NULL, 0, 0, 0},
+        {"tls-ca", OPT_STR, &cfg.tls_ca, "FILE", NULL,
+         "CA certificates (PEM) for --tls-verify", NULL, 0, 0, 0},
+        {"tls-verify", OPT_FLAG, &cfg.tls_verify, NULL, NULL,
+         "verify the server's certificate and name (--tls-sni, else --host)",
+         NULL, 0, 0, 0},
+        {"tls-sni", OPT_STR, &cfg.tls_sni, "NAME", "--host unless an address",
+         "server name sent in the handshake (SNI)", NULL, 0, 0, 0},
+        {"tls-alpn", OPT_STR, &cfg.tls_alpn, "LIST", "none",
+         "ALPN protocols offered, comma list (h2,http/1.1)", NULL, 0, 0, 0},
+        {"tls-resume", OPT_FLAG, &cfg.tls_resume, NULL, NULL,
+         "offer the session of an earlier connection of the thread (without "
+         "it every handshake is a full one)", NULL, 0, 0, 0},
+        {"tls-version", OPT_CHOICE, &cfg.tls_version, "V", "any",
+         "TLS version", tls_version_names, 0, 0, 0},
         {"check", OPT_FLAG, &cfg.check, NULL, NULL,
          "check the options and exit 0 without running", NULL, 0, 0, 0},
         {NULL, 0, NULL, NULL, NULL, NULL, NULL, 0, 0, 0},
@@ -242,12 +316,15 @@ int main(int argc, char **argv)
         return 0;
 
     static const struct scenario *const table[] = {
-        &sc_ack, &sc_ack, &sc_flood, &sc_ping, &sc_connect, &sc_ping};
+        &sc_ack, &sc_ack, &sc_flood, &sc_ping, &sc_connect, &sc_ping,
+        &sc_storm};
     struct run r;
     memset(&r, 0, sizeof r);
     r.cfg = &cfg;
     r.sc = cfg.scenario == SC_CONNECT && cfg.probe == PROBE_PING
-               ? &sc_connect_probe : table[cfg.scenario];
+               ? &sc_connect_probe
+           : cfg.scenario == SC_STORM && cfg.probe == PROBE_PING
+               ? &sc_storm_probe : table[cfg.scenario];
     r.nw = (int)cfg.threads;
     r.w = calloc((size_t)r.nw, sizeof *r.w);
     r.main_wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -262,6 +339,7 @@ int main(int argc, char **argv)
     int sfd = signalfd(-1, &sigs, SFD_NONBLOCK | SFD_CLOEXEC);
     signal(SIGPIPE, SIG_IGN);
 
+    listen_counters_read(&r.kbefore);
     if (engine_start(&r) < 0)
         return 1;
 
@@ -278,34 +356,14 @@ int main(int argc, char **argv)
         now = now_ns();
         if (atomic_load(&r.proto_error) || interrupted)
             break;
-        uint64_t up = SUM(&r, pub_up), pending = SUM(&r, pub_pending);
-        uint64_t unopened = SUM(&r, pub_unopened);
-        if (!ramped && SUM(&r, pub_resolved) == (uint64_t)cfg.conns)
-            ramped = 1;
-        if (!mstart && ramped && go) {
-            uint64_t ramp_end = 0;
-            for (int i = 0; i < r.nw; i++) {
-                uint64_t t = atomic_load(&r.w[i].pub_last_resolve);
-                if (t > ramp_end)
-                    ramp_end = t;
-            }
-            /* with --go-stdin the window starts at "go", not at this
-             * engine's own ramp end */
-            mstart = (cfg.go_stdin ? now : ramp_end) +
-                     (uint64_t)(cfg.warmup * 1e9);
-            if (mstart < now)
-                mstart = now;
-            mend = mstart + (uint64_t)(cfg.duration * 1e9);
-            atomic_store(&r.mend, mend);
-            atomic_store(&r.mstart, mstart);
-        }
-        if (mstart && now >= mend)
+        const char *ph;
+        int over = r.sc->control ? r.sc->control(&r, now, &ph)
+                                 : timeline(&r, now, go, &ramped, &ph);
+        mstart = atomic_load(&r.mstart);
+        mend = atomic_load(&r.mend);
+        if (over)
             break;
-        if (ramped && up + pending + unopened == 0)
-            break; /* every connection failed or was closed */
         if (cfg.progress_json) {
-            const char *ph = !ramped ? "ramp" : !mstart ? "ready" :
-                             now < mstart ? "warmup" : "window";
             /* a phase change is news for the coordinator: say it now */
             if (pinging_sc(cfg.scenario))
                 ping_live_rounds(&r, stdout, &live_round);
@@ -323,7 +381,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "[%6.1fs] rate %.0f/s  conns %llu/%ld up  "
                     "errors %llu%s\n", (double)(now - r.t0) / 1e9,
                     dt > 0 ? (double)(m - last_msgs) / dt : 0,
-                    (unsigned long long)up, cfg.conns,
+                    (unsigned long long)SUM(&r, pub_up), cfg.conns,
                     (unsigned long long)SUM(&r, pub_errors), phase);
             last_msgs = m;
             last_t = now;
@@ -361,6 +419,7 @@ int main(int argc, char **argv)
     }
     now = now_ns();
     engine_join(&r);
+    listen_counters_read(&r.kafter);
     double secs = 0;
     if (mstart) {
         if (now < mend)
@@ -373,9 +432,15 @@ int main(int argc, char **argv)
 
     struct stats t = report_totals(&r);
     int code = atomic_load(&r.proto_error) ? 1 : t.established == 0 ? 3 : 0;
-    if (code == 3)
-        fprintf(stderr, PROG ": could not connect to %s:%ld at all\n",
+    if (code == 3) {
+        fprintf(stderr, PROG ": could not connect to %s:%ld at all (",
                 cfg.host, cfg.port);
+        for (int k = 0, n = 0; k < F_NREASONS; k++)
+            if (t.failures[k])
+                fprintf(stderr, "%s%s %llu", n++ ? ", " : "", fail_names[k],
+                        (unsigned long long)t.failures[k]);
+        fprintf(stderr, ")\n");
+    }
     if (!cfg.quiet)
         report_text(&r, stdout, secs, code);
     if (cfg.json)

@@ -2,6 +2,7 @@
  * and the --json object. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "load.h"
 #include "util.h"
@@ -23,6 +24,8 @@ struct stats report_totals(struct run *r)
         t.late += s->late;
         t.attempts += s->attempts;
         t.handshakes += s->handshakes;
+        t.tls_handshakes += s->tls_handshakes;
+        t.tls_resumed += s->tls_resumed;
         t.established += s->established;
         for (int k = 0; k < F_NREASONS; k++)
             t.failures[k] += s->failures[k];
@@ -70,11 +73,17 @@ static double connect_rate(const struct stats *t)
            ((double)(t->last_established - t->first_connect) / 1e9);
 }
 
+/* Scenarios whose figures are connections (storm's own are per wave). */
+static int conn_sc(const struct run *r)
+{
+    return r->cfg->scenario == SC_CONNECT || r->cfg->scenario == SC_STORM;
+}
+
 /* The headline figures: what "messages" means depends on the scenario. */
 static void headline(struct run *r, const struct stats *t, double secs,
                      uint64_t *msgs, double *rate)
 {
-    if (r->cfg->scenario == SC_CONNECT) {
+    if (conn_sc(r)) {
         *msgs = t->established;
         *rate = connect_rate(t);
     } else {
@@ -154,7 +163,7 @@ void report_text(struct run *r, FILE *f, double secs, int exit_code)
             r->nw, r->nw == 1 ? "" : "s", secs);
     if (r->sc->text)
         r->sc->text(r, f);
-    if (r->cfg->scenario != SC_CONNECT) {
+    if (!conn_sc(r)) {
         fprintf(f, "messages: %llu  rate: %.0f/s  bytes: %llu\n",
                 (unsigned long long)msgs, rate, (unsigned long long)t.bytes);
         report_latency_text(f, "latency", lat);
@@ -164,11 +173,43 @@ void report_text(struct run *r, FILE *f, double secs, int exit_code)
             (unsigned long long)t.attempts, connect_rate(&t));
     report_latency_text(f, "connect latency", clat);
     failures_text(f, &t);
+    engine_tls_text(r, f);
+    if (r->kbefore.ok && r->kafter.ok)
+        fprintf(f, "kernel over the run (host-wide, every listener, "
+                "/proc/net/netstat): ListenOverflows +%llu, ListenDrops "
+                "+%llu\n",
+                (unsigned long long)(r->kafter.overflows - r->kbefore.overflows),
+                (unsigned long long)(r->kafter.drops - r->kbefore.drops));
     fprintf(f, "errors: %llu%s\n", (unsigned long long)errors_total(r, &t),
             exit_code == 1 ? " (protocol error: see stderr)" :
             exit_code == 3 ? " (could not connect at all)" : "");
     free(lat);
     free(clat);
+}
+
+/* Host-wide counters: engines of one run on one host see the same ones,
+ * so a coordinator must not add them up. */
+static void kernel_json(struct json *j, struct run *r)
+{
+    const struct listen_counters *a = &r->kbefore, *b = &r->kafter;
+    if (!a->ok || !b->ok) {
+        json_null(j, "kernel");
+        return;
+    }
+    json_obj(j, "kernel");
+    json_str(j, "scope", "host");
+    json_str(j, "source", "/proc/net/netstat TcpExt");
+    json_u64(j, "listen_overflows", b->overflows - a->overflows);
+    json_u64(j, "listen_drops", b->drops - a->drops);
+    json_obj(j, "before");
+    json_u64(j, "ListenOverflows", a->overflows);
+    json_u64(j, "ListenDrops", a->drops);
+    json_end_obj(j);
+    json_obj(j, "after");
+    json_u64(j, "ListenOverflows", b->overflows);
+    json_u64(j, "ListenDrops", b->drops);
+    json_end_obj(j);
+    json_end_obj(j);
 }
 
 int report_json(struct run *r, const char *path, double secs, int exit_code)
@@ -184,7 +225,7 @@ int report_json(struct run *r, const char *path, double secs, int exit_code)
     uint64_t msgs;
     double rate;
     headline(r, &t, secs, &msgs, &rate);
-    const struct hist *main_lat = r->cfg->scenario == SC_CONNECT ? clat : lat;
+    const struct hist *main_lat = conn_sc(r) ? clat : lat;
     uint64_t up = 0;
     for (int i = 0; i < r->nw; i++)
         up += r->w[i].up;
@@ -231,6 +272,18 @@ int report_json(struct run *r, const char *path, double secs, int exit_code)
     report_latency_json(&j, "latency_us", clat);
     report_hist_json(&j, "latency_hist", clat);
     json_end_obj(&j);
+    kernel_json(&j, r);
+    /* the engine's own CPU: shows when the client, not the server, is
+     * what bounds a figure (TLS handshakes cost the client more) */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    json_obj(&j, "engine_cpu_s");
+    json_dbl(&j, "user", (double)ru.ru_utime.tv_sec +
+                             (double)ru.ru_utime.tv_usec / 1e6);
+    json_dbl(&j, "sys", (double)ru.ru_stime.tv_sec +
+                            (double)ru.ru_stime.tv_usec / 1e6);
+    json_end_obj(&j);
+    engine_tls_json(r, &j);
     if (r->sc->json)
         r->sc->json(r, &j);
     report_hist_json(&j, "latency_hist", main_lat);

@@ -123,7 +123,7 @@ static int try_send(struct worker *w, struct conn *c, uint64_t now)
          * connection of the worker, so a partial write is rebuilt too. */
         patch_ids(a, s->wr_first, s->wr_n);
         uint32_t len = s->wr_n * a->flen;
-        ssize_t r = write(c->fd, a->tmpl + s->wr_off, len - s->wr_off);
+        ssize_t r = conn_write(c, a->tmpl + s->wr_off, len - s->wr_off);
         if (r < 0) {
             if (errno == EAGAIN || errno == EINTR) {
                 conn_want(w, c, EPOLLIN | EPOLLOUT);

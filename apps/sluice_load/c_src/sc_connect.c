@@ -21,7 +21,7 @@ static void connect_connected(struct worker *w, struct conn *c, uint64_t now)
     conn_want(w, c, EPOLLIN | EPOLLRDHUP);
     if (c->state == CS_PROBING) {
         c->match = 0;
-        ssize_t r = write(c->fd, PING, sizeof PING);
+        ssize_t r = conn_write(c, PING, sizeof PING);
         if (r != (ssize_t)sizeof PING)
             conn_lost(w, c, r < 0 ? errno : EIO, now);
     } else {
@@ -65,7 +65,8 @@ static void connect_text(struct run *r, FILE *f)
     fprintf(f, "held at end: %llu of %ld (established = %s)\n",
             (unsigned long long)held, r->cfg->conns,
             r->cfg->probe == PROBE_PING ? "Ping answered with Pong"
-                                        : "TCP handshake completed");
+            : r->cfg->tls ? "TLS handshake completed"
+                          : "TCP handshake completed");
 }
 
 const struct scenario sc_connect = {

@@ -44,7 +44,7 @@ static void flood_writable(struct worker *w, struct conn *c, uint64_t now)
     struct flood_worker *f = w->sw;
     int counting = in_window(w->run, now);
     for (int i = 0; i < WRITES_PER_EVENT; i++) {
-        ssize_t r = write(c->fd, f->msg, f->len);
+        ssize_t r = conn_write(c, f->msg, f->len);
         if (r < 0) {
             if (errno == EAGAIN || errno == EINTR)
                 return;

@@ -127,7 +127,7 @@ static void tick(struct worker *w, struct conn *c, uint64_t now)
         if (counting)
             w->st.skipped++;
     } else {
-        ssize_t r = write(c->fd, PING, sizeof PING);
+        ssize_t r = conn_write(c, PING, sizeof PING);
         if (r == (ssize_t)sizeof PING) {
             c->flags = F_OUT;
             c->t_a = now;

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -92,4 +93,35 @@ int write_all(int fd, const void *buf, size_t n)
         n -= (size_t)w;
     }
     return 0;
+}
+
+void listen_counters_read(struct listen_counters *k)
+{
+    /* two lines per group: "TcpExt: Name1 Name2 ..." then the values */
+    char names[8192], vals[8192];
+    k->ok = 0;
+    k->overflows = k->drops = 0;
+    FILE *f = fopen("/proc/net/netstat", "r");
+    if (!f)
+        return;
+    int seen = 0;
+    while (fgets(names, sizeof names, f) && fgets(vals, sizeof vals, f)) {
+        if (strncmp(names, "TcpExt:", 7) != 0 || strncmp(vals, "TcpExt:", 7))
+            continue;
+        char *ns = NULL, *vs = NULL;
+        char *n = strtok_r(names + 7, " \n", &ns);
+        char *v = strtok_r(vals + 7, " \n", &vs);
+        for (; n && v; n = strtok_r(NULL, " \n", &ns),
+                       v = strtok_r(NULL, " \n", &vs)) {
+            if (strcmp(n, "ListenOverflows") == 0) {
+                k->overflows = strtoull(v, NULL, 10);
+                seen |= 1;
+            } else if (strcmp(n, "ListenDrops") == 0) {
+                k->drops = strtoull(v, NULL, 10);
+                seen |= 2;
+            }
+        }
+    }
+    fclose(f);
+    k->ok = seen == 3;
 }

@@ -63,6 +63,16 @@ int parse_ipv4(const char *s, struct in_addr *out);
 /* Symbolic errno name ("ECONNREFUSED"), or NULL when not in our table. */
 const char *errno_name(int e);
 
+/* The kernel's TcpExt ListenOverflows (accept queue full: the handshake's
+ * last ACK dropped) and ListenDrops (every SYN or ACK a listener dropped,
+ * overflows included) from /proc/net/netstat: host-wide (this network
+ * namespace), all listeners.  ok = 0 when they could not be read. */
+struct listen_counters {
+    int ok;
+    uint64_t overflows, drops;
+};
+void listen_counters_read(struct listen_counters *k);
+
 /* Write all of buf to a blocking fd; 0 ok, -1 error. */
 int write_all(int fd, const void *buf, size_t n);
 

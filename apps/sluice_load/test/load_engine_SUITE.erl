@@ -38,6 +38,8 @@
          ref_closes_on_oversized_frame_only/1,
          ref_ping_and_echo/1,
          ref_usage_and_sigterm/1]).
+%% Helpers shared with load_engine_tls_SUITE and load_engine_storm_SUITE.
+-export([run/4, load/2, start_ref/2, get/2]).
 
 -define(RUN_S, "1").
 
@@ -524,7 +526,7 @@ start_ref(Config, Args) ->
 
 spawn_ref(Config, Args) ->
     P = open_port({spawn_executable, bin(Config, "sluice-ref")},
-                  [{args, ["--port", "0" | Args]}, exit_status, binary,
+                  [{args, ["--ip", "127.0.0.1", "--port", "0" | Args]}, exit_status, binary,
                    {line, 256}, hide]),
     {os_pid, OsPid} = erlang:port_info(P, os_pid),
     sluice_load_test_lib:reap(Config, OsPid),

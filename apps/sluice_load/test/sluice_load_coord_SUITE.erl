@@ -352,7 +352,7 @@ wait_exit(P, T) ->
 
 start_ref(Config) ->
     P = open_port({spawn_executable, filename:join(?config(bin_dir, Config), "sluice-ref")},
-                  [{args, ["--port", "0", "--protocol", "ping", "--threads", "1"]},
+                  [{args, ["--ip", "127.0.0.1", "--port", "0", "--protocol", "ping", "--threads", "1"]},
                    exit_status, binary, {line, 256}, hide]),
     {os_pid, OsPid} = erlang:port_info(P, os_pid),
     sluice_load_test_lib:reap(Config, OsPid),

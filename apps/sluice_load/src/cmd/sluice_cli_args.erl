@@ -87,9 +87,18 @@ convert({number, Min, Max}, V) -> in_range(number(V), Min, Max);
 convert(string, "") -> error;
 convert(string, V) -> {ok, V};
 convert(ip, V) ->
+    %% An address, or a host name (`localhost'): IPv4 first, as a client
+    %% of that name would most often try.
     case inet:parse_address(V) of
         {ok, IP} -> {ok, IP};
-        _ -> error
+        _ ->
+            case inet:getaddr(V, inet) of
+                {ok, IP} -> {ok, IP};
+                _ -> case inet:getaddr(V, inet6) of
+                         {ok, IP} -> {ok, IP};
+                         _ -> error
+                     end
+            end
     end;
 convert({enum, Atoms}, V) ->
     case [A || A <- Atoms, atom_to_list(A) =:= V] of
@@ -101,7 +110,7 @@ convert({choice, Names}, V) ->
         true -> {ok, V};
         false -> error
     end;
-convert(active, V) when V =:= "false"; V =:= "once"; V =:= "true" ->
+convert(active, V) when V =:= "false"; V =:= "once"; V =:= "true"; V =:= "adaptive" ->
     {ok, list_to_atom(V)};
 convert(active, V) -> convert({integer, 1, 32767}, V);
 convert(timeout, "infinity") -> {ok, infinity};
@@ -131,10 +140,10 @@ describe({integer, Min, Max}) -> io_lib:format("an integer ~b..~b", [Min, Max]);
 describe({number, Min, infinity}) -> io_lib:format("a number >= ~s", [show(Min)]);
 describe({number, Min, Max}) -> io_lib:format("a number ~s..~s", [show(Min), show(Max)]);
 describe(string) -> "a non-empty string";
-describe(ip) -> "an IP address";
+describe(ip) -> "an IP address or a host name";
 describe({enum, Atoms}) -> lists:join("|", [atom_to_list(A) || A <- Atoms]);
 describe({choice, Names}) -> lists:join("|", Names);
-describe(active) -> "false|once|true|N (1..32767)";
+describe(active) -> "adaptive|false|once|true|N (1..32767)";
 describe(timeout) -> "milliseconds or infinity";
 describe(boolean) -> "true|false".
 

@@ -23,7 +23,8 @@ specs() ->
      O(frame_timeout, timeout, 30000,
        "ack protocol: close a connection whose partial frame does not complete in this many ms"),
      O(active, active, maps:get(active, D),
-       "socket delivery: false (recv), once, N (flow control every N reads) or true (unbounded mailbox)"),
+       "socket delivery: adaptive (a grant of reads that grows while the client reads its replies), "
+       "false (recv), once, N (a fixed grant of N reads) or true (unbounded mailbox)"),
      O(acceptors, {integer, 1, 65535}, maps:get(num_acceptors, D), "acceptor processes"),
      O(listen_sockets, {integer, 1, 1024}, maps:get(num_listen_sockets, D),
        "listen sockets on the port (SO_REUSEPORT when more than one)"),
@@ -42,6 +43,16 @@ specs() ->
        "park an inet connection quiet for this long: its process exits, its socket waits in its supervisor"),
      O(backend, {enum, [inet, socket]}, maps:get(transport, D),
        "socket layer: inet (gen_tcp, the inet driver) or socket (OTP's socket NIF)"),
+     O(tls, boolean, false, "serve over TLS (OTP ssl on the inet backend); needs --certfile and --keyfile"),
+     O(certfile, string, undefined, "with --tls: the server's certificate chain (PEM)"),
+     O(keyfile, string, undefined, "with --tls: the certificate's private key (PEM)"),
+     O(cacertfile, string, undefined, "with --tls: CA certificates to verify clients against (PEM)"),
+     O(handshake_timeout, timeout, maps:get(handshake_timeout, D),
+       "with --tls: close a connection whose handshake is not done in this many ms"),
+     O(proxy_protocol, boolean, false,
+       "expect a PROXY protocol header (v1 or v2) from a load balancer before anything else"),
+     O(proxy_timeout, timeout, maps:get(proxy_timeout, D),
+       "with --proxy-protocol: close a connection whose header is not in after this many ms"),
      O(nodes, {integer, 0, 64}, 0,
        "run the listener on this many BEAM nodes (peer), one OS process each, on one port "
        "(SO_REUSEPORT); 0: in this VM"),
@@ -56,11 +67,26 @@ specs() ->
 run(Args) ->
     sluice_cli_args:with_options("serve", ?ABOUT, specs(), Args,
                                  fun(Opts) ->
-                                         case sluice_vm_flags:check(Opts) of
-                                             ok -> serve(Opts, Args);
-                                             {error, Msg} -> {error, 2, Msg}
+                                         case {sluice_vm_flags:check(Opts), check_tls(Opts)} of
+                                             {ok, ok} -> serve(Opts, Args);
+                                             {{error, Msg}, _} -> {error, 2, Msg};
+                                             {_, {error, Msg}} -> {error, 2, Msg}
                                          end
                                  end).
+
+%% --tls needs its two files, and the files options need --tls; the
+%% library checks that the files exist.
+check_tls(#{tls := true, certfile := C, keyfile := K}) when C =:= undefined; K =:= undefined ->
+    {error, "--tls needs --certfile and --keyfile"};
+check_tls(#{tls := true, backend := socket}) ->
+    {error, "--tls runs on the inet backend (OTP's ssl); leave out --backend socket"};
+check_tls(#{tls := false} = O) ->
+    case [F || F <- [certfile, keyfile, cacertfile], maps:get(F, O) =/= undefined] of
+        [] -> ok;
+        [F | _] -> {error, "--" ++ atom_to_list(F) ++ " is for --tls"}
+    end;
+check_tls(_) ->
+    ok.
 
 %% Emulator flags this VM lacks: the same command in a VM that has them
 %% (once: a relaunched VM serves with what it got, and says so).
@@ -94,4 +120,19 @@ listener_opts(O) ->
       idle_timeout => maps:get(idle_timeout, O), backlog => maps:get(backlog, O),
       hibernate_after => maps:get(hibernate_after, O),
       park_after => maps:get(park_after, O),
-      socket_opts => SocketOpts, transport => maps:get(backend, O)}.
+      socket_opts => SocketOpts, transport => transport(O),
+      tls_opts => tls_opts(O), handshake_timeout => maps:get(handshake_timeout, O),
+      proxy_protocol => maps:get(proxy_protocol, O),
+      proxy_timeout => maps:get(proxy_timeout, O)}.
+
+transport(#{tls := true}) -> ssl;
+transport(#{backend := B}) -> B.
+
+tls_opts(#{tls := false}) ->
+    [];
+tls_opts(O = #{certfile := C, keyfile := K}) ->
+    [{certfile, C}, {keyfile, K}]
+        ++ case maps:get(cacertfile, O) of
+               undefined -> [];
+               CA -> [{cacertfile, CA}, {verify, verify_peer}, {fail_if_no_peer_cert, true}]
+           end.

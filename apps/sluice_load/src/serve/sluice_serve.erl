@@ -3,7 +3,7 @@
 %% the cluster needs of it: the metrics endpoint and listen errors in words.
 -module(sluice_serve).
 
--export([run/2, start_metrics/3, describe_error/1]).
+-export([run/2, start_metrics/3, describe_error/1, warn_if_open/1]).
 
 -define(LISTENER, sluice_cli).
 
@@ -26,15 +26,20 @@ run(O, ListenerOpts) ->
                 {error, _, _} = E -> E
             end;
         {error, Reason} ->
-            {error, 1, lists:flatten(io_lib:format("cannot listen on ~s:~b: ~s",
-                                                   [inet:ntoa(maps:get(ip, O)), maps:get(port, O),
+            {error, 1, lists:flatten(io_lib:format("cannot listen on ~s: ~s",
+                                                   [sluice_opts:format_address(maps:get(ip, O),
+                                                                               maps:get(port, O)),
                                                     describe_error(Reason)]))}
     end.
 
 serve(O, IP, Port) ->
-    io:format("listening on ~s:~b~n", [inet:ntoa(IP), Port]),
-    io:format(standard_error, "sluice: backend ~s; ~s~n",
-              [maps:get(backend, O), sluice_vm_flags:describe(O)]),
+    io:format("listening on ~s~n", [sluice_opts:format_address(IP, Port)]),
+    ok = warn_if_open(IP),
+    io:format(standard_error, "sluice: backend ~s~s~s; ~s~n",
+              [maps:get(backend, O),
+               case maps:get(tls, O) of true -> ", TLS"; false -> "" end,
+               case maps:get(proxy_protocol, O) of true -> ", PROXY protocol"; false -> "" end,
+               sluice_vm_flags:describe(O)]),
     wait_signal(),
     Left = case sluice:drain(?LISTENER, maps:get(drain_timeout, O)) of
                {ok, N} -> N;
@@ -60,8 +65,8 @@ start_metrics(O, IP, Name) ->
         Port ->
             case sluice_prometheus_httpd:start(IP, Port, Name) of
                 {ok, Pid} ->
-                    io:format(standard_error, "sluice: metrics at http://~s:~b/metrics~n",
-                              [inet:ntoa(IP), sluice_prometheus_httpd:port(Pid)]);
+                    io:format(standard_error, "sluice: metrics at http://~s/metrics~n",
+                              [sluice_opts:format_address(IP, sluice_prometheus_httpd:port(Pid))]);
                 {error, Reason} ->
                     {error, 1, lists:flatten(io_lib:format("cannot serve metrics on port ~b: ~p",
                                                            [Port, Reason]))}
@@ -69,7 +74,17 @@ start_metrics(O, IP, Name) ->
     end.
 
 drop_start_errors(#{msg := {report, #{label := {supervisor, start_error}}}}, _) -> stop;
+drop_start_errors(#{meta := #{mfa := {sluice, _, _}}}, _) -> stop;
 drop_start_errors(Event, _) -> Event.
+
+%% @doc A server reachable from every network the host is on, where the
+%% user may have meant loopback: said once on stderr.
+-spec warn_if_open(inet:ip_address()) -> ok.
+warn_if_open(IP) when IP =:= {0, 0, 0, 0}; IP =:= {0, 0, 0, 0, 0, 0, 0, 0} ->
+    io:format(standard_error, "sluice: listening on all interfaces (--ip 127.0.0.1 for "
+              "this host only)~n", []);
+warn_if_open(_IP) ->
+    ok.
 
 %% @doc A listen error in words.
 -spec describe_error(term()) -> string().

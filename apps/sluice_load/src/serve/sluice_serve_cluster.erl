@@ -51,7 +51,8 @@ with_peers(O, ListenerOpts, {ok, Peers}) ->
     case Started of
         {ok, P} ->
             [monitor_node(N, true) || N <- Nodes],
-            io:format("listening on ~s:~b~n", [inet:ntoa(IP), P]),
+            io:format("listening on ~s~n", [sluice_opts:format_address(IP, P)]),
+            ok = sluice_serve:warn_if_open(IP),
             Code = wait(Nodes),
             Alive = alive(Nodes),
             Left = drain(Alive, maps:get(drain_timeout, O)),
@@ -176,8 +177,8 @@ call(Node, Opts) ->
     end.
 
 listen_error(Node, #{ip := IP, port := Port}, {error, Reason}) ->
-    lists:flatten(io_lib:format("cannot listen on ~s:~b on node ~s: ~s",
-                                [inet:ntoa(IP), Port, Node,
+    lists:flatten(io_lib:format("cannot listen on ~s on node ~s: ~s",
+                                [sluice_opts:format_address(IP, Port), Node,
                                  sluice_serve:describe_error(Reason)])).
 
 %% @doc Runs on each node: start sluice and the listener; its real port.
