@@ -12,11 +12,11 @@
 %%
 %% The design, and why each choice is the fast one:
 %% <ul>
-%%  <li>An acceptor pool (10, as sluice's default) on one listen socket;
-%%      the acceptor that gets a connection becomes its process and spawns
-%%      its replacement first, so no ownership change
-%%      (`controlling_process', a synchronous round through the driver)
-%%      is on the accept path.</li>
+%%  <li>An acceptor pool (10, as sluice's default) on one listen socket,
+%%      at high priority; the acceptor that gets a connection becomes its
+%%      process (at normal priority) and spawns its replacement first, so
+%%      no ownership change (`controlling_process', a synchronous round
+%%      through the driver) is on the accept path.</li>
 %%  <li>The backlog is the kernel's cap (`net.core.somaxconn'): anything
 %%      lower overflows first in a connect storm.</li>
 %%  <li>`{active, N}' with N = 100 and re-arming as in sluice: every
@@ -154,11 +154,18 @@ somaxconn() ->
     end.
 
 %% The accepted socket inherits the listen socket's options, `{active, N}'
-%% included: the acceptor becomes its owner and its process.
+%% included: the acceptor becomes its owner and its process. Acceptors run
+%% at high priority: after a storm of connects, thousands of new
+%% connections are runnable at once, and a normal-priority acceptor waits
+%% behind them while the kernel's accept queue overflows (its clients then
+%% wait a second for a SYN retransmit); the connection itself runs at
+%% normal priority.
 accept(L, Template) ->
+    _ = process_flag(priority, high),
     case gen_tcp:accept(L) of
         {ok, S} ->
             _ = spawn(fun() -> accept(L, Template) end),
+            _ = process_flag(priority, normal),
             loop(Template#c{sock = S});
         {error, closed} ->
             ok;
