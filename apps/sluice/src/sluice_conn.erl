@@ -120,15 +120,31 @@ start(S, #{opts := #{handler := {_, HOpts}}}, Conn, Prefix) ->
     Started = sluice_telemetry:connection_start(S#s.listener, self()),
     case sluice_conn_handler:init(Conn, HOpts, S#s{started = Started}) of
         {continue, S2} ->
-            case activate(first_grant(S2), S2) of
-                {ok, S3} when Prefix =:= <<>> -> loop(armed(S3));
-                {ok, S3} -> data(Prefix, armed(S3));
-                {error, Reason} -> sluice_conn_close:finish({error, Reason}, S2)
-            end;
+            first(Prefix, S2);
         {stop, Reason, S2} ->
             sluice_conn_close:finish(Reason, S2);
         {stop_after, Out, Reason, S2} ->
             sluice_conn_close:linger_close(Out, Reason, S2)
+    end.
+
+%% Bytes that came in the PROXY header's read were not delivered by a
+%% grant: they go to the handler before the first one, which is then
+%% whole. (Granting first and handling them as a chunk would count a
+%% chunk the transport never sent, and with `false' start a second read
+%% beside the first: the inet driver refuses it and the connection died.)
+first(<<>>, S) ->
+    arm(S);
+first(Prefix, S) ->
+    case sluice_conn_handler:data(Prefix, S) of
+        {continue, S2} -> arm(S2);
+        {stop, Reason, S2} -> sluice_conn_close:finish(Reason, S2);
+        {stop_after, Out, Reason, S2} -> sluice_conn_close:linger_close(Out, Reason, S2)
+    end.
+
+arm(S) ->
+    case activate(first_grant(S), S) of
+        {ok, S2} -> loop(armed(S2));
+        {error, Reason} -> sluice_conn_close:finish({error, Reason}, S)
     end.
 
 %% What the transport is armed with first: N (or the adaptive grant's
@@ -247,9 +263,12 @@ wake(S = #s{t = T, ts = TS, parent = Parent}) ->
             %% Woken by the sweep to park: no activity to report.
             park(S);
         Msg ->
+            %% (The ending cases call finish/2 themselves: through
+            %% dispatch/3, whose clauses for them never return, dialyzer
+            %% takes these calls for ones that cannot succeed.)
             case T:classify(Msg, TS) of
-                {closed, _} = Ended -> dispatch(Ended, Msg, S);
-                {error, _, _} = Ended -> dispatch(Ended, Msg, S);
+                {closed, TS2} -> sluice_conn_close:finish(closed, S#s{ts = TS2});
+                {error, Reason, TS2} -> sluice_conn_close:finish({error, Reason}, S#s{ts = TS2});
                 Classified ->
                     Parent ! {sluice_woke, self()},
                     dispatch(Classified, Msg, S)

@@ -225,15 +225,22 @@ check(K, T) when K =:= idle_timeout; K =:= shutdown_timeout; K =:= hibernate_aft
 check(K, _) ->
     throw({unknown_option, K}).
 
-%% TLS needs a certificate and its key; ssl checks the rest of tls_opts at
-%% the handshake, so a missing file is named here, at start, not in every
-%% connection's failure.
+%% TLS needs a certificate and its key, and ssl reads tls_opts only at
+%% each handshake: they are checked here, at start, so that a mistake (a
+%% missing file, a bad value) is named once, not in every connection's
+%% failure.
 check_tls(#{transport := ssl, tls_opts := L}) ->
     Has = fun(K) -> lists:keymember(K, 1, L) end,
     (Has(certs_keys) orelse ((Has(certfile) orelse Has(cert)) andalso (Has(keyfile) orelse Has(key))))
         orelse bad(tls_opts, {missing, "certfile and keyfile (or cert and key, or certs_keys)"}),
     [readable(K, F) || {K, F} <- L, K =:= certfile orelse K =:= keyfile orelse K =:= cacertfile],
-    ok;
+    %% The rest as ssl will read them (sluice_transport_ssl:check_opts/1).
+    case sluice_transport_ssl:check_opts(L) of
+        ok -> ok;
+        {error, Why} -> bad(tls_opts, Why)
+    end;
+check_tls(Opts = #{transport := sluice_transport_ssl}) ->
+    check_tls(Opts#{transport := ssl});
 check_tls(_) ->
     ok.
 
@@ -314,7 +321,8 @@ expected(framing) -> "none, or a framing spec of sluice_frame: {length, 1 | 2 | 
                      "or {length, N, Opts}, line or {line, Opts}, {split, Fun} or "
                      "{split, Fun, Opts}";
 expected(tls_opts) -> "a list of ssl server options with a certificate and its key "
-                     "(certfile and keyfile, cert and key, or certs_keys) whose files exist";
+                     "(certfile and keyfile, cert and key, or certs_keys) whose files exist "
+                     "and hold them; socket options go in socket_opts";
 expected(K) when K =:= idle_timeout; K =:= shutdown_timeout; K =:= hibernate_after;
                  K =:= park_after; K =:= handshake_timeout; K =:= proxy_timeout ->
     "a positive integer (ms) or infinity";
