@@ -80,14 +80,16 @@ glance(Cells, Scenarios) ->
             ["<h2>sluice beside C and beside the best peer</h2>\n",
              html_table(["scenario", "sluice / C", "rounds", "best peer", "peer / C",
                          "sluice / best peer", "rounds"],
-                        [[atom_to_list(Sc), ratio(maps:get(vs_c, S)), spread(maps:get(vs_c, S)),
+                        [[atom_to_list(Sc), ratio(maps:get(vs_c, S)), wide(maps:get(vs_c, S)),
                           case P of none -> "-"; #{server := PSv} -> atom_to_list(PSv) end,
                           case P of none -> "-"; _ -> ratio(maps:get(vs_c, P)) end,
                           ratio(maps:get(vs_peer, S, #{median => null})),
-                          spread(maps:get(vs_peer, S, #{n => 0}))]
+                          wide(maps:get(vs_peer, S, #{n => 0}))]
                          || {Sc, S, P} <- Rows], 1),
              "<p class=\"note\">Ratios are medians of per-round ratios (flood: by server CPU "
-             "per message, C's over the server's). Peers: <code>handwritten</code>, the best "
+             "per message, C's over the server's); rounds: their min&ndash;max, * where that "
+             "spans more than ", sluice_bench_report:fmt_pct(sluice_bench_stats:wide_limit()),
+             " of the median. Peers: <code>handwritten</code>, the best "
              "ack/ping/echo server a careful engineer writes on gen_tcp alone "
              "(sluice_peer_gen_tcp: acceptor pool, {active, N} topped up, 256 KiB buffer, "
              "whole-chunk parsing, asynchronous sends); <code>gen_tcp-socket</code>, the same "
@@ -243,6 +245,8 @@ find(Sc, Sv, Cells) ->
     end.
 
 ratio(#{median := V}) -> sluice_bench_report:fmt_ratio(V).
+wide(S) ->
+    [spread(S), case sluice_bench_stats:wide(S) of true -> " *"; false -> "" end].
 ratio_v(V) -> sluice_bench_report:fmt_ratio(V).
 spread(S) -> sluice_bench_report:fmt_spread(S).
 spread_v(null) -> "-";
