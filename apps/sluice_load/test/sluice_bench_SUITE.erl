@@ -1,7 +1,9 @@
 %% Tests of `bin/sluice bench' (sluice_cmd_bench, sluice_bench*): the
-%% statistics, the JSON codec, the reports built from a small fake result set, option validation,
-%% and real cells run end to end on loopback. The real cells need the C
-%% binaries (`make') and taskset; they take a few seconds.
+%% statistics, the JSON codec, option validation, and real cells run end
+%% to end on loopback. The real cells need the C binaries (`make') and
+%% taskset; they take a few seconds. The order of the runs and the reports
+%% are sluice_bench_report_SUITE's, the peer servers' protocols
+%% sluice_peer_SUITE's.
 -module(sluice_bench_SUITE).
 
 -include_lib("common_test/include/ct.hrl").
@@ -13,28 +15,23 @@
          interpolation_reads_a_counter_between_samples/1,
          json_round_trips/1,
          json_decodes_engine_output/1,
-         cells_pair_each_run_with_its_c_run/1,
-         targets_pass_and_fail/1,
-         text_table_is_aligned/1,
-         json_report_decodes/1,
-         html_is_self_contained/1,
          bad_options_exit_2/1,
          help_exits_0/1,
          c_cell_has_a_positive_rate/1,
-         seed_cell_against_c_has_ratio_and_cpu/1]).
+         seed_cell_against_c_has_ratio_and_cpu/1,
+         peer_cells_share_a_c_run/1]).
 
 suite() -> [{timetrap, {seconds, 60}}].
 
-all() -> [{group, stats}, {group, json}, {group, report}, {group, cli}, {group, real}].
+all() -> [{group, stats}, {group, json}, {group, cli}, {group, real}].
 
 groups() ->
     [{stats, [], [median_and_spread_of_known_inputs, paired_ratios_skip_missing_runs,
                   interpolation_reads_a_counter_between_samples]},
      {json, [], [json_round_trips, json_decodes_engine_output]},
-     {report, [], [cells_pair_each_run_with_its_c_run, targets_pass_and_fail,
-                   text_table_is_aligned, json_report_decodes, html_is_self_contained]},
      {cli, [], [bad_options_exit_2, help_exits_0]},
-     {real, [], [c_cell_has_a_positive_rate, seed_cell_against_c_has_ratio_and_cpu]}].
+     {real, [], [c_cell_has_a_positive_rate, seed_cell_against_c_has_ratio_and_cpu,
+                 peer_cells_share_a_c_run]}].
 
 init_per_group(real, Config) ->
     case os:find_executable("taskset") of
@@ -108,126 +105,6 @@ json_decodes_engine_output(_) ->
     ?assertEqual([[1, 2], [3, 4]], maps:get(<<"buckets">>, maps:get(<<"latency_hist">>, M))).
 
 %%% ------------------------------------------------------------------
-%%% report, from a fake result set
-%%% ------------------------------------------------------------------
-
-%% Three rounds of: pipeline sluice/C, lockstep sluice/C, flood with two
-%% active modes and their C runs (one of them failed in round 2).
-fake_cells() ->
-    [{pipeline, sluice}, {lockstep, sluice}, {flood, sluice},
-     {flood, 'sluice-active-once'}, {flood, 'sluice-active-true'}].
-
-fake_runs() ->
-    Fig = #{{pipeline, sluice} => {[90, 100, 110], [100, 100, 100], [10, 11, 12]},
-            {pipeline, c} => {[100, 100, 100], [], [5, 5, 5]},
-            {lockstep, sluice} => {[45, 46, 47], [], [900, 1000, 1100]},
-            {lockstep, c} => {[50, 50, 50], [], [800, 800, 800]},
-            {flood, sluice} => {[180, 190, 200], [], [300, 310, 320]},
-            {flood, 'sluice-active-once'} => {[170, 175, 180], [], [350, 360, 370]},
-            {flood, 'sluice-active-true'} => {[160, 165, 170], [], [290, 295, 300]},
-            {flood, c} => {[200, 200, 200], [], [100, 100, 100]}},
-    lists:append(
-      [[run(Rd, Sc, Sv, subject, Sv, Fig), run(Rd, Sc, c, reference, Sv, Fig)]
-       || Rd <- [1, 2, 3], {Sc, Sv} <- fake_cells()]).
-
-run(Rd, Sc, Server, Role, Pair, Fig) ->
-    {Rates, _, Ns} = maps:get({Sc, Server}, Fig),
-    Failed = Sc =:= flood andalso Server =:= 'sluice-active-once' andalso Rd =:= 2,
-    Base = #{round => Rd, scenario => Sc, server => Server, role => Role, pair => Pair,
-             ack => sluice_bench_matrix:ack(Sc, Pair), wall_s => 2.5,
-             server_cmd => [<<"taskset">>, <<"-c">>, <<"0">>]},
-    case Failed of
-        true -> Base#{ok => false, error => <<"engine: exit 1, 3 errors">>};
-        false -> Base#{ok => true, rate => lists:nth(Rd, Rates) * 1.0e6,
-                       messages => 1000, errors => 0, server_ns_per_msg => lists:nth(Rd, Ns),
-                       latency_us => #{<<"p50">> => 3.5}}
-    end.
-
-fake_doc() ->
-    Cells = sluice_bench_report:cells(fake_cells(), fake_runs()),
-    #{tool => <<"sluice bench">>, date => <<"2025-01-01T00:00:00Z">>,
-      command => <<"bin/sluice bench --fake">>,
-      machine => #{nproc => 2, cpu_model => <<"Test CPU <model> & co">>, otp_release => <<"25">>,
-                   erts_version => <<"13">>, kernel => <<"linux 6">>, clk_tck => 100,
-                   open_file_limit => 20000, erl_flags => <<>>},
-      settings => #{rounds => 3, warmup_s => 1, duration_s => 1.25},
-      runs => fake_runs(), cells => Cells, targets => sluice_bench_report:targets(Cells)}.
-
-%% Median, spread, paired C median and median of per-round ratios; a
-%% failed run leaves its round out of the cell.
-cells_pair_each_run_with_its_c_run(_) ->
-    [P, L, F, FOnce, _FTrue] = sluice_bench_report:cells(fake_cells(), fake_runs()),
-    ?assertMatch(#{scenario := pipeline, server := sluice, rounds := 3, failed_runs := 0}, P),
-    ?assertEqual(#{n => 3, median => 100.0e6, min => 90.0e6, max => 110.0e6}, maps:get(rate, P)),
-    ?assertEqual(100.0e6, maps:get(median, maps:get(c_rate, P))),
-    ?assertEqual(1.0, maps:get(median, maps:get(ratio, P))),
-    ?assertEqual(0.92, maps:get(median, maps:get(ratio, L))),
-    ?assertEqual(11, maps:get(median, maps:get(ns_per_msg, P))),
-    ?assertEqual(5, maps:get(median, maps:get(c_ns_per_msg, P))),
-    ?assertEqual(310, maps:get(median, maps:get(ns_per_msg, F))),
-    ?assertMatch(#{failed_runs := 1, rate := #{n := 2, min := 170.0e6, max := 180.0e6}}, FOnce),
-    ?assertEqual(2, maps:get(n, maps:get(ratio, FOnce))).
-
-%% pipeline 1.0 >= 0.95 passes, lock-step 0.92 fails, and the flood's
-%% defaults (310 ns) lose to active,true (295 ns); no line for the
-%% scenarios not measured.
-targets_pass_and_fail(_) ->
-    #{targets := Ts} = fake_doc(),
-    ?assertEqual([{pipeline, ratio, true}, {lockstep, ratio, false}, {flood, ns_per_msg, false}],
-                 [{Sc, M, P} || #{scenario := Sc, measure := M, pass := P} <- Ts]),
-    [_, _, #{threshold := Best, value := V}] = Ts,
-    ?assertEqual({295, 310}, {Best, V}),
-    Text = lists:flatten(io_lib:format("~s", [sluice_bench_report:targets_text(Ts)])),
-    ?assertMatch({match, _}, re:run(Text, "PASS  pipelined")),
-    ?assertMatch({match, _}, re:run(Text, "FAIL  lock-step.*0.92 >= 0.95")),
-    ?assertMatch({match, _}, re:run(Text, "FAIL  flood.*active-true.*310 <= 295")),
-    ?assertMatch({match, _}, re:run(Text, "relative to C in the same round: sluice-active-true 2.95, "
-                                          "sluice 3.10, sluice-active-once 3.60")).
-
-%% Every line of the table is as wide as the header's columns: each column
-%% starts at the same offset on every line.
-text_table_is_aligned(_) ->
-    #{cells := Cells} = fake_doc(),
-    Lines = string:split(string:trim(lists:flatten(io_lib:format("~ts",
-                                         [sluice_bench_report:table(Cells)]))), "\n", all),
-    ?assertEqual(2 + length(Cells), length(Lines)),
-    [Header, Rule | Rows] = Lines,
-    ?assertMatch({match, _}, re:run(Header, "^scenario +server +median rate +spread")),
-    ?assertMatch(nomatch, re:run(Rule, "[^- ]")),
-    %% the ratio column ends at the same place on every row
-    RatioEnd = string:str(Header, "ratio") + length("ratio") - 1,
-    [?assertEqual($\s, lists:nth(RatioEnd + 1, R)) || R <- Rows],
-    ?assertMatch({match, _}, re:run(hd(Rows), "pipeline +sluice +100M msg/s +90.0M-110M +100M msg/s +1.00 +11.0 +5.0")),
-    ?assertMatch({match, _}, re:run(lists:nth(4, Rows), "sluice-active-once \\(1 failed\\)")).
-
-%% The JSON file form of the fake result decodes, with the raw runs and the
-%% per-cell figures.
-json_report_decodes(_) ->
-    {ok, D} = sluice_json:decode(sluice_json:encode(fake_doc())),
-    ?assertMatch(#{<<"machine">> := #{<<"nproc">> := 2}, <<"date">> := <<"2025", _/binary>>}, D),
-    ?assertEqual(30, length(maps:get(<<"runs">>, D))),
-    [P | _] = maps:get(<<"cells">>, D),
-    ?assertMatch(#{<<"scenario">> := <<"pipeline">>, <<"server">> := <<"sluice">>,
-                   <<"ratio">> := #{<<"median">> := 1}, <<"per_round">> := [_, _, _]}, P),
-    ?assertEqual(3, length(maps:get(<<"targets">>, D))).
-
-%% The page stands alone: no script, nothing fetched (the only URL is the
-%% SVG namespace), one chart per scenario plus the flood's ns/msg chart,
-%% and the machine's text escaped.
-html_is_self_contained(_) ->
-    Html = iolist_to_binary(sluice_bench_html:page(fake_doc())),
-    ?assertEqual(nomatch, binary:match(Html, [<<"<script">>, <<"<SCRIPT">>, <<"https://">>])),
-    Urls = [U || [U] <- element(2, re:run(Html, "(http://[^\"]*)", [global, {capture, all_but_first, binary}]))],
-    ?assertEqual([<<"http://www.w3.org/2000/svg">>], lists:usort(Urls)),
-    ?assertEqual(nomatch, binary:match(Html, [<<" src=">>, <<"<link">>, <<"@import">>, <<"url(">>])),
-    ?assertEqual(4, length(binary:matches(Html, <<"<svg ">>))),
-    ?assertMatch({_, _}, binary:match(Html, <<"Test CPU &lt;model&gt; &amp; co">>)),
-    ?assertMatch({_, _}, binary:match(Html, <<"<title>sluice benchmark">>)),
-    ?assertMatch({_, _}, binary:match(Html, <<"FAIL">>)),
-    ?assertMatch({_, _}, binary:match(Html, <<"1.00&#215; C">>)),
-    ?assertMatch({_, _}, binary:match(Html, <<"relative to C in the same round">>)).
-
-%%% ------------------------------------------------------------------
 %%% cli
 %%% ------------------------------------------------------------------
 
@@ -271,6 +148,21 @@ seed_cell_against_c_has_ratio_and_cpu(Config) ->
     ct:pal("lockstep/seed: ratio ~p, ~p ns/msg", [Ratio, maps:get(median, maps:get(ns_per_msg, Cell))]),
     ?assert(Ratio > 0),
     ?assert(maps:get(median, maps:get(ns_per_msg, Cell)) > 0).
+
+%% Both peers in the VM the benchmark starts for them, pipelined around
+%% one C run (the engine checks every ack): both succeed, both are paired
+%% with that C run, and the report compares sluice's absence gracefully
+%% (no sluice cell: no peer target).
+peer_cells_share_a_c_run(Config) ->
+    {ok, #{cells := Cells, runs := Runs, targets := Ts}} =
+        real([{pipeline, handwritten}, {pipeline, 'gen_tcp-socket'}], Config),
+    ?assertMatch([#{ok := true, server := handwritten},
+                  #{ok := true, server := c, pairs := [handwritten, 'gen_tcp-socket']},
+                  #{ok := true, server := 'gen_tcp-socket'}], Runs),
+    [?assert(maps:get(median, maps:get(vs_c, C)) > 0) || C <- Cells],
+    ct:pal("pipeline peers vs C: ~p", [[{S, maps:get(median, maps:get(vs_c, C))}
+                                        || #{server := S} = C <- Cells]]),
+    ?assertEqual([], Ts).
 
 real(Cells, Config) ->
     sluice_bench:bench(#{cells => Cells, rounds => 1, warmup => 0.3, duration => 1,

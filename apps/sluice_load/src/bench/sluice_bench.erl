@@ -2,14 +2,15 @@
 %% the matrix, print the progress, the table and the speed targets, and
 %% write the results as JSON and as a self-contained HTML page.
 %%
-%% Order of the runs: round by round, and in each round every cell's sluice
-%% run immediately followed by its C reference run (A B A B ...), so that
-%% every sluice figure has a C figure measured within seconds of it. Every
-%% run starts a fresh server and a fresh engine. bench/README.md says what
-%% each figure means and how to read it.
+%% Order of the runs (plan/2): round by round, scenario by scenario, and
+%% every C reference run between the two cells it serves (A C B, D C E,
+%% ...), so that every figure has a C figure measured within seconds of it,
+%% right before or right after, with half as many C runs as cells. Every run
+%% starts a fresh server and a fresh engine. bench/README.md says what each
+%% figure means and how to read it.
 -module(sluice_bench).
 
--export([bench/1, stop_on_signal/0]).
+-export([bench/1, plan/2, stop_on_signal/0]).
 
 %%% ------------------------------------------------------------------
 %%% Running the matrix
@@ -20,14 +21,15 @@
 %% the targets (stdout); write the files. Returns the result document with
 %% `files' and `failed_runs' added.
 -spec bench(map()) -> {ok, map()} | {error, string()}.
-bench(#{cells := Cells, rounds := Rounds} = Config) ->
+bench(#{cells := Cells0, rounds := Rounds} = Config0) ->
     case environment() of
         {error, _} = E -> E;
-        {ok, Env0 = #{paths := Paths}} ->
-            Env = Env0#{paths := Paths#{backend => maps:get(backend, Config, inet)}},
-            Plan = [{Rd, Sc, Sv, Role}
-                    || Rd <- lists:seq(1, Rounds), {Sc, Sv} <- Cells,
-                       Role <- case Sv of c -> [subject]; _ -> [subject, reference] end],
+        {ok, Env0 = #{paths := Paths, engine_scenarios := EngineScenarios}} ->
+            Env = Env0#{paths := Paths#{backend => maps:get(backend, Config0, inet)}},
+            {Cells, Notes} = sluice_bench_matrix:available(Cells0, EngineScenarios),
+            Config = Config0#{cells := Cells, notes => Notes},
+            [io:format(standard_error, "sluice bench: ~s~n", [N]) || N <- Notes],
+            Plan = plan(Cells, Rounds),
             io:format(standard_error, "sluice bench: ~b cells x ~b rounds = ~b runs, about ~s~n",
                       [length(Cells), Rounds, length(Plan), minsec(estimate(Plan, Config))]),
             T0 = erlang:monotonic_time(millisecond),
@@ -38,6 +40,48 @@ bench(#{cells := Cells, rounds := Rounds} = Config) ->
             Elapsed = (erlang:monotonic_time(millisecond) - T0) / 1000,
             finish(Config, Env, {Status, Runs}, Elapsed)
     end.
+
+%% @doc The runs, in order: `{Round, Scenario, Server, subject}' for a
+%% cell, `{Round, Scenario, c, {reference, Cells}}' for a C run that
+%% serves the one or two cells (their servers) beside it. Per round, the
+%% cells go scenario by scenario (in the order the scenarios first appear),
+%% and the cells that the same C run can serve (same scenario, same ack
+%% mode) in pairs around one: A C B. A `c' cell is a subject of its own.
+-spec plan([sluice_bench_matrix:cell()], pos_integer()) ->
+          [{pos_integer(), sluice_bench_matrix:scenario(), sluice_bench_matrix:server(),
+            subject | {reference, [sluice_bench_matrix:server()]}}].
+plan(Cells, Rounds) ->
+    Keys = lists:usort([{first(Sc, Cells), Sc} || {Sc, _} <- Cells]),
+    Round = lists:append(
+              [lists:append(
+                 [around(Sc, Group)
+                  || Group <- groups(Sc, [Sv || {S, Sv} <- Cells, S =:= Sc, Sv =/= c])])
+               ++ [{Sc, c, subject} || {S, c} <- Cells, S =:= Sc]
+               || {_, Sc} <- Keys]),
+    [{Rd, Sc, Sv, Role} || Rd <- lists:seq(1, Rounds), {Sc, Sv, Role} <- Round].
+
+first(Sc, Cells) ->
+    length(lists:takewhile(fun({S, _}) -> S =/= Sc end, Cells)).
+
+%% The servers of one scenario by ack mode (a C run serves only cells of
+%% its own mode), in matrix order, two at a time.
+groups(Sc, Servers) ->
+    Acks = lists:usort([{first_ack(Sc, A, Servers), A}
+                        || A <- [sluice_bench_matrix:ack(Sc, Sv) || Sv <- Servers]]),
+    lists:append([pairs([Sv || Sv <- Servers, sluice_bench_matrix:ack(Sc, Sv) =:= A])
+                  || {_, A} <- Acks]).
+
+first_ack(Sc, A, Servers) ->
+    length(lists:takewhile(fun(Sv) -> sluice_bench_matrix:ack(Sc, Sv) =/= A end, Servers)).
+
+pairs([A, B | Rest]) -> [[A, B] | pairs(Rest)];
+pairs([A]) -> [[A]];
+pairs([]) -> [].
+
+around(Sc, [A, B]) ->
+    [{Sc, A, subject}, {Sc, c, {reference, [A, B]}}, {Sc, B, subject}];
+around(Sc, [A]) ->
+    [{Sc, A, subject}, {Sc, c, {reference, [A]}}].
 
 environment() ->
     Taskset = os:find_executable("taskset"),
@@ -53,7 +97,19 @@ environment() ->
             {ok, #{paths => #{root => sluice_build:root(), priv => filename:dirname(Engine),
                               erl => sluice_build:erl(),
                               seed_ebin => filename:dirname(code:which(sluice_bench_seed_server))},
+                   engine_scenarios => engine_scenarios(Engine),
                    taskset => Taskset, clk_tck => sluice_procfs:clk_tck()}}
+    end.
+
+%% The engine's --scenario choices, from its own option table.
+engine_scenarios(Engine) ->
+    {_, Out} = sluice_cprog:output(Engine, ["--options-json"]),
+    case sluice_json:decode(Out) of
+        {ok, #{<<"options">> := Options}} ->
+            hd([Choices || #{<<"name">> := <<"scenario">>, <<"choices">> := Choices} <- Options]
+               ++ [[]]);
+        _ ->
+            []
     end.
 
 tmpdir() ->
@@ -67,11 +123,16 @@ tmpdir() ->
     ok = filelib:ensure_dir(filename:join(Dir, "x")),
     Dir.
 
+%% Seconds: the engine's warmup and window, plus starting and stopping
+%% the server (a VM takes longer than the C server).
 estimate(Plan, #{warmup := W, duration := D}) ->
-    lists:sum([case Sc of
-                   connrate -> 2.0;
-                   _ -> W + D + case Role of subject -> 0.4; reference -> 0.15 end
-               end || {_, Sc, _, Role} <- Plan]).
+    lists:sum([case {Sc, Sv} of
+                   {connrate, c} -> 1.5;
+                   {connrate, _} -> 2.8;
+                   {storm, _} -> 3.0;
+                   {_, c} -> W + D + 0.05;
+                   _ -> W + D + 0.25
+               end || {_, Sc, Sv, _} <- Plan]).
 
 minsec(S) ->
     io_lib:format("~bm~2..0bs", [trunc(S) div 60, trunc(S) rem 60]).
@@ -85,12 +146,16 @@ run_plan([{Rd, Sc, Sv, Role} | Rest], N, #{rounds := Rounds} = Config, Env, Acc)
                       [length(Acc)]),
             {interrupted, lists:reverse(Acc)};
         false ->
-            Server = case Role of subject -> Sv; reference -> c end,
-            Spec = Env#{scenario => Sc, server => Server,
-                        ack => sluice_bench_matrix:ack(Sc, Sv),
+            {Served, Tag} = case Role of
+                                subject -> {Sv, #{role => subject, pair => Sv}};
+                                {reference, Pairs} -> {hd(Pairs), #{role => reference,
+                                                                    pairs => Pairs}}
+                            end,
+            Spec = Env#{scenario => Sc, server => Sv,
+                        ack => sluice_bench_matrix:ack(Sc, Served),
                         warmup => maps:get(warmup, Config),
                         duration => maps:get(duration, Config)},
-            R = (sluice_bench_run:run(Spec))#{round => Rd, role => Role, pair => Sv},
+            R = maps:merge(sluice_bench_run:run(Spec), Tag#{round => Rd}),
             progress(length(Acc) + 1, N, Rd, Rounds, R),
             run_plan(Rest, N, Config, Env, [R | Acc])
     end.
@@ -119,7 +184,8 @@ msg_word(_) -> "msg".
 finish(#{cells := Cells} = Config, #{paths := #{root := Root}}, {Status, Runs}, Elapsed) ->
     %% cells without a run: the benchmark was interrupted before them
     Summaries = [C || #{rounds := N} = C <- sluice_bench_report:cells(Cells, Runs), N > 0],
-    Targets = sluice_bench_report:targets(Summaries),
+    Targets = sluice_bench_targets:targets(Summaries),
+    Warnings = sluice_bench_targets:warnings(Summaries),
     Failed = length([R || #{ok := false} = R <- Runs]),
     Doc = #{tool => <<"sluice bench">>,
             date => list_to_binary(calendar:system_time_to_rfc3339(
@@ -132,21 +198,26 @@ finish(#{cells := Cells} = Config, #{paths := #{root := Root}}, {Status, Runs}, 
                           quick => maps:get(quick, Config),
                           backend => maps:get(backend, Config, inet),
                           default_active => sluice_bench_matrix:default_active(),
-                          order => <<"per round: each cell's sluice run, then its C reference run">>,
+                          order => <<"per round, scenario by scenario: two cells around "
+                                     "the C reference run they share (A C B)">>,
                           cpu => <<"server utime+stime of the whole process tree over the "
                                    "engine's measurement window (connrate: whole engine run)">>,
-                          ratio => <<"median of the per-round sluice/C ratios">>},
+                          ratio => <<"median of the per-round ratios to the C run beside "
+                                     "(vs_c: by rate; flood: by server CPU per message)">>,
+                          wide_spread => sluice_bench_stats:wide_limit()},
             scenarios => maps:from_list([{Sc, #{description => sluice_bench_matrix:describe_scenario(Sc),
                                                 settings => engine_settings(Sc)}}
                                          || Sc <- lists:usort([S || {S, _} <- Cells])]),
             matrix => [iolist_to_binary([atom_to_list(Sc), "/", atom_to_list(Sv)])
                        || {Sc, Sv} <- Cells],
-            runs => Runs, cells => Summaries, targets => Targets,
+            runs => Runs, cells => Summaries, targets => Targets, warnings => Warnings,
             interrupted => Status =:= interrupted,
+            notes => [list_to_binary(N) || N <- maps:get(notes, Config, [])],
             failed_runs => Failed, elapsed_s => round(Elapsed)},
     Table = sluice_bench_report:table(Summaries),
     io:put_chars([Table, "\n", sluice_bench_report:legend(), "\n",
-                  sluice_bench_report:targets_text(Targets)]),
+                  sluice_bench_targets:text(Targets, Warnings),
+                  [["note: ", N, "\n"] || N <- maps:get(notes, Config, [])]]),
     case write_files(maps:get(out, Config), Doc) of
         {ok, Files} ->
             io:format("~nresults: ~ts~n         ~ts~n",

@@ -1,21 +1,25 @@
 %% @doc The HTML report: one self-contained page (inline CSS and SVG, no
-%% JavaScript, nothing fetched) with the machine, the table, the speed
-%% targets and one bar chart per scenario, plus the server CPU per message
-%% on the flood.
+%% JavaScript, nothing fetched). From the top: sluice beside C and beside
+%% the best peer per scenario; the speed targets, each with its spread and
+%% what it means for a user; the cells whose rounds disagree; every cell
+%% relative to C with the targets' lines (sluice_bench_svg); the table;
+%% latency percentiles of the lock-step and connection cells; one chart
+%% per scenario; the machine. Cells without a successful run are left out
+%% of the tables and charts and named in one line.
 -module(sluice_bench_html).
 
 -export([page/1]).
 
--define(W, 760).        % chart width
--define(LABEL_W, 170).  % server names
--define(PLOT_W, 420).   % bars
--define(ROW_H, 26).
--define(TOP, 10).
--define(AXIS_H, 34).
+%% The scenarios whose latency the page shows: one request in flight, and
+%% the connection scenarios (where the engine's latency is the connect's).
+-define(LATENCY, [lockstep, conns200, connrate, storm]).
 
 %% @doc The page for a result document (see sluice_bench:bench/1).
 -spec page(map()) -> iodata().
-page(#{cells := Cells, machine := M, date := Date, command := Cmd} = Doc) ->
+page(#{cells := AllCells, machine := M, date := Date, command := Cmd} = Doc) ->
+    Cells = [C || #{rate := #{n := N}} = C <- AllCells, N > 0],
+    Empty = [C || #{rate := #{n := 0}} = C <- AllCells],
+    Targets = maps:get(targets, Doc, []),
     Present = [Sc || #{scenario := Sc} <- Cells],
     Scenarios = [Sc || Sc <- sluice_bench_matrix:scenarios(), lists:member(Sc, Present)],
     ["<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
@@ -23,20 +27,39 @@ page(#{cells := Cells, machine := M, date := Date, command := Cmd} = Doc) ->
      "</head>\n<body>\n<h1>sluice benchmark</h1>\n",
      "<p>", esc(Date), " &middot; <code>", esc(Cmd), "</code> &middot; ",
      settings(maps:get(settings, Doc, #{})), "</p>\n",
-     "<h2>Machine</h2>\n", machine(M),
-     "<h2>Results</h2>\n", table(Cells),
-     targets(maps:get(targets, Doc, [])),
+     "<p class=\"note\">Measured on a shared machine: absolute rates drift between runs; "
+     "compare the ratios, which are taken within one round.</p>\n",
+     [["<p class=\"note\">", esc(N), "</p>\n"] || N <- maps:get(notes, Doc, [])],
+     glance(Cells, Scenarios),
+     targets(Targets),
+     warnings(maps:get(warnings, Doc, [])),
+     "<h2>Every cell relative to C</h2>\n",
+     sluice_bench_svg:ratios(Cells, Targets),
+     "<p class=\"note\">Bar: the median of the per-round ratios to the C run beside it (by "
+     "rate; flood: by server CPU per message, C's over the server's); thin line: the rounds' "
+     "min&ndash;max; circles: each round, where the spread is wide; &#9656;: a round beyond "
+     "the axis; right: median (min&ndash;max). Blue: sluice, green: peers, grey: seed. On the row a speed target "
+     "judges, <span style=\"color:#b3261e\">red dashes</span>: a target against C, at its "
+     "threshold; <span style=\"color:#7b2cbf\">purple dots</span>: a target against another "
+     "cell (the best peer, the best active mode, the inet backend), at the threshold times "
+     "that cell's ratio to C: the bar must reach it.</p>\n",
+     "<h2>Results</h2>\n", table(Cells), empty(Empty),
      "<p class=\"note\">", notes(), "</p>\n",
+     latency([C || #{scenario := Sc} = C <- Cells, lists:member(Sc, ?LATENCY)]),
      [scenario_section(Sc, [C || #{scenario := S} = C <- Cells, S =:= Sc]) || Sc <- Scenarios],
+     "<h2>Machine</h2>\n", machine(M),
      "</body>\n</html>\n"].
 
 css() ->
-    "body{font-family:sans-serif;max-width:60em;margin:2em auto;color:#222}\n"
-    "table{border-collapse:collapse;margin:1em 0}\n"
-    "td,th{padding:.2em .6em;border-bottom:1px solid #ddd;text-align:right}\n"
+    "body{font-family:sans-serif;max-width:66em;margin:2em auto;color:#222}\n"
+    "table{border-collapse:collapse;margin:1em 0;font-size:.92em}\n"
+    "td,th{padding:.2em .6em;border-bottom:1px solid #ddd;text-align:right;"
+    "white-space:nowrap}\n"
     "td.t,th.t{text-align:left}\n"
     ".pass{color:#17702f;font-weight:bold}.fail{color:#b3261e;font-weight:bold}\n"
+    ".warn{color:#b3261e}\n"
     ".note{color:#555;font-size:.9em}\n"
+    "li{margin-bottom:.7em}.meaning{color:#444;font-size:.9em;margin:.2em 0 0}\n"
     "svg text{font-family:sans-serif;font-size:12px}\n".
 
 settings(S) ->
@@ -46,6 +69,150 @@ settings(S) ->
 
 num(N) when is_integer(N) -> integer_to_list(N);
 num(F) -> float_to_list(float(F), [{decimals, 2}, compact]).
+
+%% Per scenario: sluice's defaults against C and against the best peer.
+glance(Cells, Scenarios) ->
+    Rows = [{Sc, S, find(Sc, maps:get(best_peer, S, none), Cells)}
+            || Sc <- Scenarios, S <- [find(Sc, sluice, Cells)], S =/= none],
+    case Rows of
+        [] -> [];
+        _ ->
+            ["<h2>sluice beside C and beside the best peer</h2>\n",
+             html_table(["scenario", "sluice / C", "rounds", "best peer", "peer / C",
+                         "sluice / best peer", "rounds"],
+                        [[atom_to_list(Sc), ratio(maps:get(vs_c, S)), wide(maps:get(vs_c, S)),
+                          case P of none -> "-"; #{server := PSv} -> atom_to_list(PSv) end,
+                          case P of none -> "-"; _ -> ratio(maps:get(vs_c, P)) end,
+                          ratio(maps:get(vs_peer, S, #{median => null})),
+                          wide(maps:get(vs_peer, S, #{n => 0}))]
+                         || {Sc, S, P} <- Rows], 1),
+             "<p class=\"note\">Ratios are medians of per-round ratios (flood: by server CPU "
+             "per message, C's over the server's); rounds: their min&ndash;max, * where that "
+             "spans more than ", sluice_bench_report:fmt_pct(sluice_bench_stats:wide_limit()),
+             " of the median. Peers: <code>handwritten</code>, the best "
+             "ack/ping/echo server a careful engineer writes on gen_tcp alone "
+             "(sluice_peer_gen_tcp: acceptor pool, {active, N} topped up, 256 KiB buffer, "
+             "whole-chunk parsing, asynchronous sends); <code>gen_tcp-socket</code>, the same "
+             "on {inet_backend, socket}.</p>\n"]
+    end.
+
+targets([]) -> [];
+targets(Ts) ->
+    ["<h2>Speed targets</h2>\n<ul>\n",
+     [["<li><span class=\"", pf(P), "\">", string:to_upper(pf(P)), "</span> ", esc(Name),
+       ": ", ratio_v(V), " ", esc(Rule), " ", ratio_v(T),
+       " <span class=\"note\">(rounds ", spread_v(maps:get(spread, Tg, null)), ")</span>",
+       case maps:get(wide_spread, Tg, false) of
+           true -> " <span class=\"warn\">spread too wide to judge</span>";
+           false -> ""
+       end,
+       case Tg of
+           #{cpu_vs_c := VsC} ->
+               ["<br><span class=\"note\">server CPU per message relative to C: ",
+                esc(lists:join(", ", [[atom_to_list(Sv), " ", ratio_v(R)]
+                                      || {Sv, R} <- lists:keysort(2, maps:to_list(VsC)),
+                                         is_number(R)])), "</span>"];
+           _ -> []
+       end,
+       "<p class=\"meaning\">", esc(maps:get(meaning, Tg, <<>>)), "</p></li>\n"]
+      || #{pass := P, name := Name, value := V, rule := Rule, threshold := T} = Tg <- Ts],
+     "</ul>\n"].
+
+warnings([]) -> [];
+warnings(Ws) ->
+    ["<h2>Spread warnings</h2>\n<p class=\"note\">These cells' per-round ratios to C span "
+     "more than ", sluice_bench_report:fmt_pct(sluice_bench_stats:wide_limit()),
+     " of their median: one round met a busier machine. Their figures and the targets that "
+     "use them are unreliable in this run; rerun them with more <code>--rounds</code>.</p>\n"
+     "<ul>\n",
+     [["<li class=\"warn\">", esc(atom_to_list(Sc)), "/", esc(atom_to_list(Sv)), ": rounds ",
+       spread(VsC), ", median ", ratio(VsC), " (", sluice_bench_report:fmt_pct(P),
+       ")</li>\n"]
+      || #{scenario := Sc, server := Sv, vs_c := VsC, spread_pct := P} <- Ws],
+     "</ul>\n"].
+
+pf(true) -> "pass";
+pf(false) -> "fail";
+pf(null) -> "n/a".
+
+table(Cells) ->
+    html_table(["scenario", "server", "median rate", "spread (min&ndash;max)", "C median",
+                "vs C", "rounds", "vs best peer", "server ns/msg", "C ns/msg"],
+               [row(C) || C <- Cells], 2).
+
+row(#{scenario := Sc, server := Sv, unit := U, rate := R, c_rate := CR, vs_c := VsC,
+      ns_per_msg := Ns, c_ns_per_msg := CNs} = C) ->
+    F = fun sluice_bench_report:fmt_rate/1,
+    [atom_to_list(Sc), atom_to_list(Sv),
+     [F(maps:get(median, R)), " ", U],
+     [F(maps:get(min, R)), "-", F(maps:get(max, R))],
+     case Sv of c -> "-"; _ -> [F(maps:get(median, CR)), " ", U] end,
+     ratio(VsC),
+     [spread(VsC), case maps:get(wide_spread, C, false) of true -> " *"; false -> "" end],
+     ratio(maps:get(vs_peer, C, #{median => null})),
+     sluice_bench_report:fmt_ns(maps:get(median, Ns)),
+     case Sv of c -> "-"; _ -> sluice_bench_report:fmt_ns(maps:get(median, CNs)) end].
+
+empty([]) -> [];
+empty(Cells) ->
+    ["<p class=\"warn\">No successful run (left out above): ",
+     esc(lists:join(", ", [[atom_to_list(Sc), "/", atom_to_list(Sv), " (",
+                            integer_to_list(F), " failed runs)"]
+                           || #{scenario := Sc, server := Sv, failed_runs := F} <- Cells])),
+     "; the runs' <code>error</code> in the JSON says why.</p>\n"].
+
+notes() ->
+    "Rate: the median over the rounds; spread: min&ndash;max. C median: the C reference "
+    "server (sluice-ref, one thread, same pinning) measured with the same engine options "
+    "in the same round, right before or after the cell's run. vs C: the median of the "
+    "per-round ratios to that C run (flood: C's server CPU per message over the cell's), "
+    "higher is better; rounds: their min&ndash;max, * where the spread is wide. vs best "
+    "peer: the median of the per-round ratios of vs C to the best peer's. Server ns/msg: "
+    "user+system CPU time of the server's process tree over the engine's measurement "
+    "window (connrate, storm: over the whole engine run, per connection), divided by the "
+    "messages of that window. <code>sluice</code>: <code>bin/sluice serve</code>'s "
+    "defaults (a <code>sluice-active-N</code> row with the default N would repeat it and "
+    "is left out).".
+
+%% The engine's latency percentiles, median over the rounds: a round trip
+%% for lock-step, a frame's ack for conns200, a connect for connrate and
+%% storm.
+latency([]) -> [];
+latency(Cells) ->
+    P = fun(L, K) -> us(maps:get(K, L, null)) end,
+    ["<h2>Latency</h2>\n",
+     html_table(["scenario", "server", "p50 (&micro;s)", "p90", "p99", "p99.9", "max",
+                 "C p50", "C p99"],
+                [[atom_to_list(Sc), atom_to_list(Sv),
+                  P(L, <<"p50">>), P(L, <<"p90">>), P(L, <<"p99">>), P(L, <<"p999">>),
+                  P(L, <<"max">>), P(CL, <<"p50">>), P(CL, <<"p99">>)]
+                 || #{scenario := Sc, server := Sv, latency_us := L, c_latency_us := CL}
+                        <- Cells], 2),
+     "<p class=\"note\">Microseconds, as the engine measures them, median over the rounds: "
+     "lockstep, a frame's round trip (client and server on one core); conns200, from a "
+     "frame's send to its ack, 1,000 frames in flight per connection (queueing, not service "
+     "time); connrate and storm, a connect until Ping got Pong. C: the C runs paired with "
+     "the cell.</p>\n"].
+
+us(null) -> "-";
+us(V) when V >= 10000 -> integer_to_list(round(V));
+us(V) -> lists:flatten(io_lib:format("~.1f", [float(V)])).
+
+scenario_section(Sc, Cells) ->
+    ["<h2>", esc(atom_to_list(Sc)), "</h2>\n<p class=\"note\">",
+     esc(sluice_bench_matrix:describe_scenario(Sc)), "</p>\n",
+     sluice_bench_svg:bars(Cells, rate, [axis_title(Sc), ", median over the rounds"]),
+     case Sc of
+         flood -> ["<h3>flood: server CPU per message (lower is better)</h3>\n",
+                   sluice_bench_svg:bars(Cells, cpu, <<"server CPU per echoed message (ns), "
+                                                       "median over the rounds">>)];
+         _ -> []
+     end].
+
+axis_title(flood) -> "echoed 6-byte messages per second (msg/s)";
+axis_title(storm) -> "connections back per second in the reconnect wave (conn/s)";
+axis_title(connrate) -> "connections established per second (conn/s)";
+axis_title(_) -> "frames acked per second (msg/s)".
 
 machine(M) ->
     Rows = [{"cores", maps:get(nproc, M, "")}, {"CPU", maps:get(cpu_model, M, "")},
@@ -60,161 +227,30 @@ to_text(V) when is_integer(V) -> integer_to_list(V);
 to_text(null) -> "";
 to_text(V) -> V.
 
-table(Cells) ->
-    Head = ["scenario", "server", "median rate", "spread (min&ndash;max)", "C median",
-            "ratio", "server ns/msg", "C ns/msg"],
-    ["<table>\n<tr>", [["<th", cls(I), ">", H, "</th>"] || {I, H} <- enum(Head)], "</tr>\n",
-     [["<tr>", [["<td", cls(I), ">", esc(V), "</td>"] || {I, V} <- enum(row(C))], "</tr>\n"]
-      || C <- Cells],
+%% Headings are trusted markup; cells are escaped. The first `Left'
+%% columns are text (left-aligned), the rest figures.
+html_table(Head, Rows, Left) ->
+    Cls = fun(I) when I =< Left -> " class=\"t\""; (_) -> "" end,
+    ["<table>\n<tr>", [["<th", Cls(I), ">", H, "</th>"] || {I, H} <- enum(Head)], "</tr>\n",
+     [["<tr>", [["<td", Cls(I), ">", esc(V), "</td>"] || {I, V} <- enum(R)], "</tr>\n"]
+      || R <- Rows],
      "</table>\n"].
-
-cls(I) when I =< 2 -> " class=\"t\"";
-cls(_) -> "".
 
 enum(L) -> lists:zip(lists:seq(1, length(L)), L).
 
-row(#{scenario := Sc, server := Sv, unit := U, rate := R, c_rate := CR, ratio := Ra,
-      ns_per_msg := Ns, c_ns_per_msg := CNs}) ->
-    F = fun sluice_bench_report:fmt_rate/1,
-    [atom_to_list(Sc), atom_to_list(Sv),
-     [F(maps:get(median, R)), " ", U],
-     [F(maps:get(min, R)), "-", F(maps:get(max, R))],
-     case Sv of c -> "-"; _ -> [F(maps:get(median, CR)), " ", U] end,
-     sluice_bench_report:fmt_ratio(maps:get(median, Ra)),
-     sluice_bench_report:fmt_ns(maps:get(median, Ns)),
-     case Sv of c -> "-"; _ -> sluice_bench_report:fmt_ns(maps:get(median, CNs)) end].
+find(Sc, Sv, Cells) ->
+    case [C || #{scenario := S, server := V} = C <- Cells, S =:= Sc, V =:= Sv] of
+        [C | _] -> C;
+        [] -> none
+    end.
 
-targets([]) -> [];
-targets(Ts) ->
-    ["<h2>Speed targets</h2>\n<ul>\n",
-     [["<li><span class=\"", pf(P), "\">", string:to_upper(pf(P)), "</span> ", esc(Name),
-       ": ", esc(show(M, V)), " ", esc(Rule), " ", esc(show(M, T)),
-       case sluice_bench_report:vs_c_text(Tg) of
-           [] -> [];
-           Text -> ["<br><span class=\"note\">", esc(Text), "</span>"]
-       end, "</li>\n"]
-      || #{pass := P, name := Name, measure := M, value := V, rule := Rule,
-           threshold := T} = Tg <- Ts],
-     "</ul>\n"].
-
-pf(true) -> "pass";
-pf(false) -> "fail";
-pf(null) -> "n/a".
-
-show(ratio, V) -> sluice_bench_report:fmt_ratio(V);
-show(ns_per_msg, V) -> sluice_bench_report:fmt_ns(V).
-
-notes() ->
-    "Rate: the median over the rounds; spread: min&ndash;max. C median: the C reference "
-    "server (sluice-ref, one thread, same pinning) measured with the same engine options "
-    "in the same round, right after each sluice run. Ratio: the median of those per-round "
-    "sluice/C ratios. Server ns/msg: user+system CPU time of the server's process tree "
-    "over the engine's measurement window (connrate: over the whole engine run, per "
-    "connection), divided by the messages of that window. <code>sluice</code>: "
-    "<code>bin/sluice serve</code>'s defaults (a <code>sluice-active-N</code> row with the "
-    "default N would repeat it and is left out).".
-
-scenario_section(Sc, Cells) ->
-    ["<h2>", esc(atom_to_list(Sc)), "</h2>\n<p class=\"note\">",
-     esc(sluice_bench_matrix:describe_scenario(Sc)), "</p>\n",
-     chart(Cells, rate, c_rate, true),
-     case Sc of
-         flood -> ["<h3>flood: server CPU per message (ns, lower is better)</h3>\n",
-                   chart(Cells, ns_per_msg, c_ns_per_msg, false)];
-         _ -> []
-     end].
-
-%%% ------------------------------------------------------------------
-%%% Horizontal bar chart: one row per server, the bar its median, a
-%%% whisker for min-max, an orange tick for the paired C median.
-%%% ------------------------------------------------------------------
-
-chart(Cells, Key, CKey, IsRate) ->
-    Rows = [{Sv, maps:get(Key, C), maps:get(CKey, C), maps:get(median, maps:get(ratio, C))}
-            || #{server := Sv} = C <- Cells],
-    Values = lists:flatten([[maps:get(max, S), maps:get(median, CS), maps:get(max, CS)]
-                            || {_, S, CS, _} <- Rows]),
-    Max = case [V || V <- Values, is_number(V)] of
-              [] -> 1;
-              Vs -> nice(lists:max(Vs))
-          end,
-    H = ?TOP + length(Rows) * ?ROW_H + ?AXIS_H,
-    Unit = case Cells of
-               [#{unit := U} | _] when IsRate -> U;
-               _ -> <<"ns/msg">>
-           end,
-    X = fun(V) -> ?LABEL_W + V / Max * ?PLOT_W end,
-    ["<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", i(?W), "\" height=\"", i(H),
-     "\" viewBox=\"0 0 ", i(?W), " ", i(H), "\" role=\"img\">\n",
-     axis(Max, X, ?TOP + length(Rows) * ?ROW_H, IsRate),
-     [bar(N, R, X, IsRate, Unit) || {N, R} <- enum(Rows)],
-     "</svg>\n",
-     "<p class=\"note\">bar: median; thin line: min&ndash;max; orange tick: C reference "
-     "(median of the paired runs)",
-     case IsRate of true -> "; label: median and ratio to C"; false -> "" end, "</p>\n"].
-
-bar(N, {Sv, S, CS, Ratio}, X, IsRate, Unit) ->
-    Y = ?TOP + (N - 1) * ?ROW_H,
-    Mid = Y + ?ROW_H div 2,
-    Fill = case Sv of
-               c -> "#e07b00";
-               seed -> "#8a8a8a";
-               _ -> "#3465a4"
-           end,
-    Med = maps:get(median, S),
-    Label = case Med of
-                null -> "failed";
-                _ when IsRate ->
-                    [sluice_bench_report:fmt_rate(Med), " ", Unit,
-                     case Ratio of
-                         null -> "";
-                         _ -> ["  ", sluice_bench_report:fmt_ratio(Ratio), "&#215; C"]
-                     end];
-                _ -> [sluice_bench_report:fmt_ns(Med), " ns"]
-            end,
-    ["<text x=\"", i(?LABEL_W - 6), "\" y=\"", i(Mid + 4), "\" text-anchor=\"end\">",
-     esc(atom_to_list(Sv)), "</text>\n",
-     case Med of
-         null -> [];
-         _ -> ["<rect x=\"", i(?LABEL_W), "\" y=\"", i(Y + 5), "\" width=\"",
-               f(X(Med) - ?LABEL_W), "\" height=\"", i(?ROW_H - 10), "\" fill=\"", Fill,
-               "\"/>\n"]
-     end,
-     case S of
-         #{min := Mn, max := Mx} when is_number(Mn), Mx > Mn ->
-             ["<line x1=\"", f(X(Mn)), "\" x2=\"", f(X(Mx)), "\" y1=\"", i(Mid), "\" y2=\"",
-              i(Mid), "\" stroke=\"#111\" stroke-width=\"1.5\"/>\n"];
-         _ -> []
-     end,
-     case maps:get(median, CS) of
-         C when is_number(C), Sv =/= c ->
-             ["<line x1=\"", f(X(C)), "\" x2=\"", f(X(C)), "\" y1=\"", i(Y + 2), "\" y2=\"",
-              i(Y + ?ROW_H - 2), "\" stroke=\"#e07b00\" stroke-width=\"3\"/>\n"];
-         _ -> []
-     end,
-     "<text x=\"", i(?LABEL_W + ?PLOT_W + 8), "\" y=\"", i(Mid + 4), "\">", Label,
-     "</text>\n"].
-
-axis(Max, X, Y, IsRate) ->
-    Ticks = [Max * K / 4 || K <- lists:seq(0, 4)],
-    Fmt = case IsRate of
-              true -> fun sluice_bench_report:fmt_rate/1;
-              false -> fun sluice_bench_report:fmt_ns/1
-          end,
-    ["<line x1=\"", i(?LABEL_W), "\" x2=\"", i(?LABEL_W + ?PLOT_W), "\" y1=\"", i(Y),
-     "\" y2=\"", i(Y), "\" stroke=\"#999\"/>\n",
-     [["<line x1=\"", f(X(T)), "\" x2=\"", f(X(T)), "\" y1=\"", i(?TOP), "\" y2=\"", i(Y + 4),
-       "\" stroke=\"#ddd\"/>\n<text x=\"", f(X(T)), "\" y=\"", i(Y + 18),
-       "\" text-anchor=\"middle\">", esc(Fmt(T)), "</text>\n"] || T <- Ticks]].
-
-%% A round axis maximum (quarters of it are the grid), at least V.
-nice(V) when V =< 0 -> 1;
-nice(V) ->
-    P = math:pow(10, math:floor(math:log10(V))),
-    hd([M * P || M <- [1, 2, 3, 4, 5, 6, 8, 10], M * P >= V]).
-
-i(N) -> integer_to_list(round(N)).
-f(N) -> float_to_list(float(N), [{decimals, 1}]).
+ratio(#{median := V}) -> sluice_bench_report:fmt_ratio(V).
+wide(S) ->
+    [spread(S), case sluice_bench_stats:wide(S) of true -> " *"; false -> "" end].
+ratio_v(V) -> sluice_bench_report:fmt_ratio(V).
+spread(S) -> sluice_bench_report:fmt_spread(S).
+spread_v(null) -> "-";
+spread_v(#{min := Min, max := Max}) -> [ratio_v(Min), "&ndash;", ratio_v(Max)].
 
 esc(B) when is_binary(B) -> esc(unicode:characters_to_list(B));
 esc(S) ->

@@ -1,31 +1,59 @@
 %% @doc From the runs to the figures the benchmark reports: per cell the
 %% median and spread of the rate, the paired C reference figure and the
-%% ratio, the server's CPU per message; the speed targets; and the plain
-%% text table (aligned, to paste into README.md).
+%% ratio, the server's CPU per message, the latency percentiles, and
+%% against the best peer; and the plain text table (aligned, to paste into
+%% README.md). The speed targets are sluice_bench_targets'.
 %%
-%% A cell's ratio is the median of the per-round ratios (each sluice run
-%% divided by the C run next to it in the same round), so drift between
-%% rounds cancels; the C median beside it is the median of those C runs.
+%% A cell's ratio is the median of the per-round ratios (each run divided
+%% by the C run next to it in the same round), so drift between rounds
+%% cancels; the C median beside it is the median of those C runs.
+%%
+%% `vs_c' is the figure a cell is judged by, per round, relative to C
+%% (higher is better, 1.0 = as C): the rate ratio, except on the flood,
+%% where it is C's server CPU per message over the cell's. (The flood's
+%% rate follows the engine as much as the server: a server that lags gets
+%% more messages per read, so its rate and CPU per message settle in one
+%% of two regimes; bench/README.md, "Noise".) `vs_peer': per round, a
+%% cell's vs_c over the best peer's, the peer with the highest median.
 -module(sluice_bench_report).
 
--export([cells/2, targets/1, table/1, legend/0, targets_text/1, vs_c_text/1,
-         fmt_rate/1, fmt_ns/1, fmt_ratio/1]).
+-export([cells/2, table/1, legend/0,
+         fmt_rate/1, fmt_ns/1, fmt_ratio/1, fmt_pct/1, fmt_spread/1, judged_by/1]).
+
+-define(PERCENTILES, [<<"p50">>, <<"p90">>, <<"p99">>, <<"p999">>, <<"max">>]).
 
 %% @doc Summaries of the runs, one per cell, in matrix order.
 -spec cells([sluice_bench_matrix:cell()], [map()]) -> [map()].
 cells(Cells, Runs) ->
-    [cell(Sc, Sv, Runs) || {Sc, Sv} <- Cells].
+    peers([cell(Sc, Sv, Runs) || {Sc, Sv} <- Cells]).
+
+%% @doc What a scenario's cells are judged by: `rate' or server `cpu'
+%% per message (see the module doc).
+-spec judged_by(sluice_bench_matrix:scenario()) -> rate | cpu.
+judged_by(flood) -> cpu;
+judged_by(_) -> rate.
 
 cell(Sc, Sv, Runs) ->
     Mine = [R || #{scenario := S, server := V} = R <- Runs, S =:= Sc, V =:= Sv,
                  maps:get(role, R) =:= subject],
-    Refs = [R || #{scenario := S, pair := P} = R <- Runs, S =:= Sc, P =:= Sv,
-                 maps:get(role, R) =:= reference],
+    Refs = [R || #{scenario := S} = R <- Runs, S =:= Sc, maps:get(role, R) =:= reference,
+                 lists:member(Sv, maps:get(pairs, R, []))],
     Rounds = lists:usort([maps:get(round, R) || R <- Mine ++ Refs]),
     Subject = [fig(rate, round_run(Rd, Mine)) || Rd <- Rounds],
     C = [fig(rate, round_run(Rd, Refs)) || Rd <- Rounds],
     Ns = [fig(server_ns_per_msg, round_run(Rd, Mine)) || Rd <- Rounds],
     CNs = [fig(server_ns_per_msg, round_run(Rd, Refs)) || Rd <- Rounds],
+    Judged = judged_by(Sc),
+    PerRound = [#{round => Rd, rate => S, c_rate => Cr, ns_per_msg => N, c_ns_per_msg => CN,
+                  ratio => ratio(S, Cr), cpu_vs_c => ratio(N, CN),
+                  vs_c => case Judged of
+                              rate -> ratio(S, Cr);
+                              cpu -> ratio(CN, N)
+                          end}
+                || {Rd, {S, Cr}, {N, CN}} <- lists:zip3(Rounds, lists:zip(Subject, C),
+                                                        lists:zip(Ns, CNs))],
+    IsC = Sv =:= c,
+    VsC = sluice_bench_stats:summary([V || #{vs_c := V} <- PerRound, not IsC]),
     #{scenario => Sc, server => Sv,
       unit => maps:get(unit, sluice_bench_matrix:scenario(Sc)),
       ack => sluice_bench_matrix:ack(Sc, Sv),
@@ -38,17 +66,48 @@ cell(Sc, Sv, Runs) ->
       %% server CPU per message relative to the C run of the same round:
       %% steadier than ns/msg where the machine's state moves both
       cpu_vs_c => sluice_bench_stats:summary(sluice_bench_stats:ratios(Ns, CNs)),
-      ratio => case Sv of
-                   c -> sluice_bench_stats:summary([]);
-                   _ -> sluice_bench_stats:summary(sluice_bench_stats:ratios(Subject, C))
-               end,
-      per_round => [#{round => Rd, rate => S, c_rate => Cr,
-                      ratio => case is_number(S) andalso is_number(Cr) andalso Cr /= 0 of
-                                   true -> S / Cr;
-                                   false -> null
-                               end}
-                    || {Rd, S, Cr} <- lists:zip3(Rounds, Subject, C)]}.
+      ratio => sluice_bench_stats:summary([R || #{ratio := R} <- PerRound, not IsC]),
+      judged_by => Judged,
+      vs_c => VsC,
+      spread_pct => sluice_bench_stats:spread_pct(VsC),
+      wide_spread => sluice_bench_stats:wide(VsC),
+      latency_us => latency(Mine),
+      c_latency_us => latency(Refs),
+      per_round => PerRound}.
 
+ratio(A, B) when is_number(A), is_number(B), B /= 0 -> A / B;
+ratio(_, _) -> null.
+
+%% The median over the successful runs of each latency percentile (us).
+latency(Runs) ->
+    Ls = [L || #{ok := true, latency_us := L} <- Runs, is_map(L)],
+    maps:from_list([{P, maps:get(median, sluice_bench_stats:summary(
+                                           [maps:get(P, L, null) || L <- Ls]))}
+                    || P <- ?PERCENTILES]).
+
+%% Every cell of a scenario with a peer measured: its vs_c against the
+%% best peer's (the highest median vs_c), round by round.
+peers(Cells) ->
+    Peers = sluice_bench_matrix:peers(),
+    %% sorted by median, so that the last of a scenario, the one
+    %% maps:from_list/1 keeps, is the best
+    Best = maps:from_list(
+             lists:sort(fun({_, {A, _}}, {_, {B, _}}) -> A =< B end,
+                        [{Sc, {M, C}} || #{scenario := Sc, server := Sv,
+                                           vs_c := #{median := M}} = C <- Cells,
+                                         lists:member(Sv, Peers), is_number(M)])),
+    [case maps:find(Sc, Best) of
+         {ok, {_, #{server := P} = PC}} when Sv =/= P, Sv =/= c ->
+             Cell#{best_peer => P,
+                   vs_peer => sluice_bench_stats:summary(per_round_ratios(Cell, PC))};
+         _ ->
+             Cell
+     end || #{scenario := Sc, server := Sv} = Cell <- Cells].
+
+%% Per round, A's vs_c over B's (the rounds both have).
+per_round_ratios(#{per_round := A}, #{per_round := B}) ->
+    Bs = maps:from_list([{Rd, V} || #{round := Rd, vs_c := V} <- B]),
+    [ratio(V, maps:get(Rd, Bs, null)) || #{round := Rd, vs_c := V} <- A].
 round_run(Rd, Runs) ->
     case [R || #{round := X} = R <- Runs, X =:= Rd] of
         [R | _] -> R;
@@ -60,119 +119,11 @@ fig(K, #{ok := true} = R) -> maps:get(K, R, null);
 fig(_, _) -> null.
 
 %%% ------------------------------------------------------------------
-%%% Targets
-%%% ------------------------------------------------------------------
-
-%% @doc The speed targets that the measured cells allow to judge.
--spec targets([map()]) -> [map()].
-targets(Cells) ->
-    Ratio = [{<<"pipelined, one connection: sluice/C">>, pipeline, 0.95},
-             {<<"lock-step on one core: sluice/C">>, lockstep, 0.95},
-             {<<"200 connections: sluice/C">>, conns200, 0.85},
-             {<<"connection rate: sluice/C">>, connrate, 0.5}],
-    [ratio_target(Name, Sc, Min, C) || {Name, Sc, Min} <- Ratio,
-                                       C <- [find(Sc, sluice, Cells)], C =/= none]
-        ++ flood_target(Cells)
-        ++ backend_targets(Cells).
-
-%% Issue 5: the socket backend at least matches the inet backend (within
-%% the 5% the other "match" targets allow), by the median over rounds of
-%% socket rate / inet rate, both measured in the same round.
-backend_targets(Cells) ->
-    [backend_target(Sc, Inet, Sock)
-     || Sc <- [pipeline, lockstep],
-        Inet <- [find(Sc, sluice, Cells)], Inet =/= none,
-        Sock <- [find(Sc, 'sluice-socket', Cells)], Sock =/= none].
-
-backend_target(Sc, #{per_round := InetRounds}, #{per_round := SockRounds}) ->
-    Inet = maps:from_list([{Rd, R} || #{round := Rd, rate := R} <- InetRounds]),
-    Pairs = [{R, maps:get(Rd, Inet, null)} || #{round := Rd, rate := R} <- SockRounds],
-    V = maps:get(median, sluice_bench_stats:summary(
-                           sluice_bench_stats:ratios([S || {S, _} <- Pairs],
-                                                     [I || {_, I} <- Pairs]))),
-    #{name => iolist_to_binary([atom_to_list(Sc), ": socket backend / inet backend"]),
-      scenario => Sc, server => 'sluice-socket', measure => ratio,
-      threshold => 0.95, value => V, rule => <<">=">>,
-      pass => if is_number(V) -> V >= 0.95; true -> null end}.
-
-ratio_target(Name, Sc, Min, Cell) ->
-    V = maps:get(median, maps:get(ratio, Cell)),
-    #{name => Name, scenario => Sc, server => sluice, measure => ratio,
-      threshold => Min, value => V, rule => <<">=">>,
-      pass => if is_number(V) -> V >= Min; true -> null end}.
-
-%% sluice's defaults against the best of its own active modes, by server
-%% CPU per echoed message on the flood.
-flood_target(Cells) ->
-    Modes = [{Sv, maps:get(median, maps:get(ns_per_msg, C))}
-             || #{scenario := flood, server := Sv} = C <- Cells,
-                lists:prefix("sluice-active-", atom_to_list(Sv))],
-    Measured = [{Sv, V} || {Sv, V} <- Modes, is_number(V)],
-    case {find(flood, sluice, Cells), Measured} of
-        {none, _} -> [];
-        {_, []} -> [];
-        {Def, _} ->
-            {BestSv, Best} = hd(lists:keysort(2, Measured)),
-            V = maps:get(median, maps:get(ns_per_msg, Def)),
-            VsC = [{Sv, maps:get(median, maps:get(cpu_vs_c, C))}
-                   || #{scenario := flood, server := Sv} = C <- Cells,
-                      Sv =:= sluice orelse lists:keymember(Sv, 1, Measured)],
-            [#{name => iolist_to_binary(
-                         ["flood: sluice defaults' server ns/msg <= best active mode (",
-                          atom_to_list(BestSv), ")"]),
-               scenario => flood, server => sluice, measure => ns_per_msg,
-               threshold => Best, value => V, rule => <<"<=">>,
-               compared => [atom_to_binary(S, utf8) || {S, _} <- Measured],
-               cpu_vs_c => maps:from_list(VsC),
-               pass => if is_number(V) -> V =< Best; true -> null end}]
-    end.
-
-find(Sc, Sv, Cells) ->
-    case [C || #{scenario := S, server := V} = C <- Cells, S =:= Sc, V =:= Sv] of
-        [C | _] -> C;
-        [] -> none
-    end.
-
-%% @doc The targets as `PASS'/`FAIL' lines.
--spec targets_text([map()]) -> iolist().
-targets_text([]) -> [];
-targets_text(Targets) ->
-    ["speed targets:\n",
-     [[io_lib:format("  ~s  ~s: ~s ~s ~s~n",
-                     [case P of true -> "PASS"; false -> "FAIL"; null -> "n/a " end, Name,
-                      show(M, V), Rule, show(M, T)]),
-       vs_c(Tg)]
-      || #{pass := P, name := Name, measure := M, value := V, rule := Rule,
-           threshold := T} = Tg <- Targets]].
-
-vs_c(Tg) ->
-    case vs_c_text(Tg) of
-        [] -> [];
-        Text -> ["        (", Text, ")\n"]
-    end.
-
-%% @doc For the flood target: the same comparison with each run's server
-%% CPU divided by that of its C run, for information (the target is judged
-%% on ns/msg). Empty for the other targets.
--spec vs_c_text(map()) -> iolist().
-vs_c_text(#{cpu_vs_c := VsC}) ->
-    Known = [{Sv, R} || {Sv, R} <- maps:to_list(VsC), is_number(R)],
-    ["server ns/msg relative to C in the same round: ",
-     lists:join(", ", [[atom_to_list(Sv), " ", fmt_ratio(R)]
-                       || {Sv, R} <- lists:keysort(2, Known)]
-                      ++ [[atom_to_list(Sv), " -"]
-                          || {Sv, R} <- maps:to_list(VsC), not is_number(R)])];
-vs_c_text(_) -> [].
-
-show(ratio, V) -> fmt_ratio(V);
-show(ns_per_msg, V) -> fmt_ns(V).
-
-%%% ------------------------------------------------------------------
 %%% The table
 %%% ------------------------------------------------------------------
 
 -define(HEADER, ["scenario", "server", "median rate", "spread (min-max)", "C median",
-                 "ratio", "ns/msg", "C ns/msg"]).
+                 "vs C", "rounds", "vs peer", "ns/msg", "C ns/msg"]).
 
 %% @doc The cells as an aligned plain-text table.
 -spec table([map()]) -> iolist().
@@ -188,8 +139,8 @@ table(Cells) ->
     Rule = [lists:duplicate(W, $-) || W <- Widths],
     [Line(?HEADER), Line(Rule), [Line(R) || R <- Rows]].
 
-row(#{scenario := Sc, server := Sv, unit := Unit, rate := R, c_rate := CR, ratio := Ra,
-      ns_per_msg := Ns, c_ns_per_msg := CNs, failed_runs := Failed}) ->
+row(#{scenario := Sc, server := Sv, unit := Unit, rate := R, c_rate := CR, vs_c := VsC,
+      ns_per_msg := Ns, c_ns_per_msg := CNs, failed_runs := Failed} = Cell) ->
     U = binary_to_list(Unit),
     Spread = case R of
                  #{min := null} -> "-";
@@ -201,20 +152,37 @@ row(#{scenario := Sc, server := Sv, unit := Unit, rate := R, c_rate := CR, ratio
                                  end,
     [atom_to_list(Sc), Server, rate_unit(maps:get(median, R), U), Spread,
      case Sv of c -> "-"; _ -> rate_unit(maps:get(median, CR), U) end,
-     fmt_ratio(maps:get(median, Ra)), fmt_ns(maps:get(median, Ns)),
+     fmt_ratio(maps:get(median, VsC)),
+     fmt_spread(VsC) ++ case maps:get(wide_spread, Cell, false) of true -> " *"; false -> "" end,
+     case Cell of
+         #{vs_peer := #{median := VP}} -> fmt_ratio(VP);
+         _ -> "-"
+     end,
+     fmt_ns(maps:get(median, Ns)),
      case Sv of c -> "-"; _ -> fmt_ns(maps:get(median, CNs)) end].
+
+%% @doc A summary's min-max as ratios, "-" without two values.
+-spec fmt_spread(map()) -> string().
+fmt_spread(#{n := N, min := Min, max := Max}) when N >= 2 ->
+    fmt_ratio(Min) ++ "-" ++ fmt_ratio(Max);
+fmt_spread(_) ->
+    "-".
 
 %% @doc What the columns mean, to print under the table.
 -spec legend() -> iolist().
 legend() ->
     io_lib:format(
       "rate: median over the rounds (lockstep, pipeline*, conns200: frames acked/s; flood: echoed\n"
-      "6-byte messages/s; connrate: connections established/s); C median: sluice-ref --threads 1,\n"
-      "same pinning, same engine options, run right after each sluice run; ratio: median of the\n"
-      "per-round sluice/C ratios; ns/msg: server user+sys CPU (whole process tree) in the engine's\n"
-      "measurement window per message (connrate: whole engine run, per connection).\n"
-      "sluice = bin/sluice serve's defaults (--active ~p).~n",
-      [sluice_bench_matrix:default_active()]).
+      "6-byte messages/s; connrate: connections established/s; storm: connections back/s in the\n"
+      "reconnect wave); C median: sluice-ref --threads 1, same pinning, same engine options, run\n"
+      "right before or after in the same round; vs C: median of the per-round ratios to that C run\n"
+      "(rate; flood: C's server CPU per message / this server's), higher is better; rounds: their\n"
+      "min-max, * when it spans more than ~s of the median; vs peer: median of the per-round\n"
+      "(vs C / best peer's vs C); ns/msg: server user+sys CPU (whole process tree) in the engine's\n"
+      "measurement window per message (connrate, storm: whole engine run, per connection).\n"
+      "sluice = bin/sluice serve's defaults (--active ~p); peers: handwritten = a careful gen_tcp\n"
+      "server (sluice_peer_gen_tcp), gen_tcp-socket = the same on {inet_backend, socket}.~n",
+      [fmt_pct(sluice_bench_stats:wide_limit()), sluice_bench_matrix:default_active()]).
 
 rate_unit(null, _) -> "-";
 rate_unit(V, U) -> fmt_rate(V) ++ " " ++ U.
@@ -245,6 +213,11 @@ fmt_ns(null) -> "-";
 fmt_ns(V) when V == 0 -> "0";
 fmt_ns(V) when V >= 100 -> integer_to_list(round(V));
 fmt_ns(V) -> lists:flatten(io_lib:format("~.1f", [float(V)])).
+
+%% @doc A fraction as a whole percentage.
+-spec fmt_pct(number() | null) -> string().
+fmt_pct(null) -> "-";
+fmt_pct(V) -> integer_to_list(round(V * 100)) ++ "%".
 
 -spec fmt_ratio(number() | null) -> string().
 fmt_ratio(null) -> "-";

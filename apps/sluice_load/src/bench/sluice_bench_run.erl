@@ -183,9 +183,10 @@ figures(#{clk_tck := Hz}, S, R, Samples, Base) ->
                    {_, 0} -> null;
                    _ -> CpuS * 1.0e9 / Messages
                end,
-    Ok = Errors =:= 0 andalso Exit =:= 0 andalso Messages > 0,
+    Rate = rate(maps:get(figure, S, [<<"rate">>]), R),
+    Ok = Errors =:= 0 andalso Exit =:= 0 andalso Messages > 0 andalso is_number(Rate),
     Base#{ok => Ok,
-          rate => maps:get(<<"rate">>, R),
+          rate => Rate,
           messages => Messages,
           measured_s => Secs,
           errors => Errors,
@@ -196,9 +197,17 @@ figures(#{clk_tck := Hz}, S, R, Samples, Base) ->
           cpu_window => maps:get(cpu_window, S),
           cpu_samples => length(Samples)}
         #{error => if Ok -> null;
+                      not is_number(Rate) ->
+                          iolist_to_binary(io_lib:format("engine's JSON has no ~s",
+                                                         [lists:join(".", maps:get(figure, S, [<<"rate">>]))]));
                       true -> iolist_to_binary(io_lib:format("engine: exit ~p, ~p errors",
                                                              [Exit, Errors]))
                    end}.
+
+%% The scenario's figure, where the engine's JSON has it.
+rate([], V) when is_number(V) -> V;
+rate([K | Path], #{} = M) -> rate(Path, maps:get(K, M, null));
+rate(_, _) -> null.
 
 server_cpu(whole_run, _R, Samples) ->
     {_, Last} = hd(Samples),

@@ -3,7 +3,8 @@
 %% reading of a cumulative counter at an instant between two samples.
 -module(sluice_bench_stats).
 
--export([median/1, spread/1, summary/1, ratios/2, interpolate/2]).
+-export([median/1, spread/1, summary/1, ratios/2, interpolate/2, spread_pct/1, wide/1,
+         wide_limit/0]).
 
 -export_type([summary/0]).
 
@@ -37,6 +38,27 @@ summary(Xs0) ->
                      MM -> MM
                  end,
     #{n => length(Xs), median => median(Xs), min => Min, max => Max}.
+
+%% @doc How far apart a summary's extremes are, relative to its median:
+%% (max - min) / median. `null' for fewer than two values.
+-spec spread_pct(summary()) -> float() | null.
+spread_pct(#{n := N, min := Min, max := Max, median := Med}) when N >= 2, Med > 0 ->
+    (Max - Min) / Med;
+spread_pct(_) ->
+    null.
+
+%% @doc Whether a summary's spread is too wide to judge on (wide_limit/0):
+%% one of its rounds met a machine busy with something else.
+-spec wide(summary()) -> boolean().
+wide(S) ->
+    case spread_pct(S) of
+        null -> false;
+        P -> P > wide_limit()
+    end.
+
+%% @doc The spread above which a cell is flagged: 25%.
+-spec wide_limit() -> float().
+wide_limit() -> 0.25.
 
 %% @doc Ratios of paired figures (A from the same round as B); pairs in
 %% which either side is missing or B is zero are left out.
