@@ -279,6 +279,10 @@ void engine_tls_drain(struct worker *w, uint64_t now);
 void engine_tls_json(struct run *r, struct json *j);
 void engine_tls_text(struct run *r, FILE *f);
 
+/* load_config.c: checks the parsed options against each other (exit 2) and
+ * derives the rest of cfg */
+void load_configure(struct cfg *cfg, struct opt *opts, int argc, char **argv);
+
 /* report.c */
 void report_text(struct run *r, FILE *f, double measured_s, int exit_code);
 int report_json(struct run *r, const char *path, double measured_s,
