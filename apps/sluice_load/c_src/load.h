@@ -283,8 +283,24 @@ void engine_tls_text(struct run *r, FILE *f);
  * derives the rest of cfg */
 void load_configure(struct cfg *cfg, struct opt *opts, int argc, char **argv);
 
+/* outcome.c: how a run ended.  Exit codes (README.md): */
+enum { EXIT_OK = 0, EXIT_PROTOCOL = 1, EXIT_USAGE = 2, EXIT_NO_CONNECTION = 3,
+       EXIT_ERRORS = 4 };
+/* errors by kind: a protocol error (one stops the run), connections that
+ * failed or were closed by the server, pings that timed out */
+struct outcome {
+    uint64_t protocol, failures, timeouts, total;
+    int code;
+};
+struct outcome run_outcome(struct run *r, const struct stats *t);
+/* After the workers are done: the checks of the whole run, the lines
+ * that explain the exit code on stderr; returns the exit code. */
+int run_finish(struct run *r, const struct stats *t, double secs);
+/* the summary's errors line, with the exit code */
+void outcome_text(FILE *f, const struct outcome *o);
+
 /* report.c */
-void report_text(struct run *r, FILE *f, double measured_s, int exit_code);
+void report_text(struct run *r, FILE *f, double measured_s);
 int report_json(struct run *r, const char *path, double measured_s,
                 int exit_code);
 void report_hist_json(struct json *j, const char *key, const struct hist *h);

@@ -85,8 +85,10 @@ void load_configure(struct cfg *cfg, struct opt *opts, int argc,
     opts_parse(PROG,
                "Load engine for sluice servers: lockstep, pipelined and "
                "open-loop ack\nframes, echo flood, ping, connection rate, "
-               "scale (ramp, ping, hold).  Exit codes: 0 ok,\n1 protocol error, 2 bad usage, "
-               "3 could not connect at all.\nOne process: bin/sluice load --help also "
+               "scale (ramp, ping, hold), connect storm.\nExit codes: 0 no errors, 1 "
+               "protocol error, 2 bad usage, 3 could not connect at all,\n4 completed "
+               "with errors (connections failed or closed by the server, pings\ntimed out).\n"
+               "One process: bin/sluice load --help also "
                "lists the options for several\n(--engines), nodes (--nodes) and server "
                "memory (--server-metrics).",
                opts, argc, argv);

@@ -283,18 +283,9 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": interrupted, reporting what was measured\n");
 
     struct stats t = report_totals(&r);
-    int code = atomic_load(&r.proto_error) ? 1 : t.established == 0 ? 3 : 0;
-    if (code == 3) {
-        fprintf(stderr, PROG ": could not connect to %s:%ld at all (",
-                cfg.host, cfg.port);
-        for (int k = 0, n = 0; k < F_NREASONS; k++)
-            if (t.failures[k])
-                fprintf(stderr, "%s%s %llu", n++ ? ", " : "", fail_names[k],
-                        (unsigned long long)t.failures[k]);
-        fprintf(stderr, ")\n");
-    }
+    int code = run_finish(&r, &t, secs);
     if (!cfg.quiet)
-        report_text(&r, stdout, secs, code);
+        report_text(&r, stdout, secs);
     if (cfg.json)
         (void)report_json(&r, cfg.json, secs, code); /* reports its errors */
     fflush(stdout);

@@ -48,23 +48,6 @@ static void merged(struct run *r, struct hist *lat, struct hist *clat)
     }
 }
 
-static uint64_t failures_total(const struct stats *t)
-{
-    uint64_t n = 0;
-    for (int k = 0; k < F_NREASONS; k++)
-        n += t->failures[k];
-    return n;
-}
-
-static uint64_t errors_total(struct run *r, const struct stats *t)
-{
-    uint64_t n = failures_total(t) + (uint64_t)atomic_load(&r->proto_error);
-    if (r->sc->errors)
-        for (int i = 0; i < r->nw; i++)
-            n += r->sc->errors(&r->w[i]);
-    return n;
-}
-
 static double connect_rate(const struct stats *t)
 {
     if (!t->established || t->last_established <= t->first_connect)
@@ -138,10 +121,12 @@ void report_latency_text(FILE *f, const char *label, const struct hist *h)
             (unsigned long long)h->count);
 }
 
-static void failures_text(FILE *f, const struct stats *t)
+static void failures_text(FILE *f, const struct stats *t,
+                          const struct outcome *o)
 {
-    fprintf(f, "failures:");
-    if (!failures_total(t))
+    /* connections that failed or that the server closed, by reason */
+    fprintf(f, "connection failures:");
+    if (!o->failures)
         fprintf(f, " none");
     for (int k = 0; k < F_NREASONS; k++)
         if (t->failures[k])
@@ -150,7 +135,7 @@ static void failures_text(FILE *f, const struct stats *t)
     fprintf(f, "\n");
 }
 
-void report_text(struct run *r, FILE *f, double secs, int exit_code)
+void report_text(struct run *r, FILE *f, double secs)
 {
     struct stats t = report_totals(r);
     struct hist *lat = malloc(sizeof *lat), *clat = malloc(sizeof *clat);
@@ -172,7 +157,8 @@ void report_text(struct run *r, FILE *f, double secs, int exit_code)
             (unsigned long long)t.established,
             (unsigned long long)t.attempts, connect_rate(&t));
     report_latency_text(f, "connect latency", clat);
-    failures_text(f, &t);
+    struct outcome o = run_outcome(r, &t);
+    failures_text(f, &t, &o);
     engine_tls_text(r, f);
     if (r->kbefore.ok && r->kafter.ok)
         fprintf(f, "kernel over the run (host-wide, every listener, "
@@ -180,9 +166,7 @@ void report_text(struct run *r, FILE *f, double secs, int exit_code)
                 "+%llu\n",
                 (unsigned long long)(r->kafter.overflows - r->kbefore.overflows),
                 (unsigned long long)(r->kafter.drops - r->kbefore.drops));
-    fprintf(f, "errors: %llu%s\n", (unsigned long long)errors_total(r, &t),
-            exit_code == 1 ? " (protocol error: see stderr)" :
-            exit_code == 3 ? " (could not connect at all)" : "");
+    outcome_text(f, &o);
     free(lat);
     free(clat);
 }
@@ -239,7 +223,7 @@ int report_json(struct run *r, const char *path, double secs, int exit_code)
     json_u64(&j, "messages", msgs);
     json_dbl(&j, "rate", rate);
     json_u64(&j, "bytes", t.bytes);
-    json_u64(&j, "errors", errors_total(r, &t));
+    json_u64(&j, "errors", run_outcome(r, &t).total);
     report_latency_json(&j, "latency_us", main_lat);
     json_u64(&j, "threads", (uint64_t)r->nw);
     json_dbl(&j, "warmup_s", r->cfg->warmup);

@@ -44,11 +44,16 @@ field(K, V, Rs) when is_number(V) ->
 field(_K, V, _Rs) ->
     V.
 
+%% The engine's rule (c_src/outcome.c) over the whole: a protocol error
+%% anywhere; no connection anywhere; else errors anywhere (an engine that
+%% could connect nowhere while others could is connections failing).
 exit_code(Rs) ->
     Codes = [maps:get(<<"exit_code">>, R, 0) || R <- Rs],
+    Errors = lists:sum([maps:get(<<"errors">>, R, 0) || R <- Rs]),
     case {lists:member(1, Codes), lists:all(fun(C) -> C =:= 3 end, Codes)} of
         {true, _} -> 1;
         {false, true} -> 3;
+        _ when Errors > 0 -> 4;
         _ -> 0
     end.
 

@@ -24,13 +24,28 @@ text(R, Info) ->
      end,
      connect_text(maps:get(<<"connect">>, R, #{})),
      failures(maps:get(<<"failures">>, R, #{})),
-     io_lib:format("errors: ~b~s~n", [?G(<<"errors">>, R),
-                                      case ?G(<<"exit_code">>, R) of
-                                          1 -> " (protocol error: see above)";
-                                          3 -> " (could not connect at all)";
-                                          _ -> ""
-                                      end]),
+     errors_text(R),
      memory_text(maps:get(memory, Info), maps:get(server_metrics, Info))].
+
+%% As the engine words it (c_src/outcome.c), with the exit code.
+errors_text(R) ->
+    Failures = lists:sum(maps:values(maps:get(<<"failures">>, R, #{}))),
+    Lost = ?G(<<"engines_lost">>, R),
+    Why = case ?G(<<"exit_code">>, R) of
+              1 when Lost > 0 -> " (an engine was lost: see above)";
+              1 -> " (protocol error: see above)";
+              3 -> " (no connection at all: see connection failures)";
+              _ ->
+                  Parts = [io_lib:format("~s ~b", [What, N])
+                           || {What, N} <- [{"connection failures", Failures},
+                                            {"ping timeouts", ?G(<<"timeouts_whole_run">>, R)}],
+                              N > 0],
+                  case Parts of
+                      [] -> "";
+                      _ -> [" (", lists:join(", ", Parts), ")"]
+                  end
+          end,
+    io_lib:format("errors: ~b~s; exit ~b~n", [?G(<<"errors">>, R), Why, ?G(<<"exit_code">>, R)]).
 
 scenario_text(Sc, R) when Sc =:= <<"ping">>; Sc =:= <<"scale">> ->
     [io_lib:format("ping: every ~b ms, timeout ~b ms (connection kept on timeout): ~b pings, "
@@ -67,9 +82,10 @@ latency(Label, #{<<"samples">> := N} = L) when N > 0 ->
 latency(Label, _) ->
     io_lib:format("~s: no samples~n", [Label]).
 
-failures(F) when map_size(F) =:= 0 -> "failures: none\n";
+failures(F) when map_size(F) =:= 0 -> "connection failures: none\n";
 failures(F) ->
-    ["failures:", [io_lib:format(" ~s ~b", [K, V]) || {K, V} <- lists:sort(maps:to_list(F))], "\n"].
+    ["connection failures:", [io_lib:format(" ~s ~b", [K, V]) || {K, V} <- lists:sort(maps:to_list(F))],
+     "\n"].
 
 memory_text(none, undefined) -> [];
 memory_text(none, Url) ->

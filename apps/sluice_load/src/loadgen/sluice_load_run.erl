@@ -180,7 +180,7 @@ start_nodes(Spec, O) ->
 finish(O, #{results := Results} = Out, Placed, NNodes) ->
     Good = [R || {_, St, J} <- Results, is_binary(J), St =/= lost,
                  {ok, R} <- [sluice_json:decode(J)]],
-    Bad = [{Id, St} || {Id, St, J} <- Results, not is_binary(J) orelse not lists:member(St, [0, 1, 3])],
+    Bad = [{Id, St} || {Id, St, J} <- Results, not is_binary(J) orelse not lists:member(St, [0, 1, 3, 4])],
     _ = [io:format(standard_error, "sluice: engine ~b ended with ~p and no result~n", [Id, St])
          || {Id, St} <- Bad],
     case Good of
@@ -189,7 +189,13 @@ finish(O, #{results := Results} = Out, Placed, NNodes) ->
     end.
 
 report(O, Out, Placed, NNodes, Good, Bad) ->
-    Merged = sluice_load_merge:merge(Good),
+    Merged0 = sluice_load_merge:merge(Good),
+    %% a lost engine's part of the run is missing: the whole is a failure
+    Code = case Bad of
+               [] -> maps:get(<<"exit_code">>, Merged0);
+               _ -> 1
+           end,
+    Merged = Merged0#{<<"exit_code">> => Code, <<"engines_lost">> => length(Bad)},
     Mem = case Out of
               #{baseline := B, held := H, held_all := All} when is_map(B), is_map(H) ->
                   (sluice_server_metrics:per_conn(B, H))#{range => sluice_server_metrics:range(B, All)};
@@ -210,12 +216,11 @@ report(O, Out, Placed, NNodes, Good, Bad) ->
                   undefined -> ok;
                   Path -> file:write_file(Path, sluice_load_report:json(Merged, Info))
               end,
-    case {Written, Bad, maps:get(<<"exit_code">>, Merged)} of
-        {{error, R}, _, _} ->
+    case Written of
+        {error, R} ->
             {error, 1, lists:flatten(io_lib:format("cannot write ~s: ~p", [maps:get(json, O), R]))};
-        {ok, [], C} -> C;
-        {ok, _, 0} -> 1;
-        {ok, _, C} -> C
+        ok ->
+            Code
     end.
 
 engine_bin(O, Bin) ->
