@@ -86,8 +86,9 @@ void load_configure(struct cfg *cfg, struct opt *opts, int argc,
                "Load engine for sluice servers: lockstep, pipelined and "
                "open-loop ack\nframes, echo flood, ping, connection rate, "
                "scale (ramp, ping, hold), connect storm.\nExit codes: 0 no errors, 1 "
-               "protocol error, 2 bad usage, 3 could not connect at all,\n4 completed "
-               "with errors (connections failed or closed by the server, pings\ntimed out).\n"
+               "protocol error (an --ack that does not match the\nserver's, no reply at "
+               "all), 2 bad usage, 3 could not connect at all, 4 completed\nwith errors "
+               "(connections failed or closed by the server, pings timed out).\n"
                "One process: bin/sluice load --help also "
                "lists the options for several\n(--engines), nodes (--nodes) and server "
                "memory (--server-metrics).",

@@ -103,7 +103,9 @@ int main(int argc, char **argv)
          "5 (ack frames), 6 (flood)", "payload bytes per frame / flood write",
          NULL, 0, 1 << 20, 0},
         {"ack", OPT_CHOICE, &cfg.ack, "MODE", "each",
-         "ack mode; must match the server's --ack", acks, 0, 0, 0},
+         "ack mode; must match the server's --ack (a mismatch stops the run "
+         "and names the server's; with one frame per write, each and last "
+         "answer alike)", acks, 0, 0, 0},
         {"rate", OPT_DOUBLE, &cfg.rate, "R", "0",
          "lockstep/pipeline: open loop, frames/s per connection, latency "
          "from intended send times; ping/connect/scale/storm: connections "

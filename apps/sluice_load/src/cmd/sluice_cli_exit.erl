@@ -24,8 +24,8 @@ codes("serve") ->
      usage()];
 codes("load") ->
     [{0, "no errors: every connection came up and stayed up, every reply was right"},
-     {1, "a protocol error: a reply the protocol does not allow (stderr says which); or an "
-         "engine was lost"},
+     {1, "a protocol error: a reply the protocol does not allow, an --ack that does not match "
+         "the server's, or no reply at all (stderr says which); or an engine was lost"},
      usage(),
      {3, "no connection could be made at all"},
      {4, "the run completed with errors: connections failed or were closed by the server, or "
