@@ -193,6 +193,8 @@ struct run {
     int main_wake;
     _Atomic int warnings;
     _Atomic int phase;
+    int go; /* the measured part may start (--go-stdin: "go" came); main
+             * thread only */
     /* host-wide TcpExt ListenOverflows/ListenDrops around the run */
     struct listen_counters kbefore, kafter;
 };
@@ -307,6 +309,10 @@ void report_hist_json(struct json *j, const char *key, const struct hist *h);
 void report_latency_json(struct json *j, const char *key,
                          const struct hist *h);
 void report_latency_text(FILE *f, const char *label, const struct hist *h);
+/* ListenOverflows/ListenDrops between a and b (null unless both were read) */
+void report_kernel_json(struct json *j, const char *key,
+                        const struct listen_counters *a,
+                        const struct listen_counters *b);
 struct stats report_totals(struct run *r);
 
 #endif

@@ -139,9 +139,8 @@ void load_configure(struct cfg *cfg, struct opt *opts, int argc,
          * figure of the storm, not a failure */
         if (!opts_given(opts, "connect-timeout"))
             cfg->connect_timeout_ms = 30000;
-        if (cfg->go_stdin || opts_given(opts, "warmup"))
-            usage_error(PROG, "--go-stdin and --warmup do not apply to "
-                        "storm");
+        if (opts_given(opts, "warmup"))
+            usage_error(PROG, "--warmup does not apply to storm");
     }
     int pinging = sc == SC_PING || sc == SC_SCALE;
     if (!pinging && (opts_given(opts, "interval")))

@@ -39,7 +39,7 @@ static uint64_t sum_pub(struct run *r, size_t off)
 /* The timeline of every scenario but storm (README.md): the ramp, then
  * warmup and the measured window (r->mstart, r->mend).  Returns 1 when
  * the run is over; *phase for --progress-json. */
-static int timeline(struct run *r, uint64_t now, int go, int *ramped,
+static int timeline(struct run *r, uint64_t now, int *ramped,
                     const char **phase)
 {
     struct cfg *cfg = r->cfg;
@@ -48,7 +48,7 @@ static int timeline(struct run *r, uint64_t now, int go, int *ramped,
     uint64_t unopened = SUM(r, pub_unopened);
     if (!*ramped && SUM(r, pub_resolved) == (uint64_t)cfg->conns)
         *ramped = 1;
-    if (!mstart && *ramped && go) {
+    if (!mstart && *ramped && r->go) {
         uint64_t ramp_end = 0;
         for (int i = 0; i < r->nw; i++) {
             uint64_t t = atomic_load(&r->w[i].pub_last_resolve);
@@ -143,7 +143,8 @@ int main(int argc, char **argv)
          "for a coordinator)", NULL, 0, 0, 0},
         {"go-stdin", OPT_FLAG, &cfg.go_stdin, NULL, NULL,
          "start the measured window only when the line \"go\" arrives on "
-         "stdin after the ramp; EOF on stdin ends the run", NULL, 0, 0, 0},
+         "stdin after the ramp (storm: the hold, after wave 1); EOF on stdin "
+         "ends the run", NULL, 0, 0, 0},
         {"tls", OPT_FLAG, &cfg.tls, NULL, NULL,
          "TLS (OpenSSL) on every connection, any scenario; the connect "
          "timeout covers the TLS handshake", NULL, 0, 0, 0},
@@ -201,7 +202,8 @@ int main(int argc, char **argv)
     uint64_t next_prog = r.t0 + NS_PER_S, last_msgs = 0, last_t = r.t0;
     uint64_t next_json = r.t0 + NS_PER_S;
     uint64_t now, mstart = 0, mend = 0;
-    int interrupted = 0, go = !cfg.go_stdin, ramped = 0;
+    int interrupted = 0, ramped = 0;
+    r.go = !cfg.go_stdin;
     const char *json_phase = "ramp";
     uint32_t live_round = 0;
     if (cfg.go_stdin)
@@ -212,7 +214,7 @@ int main(int argc, char **argv)
             break;
         const char *ph;
         int over = r.sc->control ? r.sc->control(&r, now, &ph)
-                                 : timeline(&r, now, go, &ramped, &ph);
+                                 : timeline(&r, now, &ramped, &ph);
         mstart = atomic_load(&r.mstart);
         mend = atomic_load(&r.mend);
         if (over)
@@ -265,7 +267,7 @@ int main(int argc, char **argv)
             if (cfg.go_stdin && pf[2].revents) {
                 int g = control_read_go(0);
                 if (g > 0)
-                    go = 1;
+                    r.go = 1;
                 else if (g < 0)
                     interrupted = 1; /* the coordinator is gone */
             }

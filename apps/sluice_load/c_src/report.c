@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "load.h"
 #include "util.h"
@@ -172,16 +173,22 @@ void report_text(struct run *r, FILE *f, double secs)
 }
 
 /* Host-wide counters: engines of one run on one host see the same ones,
- * so a coordinator must not add them up. */
-static void kernel_json(struct json *j, struct run *r)
+ * so a coordinator must not add them up; the host's name and the raw
+ * counters let it take the union of their windows, host by host. */
+void report_kernel_json(struct json *j, const char *key,
+                        const struct listen_counters *a,
+                        const struct listen_counters *b)
 {
-    const struct listen_counters *a = &r->kbefore, *b = &r->kafter;
     if (!a->ok || !b->ok) {
-        json_null(j, "kernel");
+        json_null(j, key);
         return;
     }
-    json_obj(j, "kernel");
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0)
+        host[0] = 0;
+    json_obj(j, key);
     json_str(j, "scope", "host");
+    json_str(j, "host", host);
     json_str(j, "source", "/proc/net/netstat TcpExt");
     json_u64(j, "listen_overflows", b->overflows - a->overflows);
     json_u64(j, "listen_drops", b->drops - a->drops);
@@ -256,7 +263,7 @@ int report_json(struct run *r, const char *path, double secs, int exit_code)
     report_latency_json(&j, "latency_us", clat);
     report_hist_json(&j, "latency_hist", clat);
     json_end_obj(&j);
-    kernel_json(&j, r);
+    report_kernel_json(&j, "kernel", &r->kbefore, &r->kafter);
     /* the engine's own CPU: shows when the client, not the server, is
      * what bounds a figure (TLS handshakes cost the client more) */
     struct rusage ru;

@@ -167,11 +167,19 @@ static int storm_control(struct run *r, uint64_t now, const char **phase)
     case ST_OPEN:
         if (sum_pub(r, 1) < conns)
             return 0;
-        storm_st.t_open_done = now;
+        if (!storm_st.t_open_done)
+            storm_st.t_open_done = now;
         if (sum_pub(r, 0) == 0)
             return 1; /* nothing came up: no storm to make */
+        if (!r->go) {
+            /* --go-stdin: engines of one run hold, close and reopen
+             * together, on the coordinator's go */
+            *phase = "ready";
+            return 0;
+        }
         storm_st.t_hold_end = now + (uint64_t)(r->cfg->duration * 1e9);
         go_phase(r, ST_HOLD);
+        *phase = names[ST_HOLD];
         return 0;
     case ST_HOLD:
         if (now < storm_st.t_hold_end)

@@ -74,21 +74,6 @@ static void wave_json(struct run *r, struct json *j, const char *key,
     json_end_obj(j);
 }
 
-static void kernel_json(struct json *j, const char *key,
-                        const struct listen_counters *a,
-                        const struct listen_counters *b)
-{
-    if (!a->ok || !b->ok) {
-        json_null(j, key);
-        return;
-    }
-    json_obj(j, key);
-    json_str(j, "scope", "host");
-    json_u64(j, "listen_overflows", b->overflows - a->overflows);
-    json_u64(j, "listen_drops", b->drops - a->drops);
-    json_end_obj(j);
-}
-
 void storm_json(struct run *r, struct json *j)
 {
     struct wave_sum a, b;
@@ -109,7 +94,7 @@ void storm_json(struct run *r, struct json *j)
     json_dbl(j, "reopen_connects_issued_s",
              b.last_connect > storm_st.t_reopen
                  ? (double)(b.last_connect - storm_st.t_reopen) / 1e9 : 0);
-    kernel_json(j, "reopen_kernel", &storm_st.k0, &storm_st.k1);
+    report_kernel_json(j, "reopen_kernel", &storm_st.k0, &storm_st.k1);
     json_end_obj(j);
     wave_free(&a);
     wave_free(&b);

@@ -47,7 +47,7 @@ plan(O, EngineSpecs) ->
             Shares = sluice_load_plan:split(#{conns => Conns, rate => V(rate),
                                               connect_concurrency => V(connect_concurrency)},
                                             PerNode * NNodes),
-            case source_sets(Ips, V(host), Conns, Shares, NodeSpec) of
+            case source_sets(Ips, V(host), V(scenario), Shares, NodeSpec) of
                 {error, _, _} = E -> E;
                 {ok, IpSets} ->
                     Pass = sluice_cli_args:to_args(
@@ -122,21 +122,29 @@ ips(S) ->
                             ++ " (expected A.B.C.X-Y, A.B.C.X-A.B.C.Y or a comma list)"}
     end.
 
-source_sets(none, Host, _Conns, Shares, NodeSpec) when NodeSpec =:= none;
-                                                       element(1, NodeSpec) =:= local ->
+%% On loopback, past what one address holds, each engine gets addresses of
+%% its own (a storm engine left without would pick 127.0.0.2 and up
+%% itself, the same ones in every engine); storm takes two ports a
+%% connection.
+source_sets(none, Host, Scenario, Shares, NodeSpec) when NodeSpec =:= none;
+                                                         element(1, NodeSpec) =:= local ->
+    Ports = case Scenario of
+                "storm" -> 2;
+                _ -> 1
+            end,
     case inet:getaddr(Host, inet) of
         {ok, HostIp} ->
-            case sluice_load_plan:auto_source_ips(HostIp, Shares, true) of
+            case sluice_load_plan:auto_source_ips(HostIp, Shares, true, Ports) of
                 none -> {ok, [none || _ <- Shares]};
                 Sets -> {ok, Sets}
             end;
         {error, _} -> {error, 2, "cannot resolve --host " ++ Host}
     end;
-source_sets(none, _Host, _Conns, Shares, {hosts, _}) ->
+source_sets(none, _Host, _Scenario, Shares, {hosts, _}) ->
     %% other hosts have their own addresses and port ranges
     {ok, [none || _ <- Shares]};
-source_sets(Ips, _Host, Conns, Shares, _) ->
-    Per = Conns / length(Ips),
+source_sets(Ips, _Host, _Scenario, Shares, _) ->
+    Per = lists:sum([C || #{conns := C} <- Shares]) / length(Ips),
     Per > sluice_load_plan:conns_per_address() andalso
         io:format(standard_error, "sluice: warning: ~b connections per source address "
                   "(connect() slows down past half the port range)~n", [round(Per)]),
