@@ -8,10 +8,18 @@ CSRC := apps/sluice_load/c_src
 # Debian packages the project needs (hex is unreachable: libraries come from
 # Debian). erlang-nox brings inets, runtime_tools, os_mon and the others.
 DEB_PACKAGES := erlang-nox erlang-dev erlang-eunit erlang-common-test \
-	erlang-proper erlang-dialyzer erlang-tools rebar3 gcc make libc6-dev \
-	libssl-dev openssl
+	erlang-proper erlang-dialyzer erlang-tools erlang-edoc rebar3 gcc make \
+	libc6-dev libssl-dev openssl elixir
 
-.PHONY: all deps build c certs test check bench bench-quick soak clean distclean
+# The Elixir example (examples/kv) builds apps/sluice as a mix path
+# dependency: mix runs rebar3 for it, this one (mix cannot fetch its own
+# offline), and rebar3's own build state goes under the example's _build
+# rather than into apps/sluice.
+MIX = MIX_ENV=test MIX_REBAR3=$(shell command -v $(REBAR)) \
+	REBAR_BASE_DIR=$(CURDIR)/examples/kv/_build/rebar3 mix
+
+.PHONY: all deps build c certs test test-elixir check docs bench bench-quick soak clean \
+	distclean
 
 all: build
 
@@ -43,16 +51,39 @@ c: deps
 certs: deps
 	bench/certs.sh
 
-# EUnit (pure functions), then the Common Test suites (which include the
-# PropEr properties).
+# EUnit (pure functions), the Elixir example's ExUnit tests, then the
+# Common Test suites (which include the PropEr properties).
 test: build
 	$(REBAR) eunit
+	$(MAKE) --no-print-directory test-elixir
 	$(REBAR) ct 2>&1 | tee _build/ct.log
 	@# One plain closing line for CI: "N passed, N failed".
 	@awk '/^All [0-9]+ tests passed/ {print "ct: " $$2 " passed, 0 failed"; ok=1} \
 	      /^Skipped [0-9]+ .*Passed [0-9]+ tests?/ {match($$0, /Passed [0-9]+/); print "ct: " substr($$0, RSTART + 7, RLENGTH - 7) " passed, 0 failed, " $$2 " skipped"; ok=1} \
 	      /^Failed [0-9]+ tests?\./ {match($$0, /Passed [0-9]+/); print "ct: " substr($$0, RSTART + 7, RLENGTH - 7) " passed, " $$2 " failed"; exit 1} \
 	      END {if (!ok) exit 1}' _build/ct.log
+
+# The example's ExUnit tests (a couple of seconds; the first run also builds
+# apps/sluice for mix).
+test-elixir: deps
+	cd examples/kv && $(MIX) test
+
+# The library's API reference (edoc) in apps/sluice/doc, from its doc
+# comments and apps/sluice/doc/overview.edoc; any edoc warning fails it.
+# Modules marked @private are left out (apps/sluice/README.md says which
+# modules are the public API).
+DOCS_EVAL := try \
+	  {ok, [{application, sluice, App}]} = file:consult("apps/sluice/src/sluice.app.src"), \
+	  ok = edoc:application(sluice, "apps/sluice", \
+	                        [{dir, "apps/sluice/doc"}, {def, [{vsn, proplists:get_value(vsn, App)}]}]), \
+	  halt(0) \
+	catch C:R -> io:format("edoc failed: ~p:~p~n", [C, R]), halt(1) end.
+
+docs: build
+	@set -o pipefail; erl -noshell -pa _build/default/lib/sluice/ebin -eval '$(DOCS_EVAL)' 2>&1 \
+	  | tee _build/docs.log
+	@if grep -qi warning _build/docs.log; then echo "make docs: edoc warnings (above)"; exit 1; fi
+	@echo "API reference: apps/sluice/doc/index.html"
 
 check: build
 	$(REBAR) xref
@@ -71,4 +102,4 @@ clean:
 	$(MAKE) -C $(CSRC) clean
 
 distclean: clean
-	rm -rf _build
+	rm -rf _build examples/kv/_build

@@ -276,28 +276,40 @@ connections(Name) ->
             []
     end.
 
+%% @doc The names of the listeners started with start_listener/2 or
+%% embedded with child_spec/1,2 that are running or suspended.
 -spec listeners() -> [name()].
 listeners() ->
     sluice_registry:listeners().
 
+%% @doc A one-line, human description of an error start_listener/2
+%% returns (or child_spec/1,2 raises): which option, what it expects.
 -spec format_error(term()) -> string().
 format_error(Reason) ->
     sluice_opts:format_error(Reason).
 
 %% @doc Send on a connection from any process, in order with its own
-%% replies. The connection process sends it and counts it in bytes_out;
-%% the caller waits until it is queued on the socket (as gen_tcp:send/2
-%% does) and gets `{error, closed}' if the connection is gone. Called from
-%% the connection's own handler, it returns at once and the data goes out
-%% after the callback's own reply.
+%% replies. The connection process sends it and counts it in bytes_out.
+%% An ordinary process waits until the data is queued on the socket (as
+%% gen_tcp:send/2 does) and gets `{error, closed}' if the connection is
+%% gone. A connection's own handler does not wait, whichever connection it
+%% sends to: `ok' at once, and the data goes out after the target's
+%% current callback (two connections sending to each other would otherwise
+%% wait for each other for ever).
 -spec send(conn() | pid(), iodata()) -> ok | {error, term()}.
 send(#{pid := Pid}, Data) ->
     send(Pid, Data);
-send(Pid, Data) when Pid =:= self() ->
-    Pid ! {'$sluice', none, {send, Data}},
-    ok;
 send(Pid, Data) ->
-    request(Pid, {send, Data}, infinity).
+    case get('$initial_call') of
+        {sluice_conn, _, _} ->
+            Pid ! {'$sluice', none, {send, Data}},
+            ok;
+        _ when Pid =:= self() ->
+            Pid ! {'$sluice', none, {send, Data}},
+            ok;
+        _ ->
+            request(Pid, {send, Data}, infinity)
+    end.
 
 %% @doc Close a connection from any process: what it has queued goes out,
 %% then FIN; the handler gets nothing more (terminate/2 with reason
@@ -333,10 +345,13 @@ request(Pid, Req, Timeout) ->
     catch exit:_ -> {error, closed}
     end.
 
+%% @doc The client's address and port (under the PROXY protocol, the load
+%% balancer's: the client's are in the conn's `proxy').
 -spec peername(conn()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
 peername(#{socket := Sock, transport := T}) ->
     T:peername(Sock).
 
+%% @doc The server's address and port of the connection.
 -spec sockname(conn()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
 sockname(#{socket := Sock, transport := T}) ->
     T:sockname(Sock).

@@ -16,6 +16,7 @@
 %% and the flag lowered. (The freed descriptor goes to whichever acceptor
 %% the driver serves first, hence a flag rather than one acceptor's loop.)
 %% Clients over the limit see their connection closed at once, not silence.
+%% @private
 -module(sluice_acceptor).
 
 -export([start_link/3, init/4]).
@@ -145,18 +146,19 @@ reject(Stats, T, Sock) ->
     T:close_socket(Sock).
 
 start(Name, Stats, T, Sock, SupIndex) ->
-    Result = case sluice_registry:conns_sup(Name, SupIndex) of
-                 undefined -> {error, no_conns_sup};
-                 Sup -> sluice_conns_sup:start_connection(Sup, T, Sock)
-             end,
-    case Result of
-        ok ->
-            ok;
-        {error, _} ->
-            %% Never counted by a conns_sup: the count is still ours. The
-            %% socket is closed already if the conns_sup took it and died.
+    case sluice_registry:conns_sup(Name, SupIndex) of
+        undefined ->
             ok = sluice_stats:release(Stats),
-            T:close_socket(Sock)
+            T:close_socket(Sock);
+        Sup ->
+            Gen = sluice_stats:sup_claim(Stats, SupIndex),
+            case sluice_conns_sup:start_connection(Sup, T, Sock) of
+                ok ->
+                    ok;
+                {error, _} ->
+                    _ = sluice_stats:sup_unclaim(Stats, SupIndex, Gen),
+                    T:close_socket(Sock)
+            end
     end.
 
 accept_error(#{name := Name, stats := Stats}, Reason) ->

@@ -2,6 +2,7 @@
 %% dies is restarted on its own, on the same listen socket. The sockets
 %% belong to sluice_listen_sockets, started before this supervisor; the
 %% acceptors are spread over them in turn.
+%% @private
 -module(sluice_acceptors_sup).
 -behaviour(supervisor).
 -export([start_link/1, init/1]).

@@ -1,5 +1,6 @@
 %% @doc The sluice application: starts the top supervisor under which every
 %% listener started with sluice:start_listener/2 lives.
+%% @private
 -module(sluice_app).
 -behaviour(application).
 -export([start/2, stop/1]).

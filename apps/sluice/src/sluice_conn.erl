@@ -27,6 +27,7 @@
 %% and parking are decided by the connection supervisor's sweep
 %% (sluice_sweep), which sends a nudge; a handler's own timeout (a result
 %% with a Timeout) costs a timer only while it asks for one.
+%% @private
 -module(sluice_conn).
 
 -include("sluice_conn.hrl").
@@ -48,11 +49,25 @@
 %% connection (which optional callbacks the handler has, and so on).
 -spec template(sluice_listener_sup:listener()) -> template().
 template(L = #{name := Name, transport := T, stats := Stats,
-               opts := #{handler := {H, _}, active := Active}}) ->
+               opts := #{handler := {H, _}, active := Active, socket_opts := SocketOpts}}) ->
     {module, H} = code:ensure_loaded(H),
+    {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
+    {Min, Max} = grant_bounds(Active, Buffer),
     {#s{t = T, handler = H, active = Active, stats = Stats, listener = Name,
+        grant = Min, grant_min = Min, grant_max = Max,
         has = maps:from_list([{F, erlang:function_exported(H, F, A)} || {F, A} <- ?OPTIONAL])},
      L}.
+
+%% `adaptive' (the default) starts where the mailbox of a client that
+%% outruns its handler is small, and may grow while the client reads its
+%% replies, to as many chunks as a pipelining client keeps in flight, up to
+%% a number of bytes of reads (sluice_opts:adaptive_grant/0, top_up/2); a
+%% fixed N stays N.
+grant_bounds(adaptive, Buffer) ->
+    #{min := Min, max_bytes := Bytes} = sluice_opts:adaptive_grant(),
+    {Min, max(Min, Bytes div max(1, Buffer))};
+grant_bounds(N, _Buffer) when is_integer(N) -> {N, N};
+grant_bounds(_Mode, _Buffer) -> {0, 0}.
 
 %% @doc Entry point, spawned (linked) by sluice_conns_sup, which hands the
 %% socket over and then sends `{sluice_go, Sock}' (if it dies first, the
@@ -105,19 +120,40 @@ start(S, #{opts := #{handler := {_, HOpts}}}, Conn, Prefix) ->
     Started = sluice_telemetry:connection_start(S#s.listener, self()),
     case sluice_conn_handler:init(Conn, HOpts, S#s{started = Started}) of
         {continue, S2} ->
-            case activate(S2#s.active, S2) of
-                {ok, S3} when Prefix =:= <<>> -> loop(armed(S3));
-                {ok, S3} -> data(Prefix, armed(S3));
-                {error, Reason} -> sluice_conn_close:finish({error, Reason}, S2)
-            end;
+            first(Prefix, S2);
         {stop, Reason, S2} ->
             sluice_conn_close:finish(Reason, S2);
         {stop_after, Out, Reason, S2} ->
             sluice_conn_close:linger_close(Out, Reason, S2)
     end.
 
-%% The first grant of `N' is the whole credit.
-armed(S = #s{active = N}) when is_integer(N) -> S#s{credit = N};
+%% Bytes that came in the PROXY header's read were not delivered by a
+%% grant: they go to the handler before the first one, which is then
+%% whole. (Granting first and handling them as a chunk would count a
+%% chunk the transport never sent, and with `false' start a second read
+%% beside the first: the inet driver refuses it and the connection died.)
+first(<<>>, S) ->
+    arm(S);
+first(Prefix, S) ->
+    case sluice_conn_handler:data(Prefix, S) of
+        {continue, S2} -> arm(S2);
+        {stop, Reason, S2} -> sluice_conn_close:finish(Reason, S2);
+        {stop_after, Out, Reason, S2} -> sluice_conn_close:linger_close(Out, Reason, S2)
+    end.
+
+arm(S) ->
+    case activate(first_grant(S), S) of
+        {ok, S2} -> loop(armed(S2));
+        {error, Reason} -> sluice_conn_close:finish({error, Reason}, S)
+    end.
+
+%% What the transport is armed with first: N (or the adaptive grant's
+%% start) chunks, which are the whole credit.
+first_grant(#s{active = Mode, grant = G}) when is_integer(Mode); Mode =:= adaptive -> G;
+first_grant(#s{active = Mode}) -> Mode.
+
+armed(S = #s{active = Mode, grant = G}) when is_integer(Mode); Mode =:= adaptive ->
+    S#s{credit = G};
 armed(S) -> S.
 
 frame(#{framing := none}) -> none;
@@ -143,8 +179,8 @@ resumed({data, Data}, S = #s{active = true}) ->
         {ok, S2} -> data(Data, S2);
         {error, R} -> sluice_conn_close:finish({error, R}, S)
     end;
-resumed({data, Data}, S = #s{active = N}) when is_integer(N) ->
-    %% This chunk was the one granted: handling it re-arms to N.
+resumed({data, Data}, S = #s{active = N}) when is_integer(N); N =:= adaptive ->
+    %% This chunk was the one granted: handling it re-arms to the grant.
     data(Data, S#s{credit = 1});
 resumed({data, Data}, S) ->
     data(Data, S);
@@ -158,20 +194,19 @@ resumed(Reason, S) ->
 
 loop(S = #s{t = T, ts = TS}) ->
     receive
-        Msg ->
-            %% A transport whose state did not change returns the same
-            %% term: matching it bound saves rebuilding the loop's state.
-            case T:classify(Msg, TS) of
-                {data, Data, TS} -> data(Data, S);
-                {ignore, TS} -> loop(S);
-                {data, Data, TS2} -> data(Data, S#s{ts = TS2});
-                {ignore, TS2} -> loop(S#s{ts = TS2});
-                {passive, TS2} -> passive(S#s{ts = TS2});
-                {closed, TS2} -> sluice_conn_close:finish(closed, S#s{ts = TS2});
-                {error, Reason, TS2} -> sluice_conn_close:finish({error, Reason}, S#s{ts = TS2});
-                other -> control(Msg, S)
-            end
+        Msg -> dispatch(T:classify(Msg, TS), Msg, S)
     end.
+
+%% A transport whose state did not change returns the same term: matching
+%% it bound saves rebuilding the loop's state.
+dispatch({data, Data, TS}, _Msg, S = #s{ts = TS}) -> data(Data, S);
+dispatch({ignore, TS}, _Msg, S = #s{ts = TS}) -> loop(S);
+dispatch({data, Data, TS2}, _Msg, S) -> data(Data, S#s{ts = TS2});
+dispatch({ignore, TS2}, _Msg, S) -> loop(S#s{ts = TS2});
+dispatch({passive, TS2}, _Msg, S) -> passive(S#s{ts = TS2});
+dispatch({closed, TS2}, _Msg, S) -> sluice_conn_close:finish(closed, S#s{ts = TS2});
+dispatch({error, Reason, TS2}, _Msg, S) -> sluice_conn_close:finish({error, Reason}, S#s{ts = TS2});
+dispatch(other, Msg, S) -> control(Msg, S).
 
 %% Messages that are not the transport's: the library's, then the
 %% handler's.
@@ -216,18 +251,28 @@ continue({continue, S}) -> loop(S);
 continue({stop, Reason, S}) -> sluice_conn_close:finish(Reason, S);
 continue({stop_after, Out, Reason, S}) -> sluice_conn_close:linger_close(Out, Reason, S).
 
-%% @doc Where a hibernated connection resumes when a message arrives: the
-%% sweep stops watching a hibernated connection, so tell it this one is
-%% awake before handling the message.
+%% @doc Where a hibernated connection resumes when a message arrives. The
+%% sweep stops watching a hibernated connection, so it is told when this
+%% one is awake again, unless the message ends the connection: after a
+%% storm, thousands of hibernated connections wake for their clients'
+%% close at once, and their supervisor has their exits to handle as it is.
 -spec wake(#s{}) -> no_return().
-wake(S = #s{parent = Parent}) ->
+wake(S = #s{t = T, ts = TS, parent = Parent}) ->
     receive
         {sluice_sweep, park} ->
             %% Woken by the sweep to park: no activity to report.
-            park(S)
-    after 0 ->
-            Parent ! {sluice_woke, self()},
-            loop(S)
+            park(S);
+        Msg ->
+            %% (The ending cases call finish/2 themselves: through
+            %% dispatch/3, whose clauses for them never return, dialyzer
+            %% takes these calls for ones that cannot succeed.)
+            case T:classify(Msg, TS) of
+                {closed, TS2} -> sluice_conn_close:finish(closed, S#s{ts = TS2});
+                {error, Reason, TS2} -> sluice_conn_close:finish({error, Reason}, S#s{ts = TS2});
+                Classified ->
+                    Parent ! {sluice_woke, self()},
+                    dispatch(Classified, Msg, S)
+            end
     end.
 
 data(Data, S) ->
@@ -249,23 +294,45 @@ drain(Deadline, S) ->
 %%% Flow control -------------------------------------------------------
 
 %% After a chunk, `once' and `false' need a new grant to get the next
-%% one; `N' tops its grant up once half of it is used; `true' never.
-next(S = #s{active = N, credit = C}) when is_integer(N) ->
+%% one; `N' and `adaptive' top the grant up once half of it is used;
+%% `true' never.
+next(S = #s{active = Mode, credit = C, grant = G}) when is_integer(Mode); Mode =:= adaptive ->
     case C - 1 of
-        Left when Left > N div 2 -> loop(S#s{credit = Left});
-        %% An integer grant adds to what the transport has left.
-        Left -> rearm(N - Left, S#s{credit = N})
+        Left when Left > G div 2 -> loop(S#s{credit = Left});
+        Left -> top_up(Left, S)
     end;
 next(S = #s{active = true}) -> loop(S);
 next(S = #s{active = Mode}) -> rearm(Mode, S).
 
-%% Every chunk sent before `passive' has been handled by now, so the credit
-%% left is what a top-up granted after the transport went passive: it is
-%% active again with it. Only when none is left must it re-arm.
-passive(S = #s{active = N, credit = 0}) when is_integer(N) ->
-    rearm(N, S#s{credit = N});
+%% The transport ran out of grant. Every chunk sent before `passive' has
+%% been handled by now, so the credit left is what a top-up granted after
+%% it went passive: it is active again with it. Only when none is left
+%% must it re-arm. Either way the next top-up knows it ran out.
+passive(S = #s{active = Mode, credit = 0}) when is_integer(Mode); Mode =:= adaptive ->
+    top_up(0, S#s{exhausted = true});
 passive(S) ->
-    loop(S).
+    loop(S#s{exhausted = true}).
+
+%% Grant again, up to the grant, which an adaptive one first adjusts: a
+%% client that kept more chunks coming than the grant allowed (the
+%% transport ran out) while reading its replies (nothing queued on the
+%% output) gets twice as much, up to the maximum, so the transport does
+%% not keep running out (each time it does, the inet driver takes the
+%% socket out of the schedulers' poll set and a poll thread has to put it
+%% back); a client whose replies back up (it does not read them) is back
+%% to the minimum, which bounds what it can make this process hold. An
+%% integer grant adds to what the transport has left.
+top_up(Left, S = #s{t = T, ts = TS, grant = G, grant_min = Min, grant_max = Max}) ->
+    G2 = case Min =:= Max of
+             true -> G;
+             false ->
+                 case T:output_queued(TS) of
+                     true -> Min;
+                     false when S#s.exhausted -> min(2 * G, Max);
+                     false -> G
+                 end
+         end,
+    rearm(G2 - Left, S#s{credit = G2, grant = G2, exhausted = false}).
 
 rearm(Mode, S) ->
     case activate(Mode, S) of
@@ -327,8 +394,8 @@ resume(S = #s{t = T, ts = TS}) ->
                 {stop_after, Out, Reason, S2} -> sluice_conn_close:linger_close(Out, Reason, S2)
             end;
         {timeout, TS2} ->
-            #s{active = Mode} = S,
-            rearm(Mode, armed(S#s{ts = TS2}));
+            S2 = armed(S#s{ts = TS2}),
+            rearm(first_grant(S2), S2);
         {closed, TS2} ->
             sluice_conn_close:finish(closed, S#s{ts = TS2});
         {error, Reason, TS2} ->

@@ -6,9 +6,16 @@
             ts :: sluice_transport:tstate() | undefined,
             handler :: module(),
             hstate :: term(),
-            active :: sluice_transport:mode(),
-            %% active=N: chunks granted to the transport and not yet handled
+            active :: sluice_transport:mode() | adaptive,
+            %% active=N or adaptive: the grant the credit is topped up to
+            %% (N; for adaptive it moves between grant_min and grant_max),
+            %% and the chunks granted to the transport and not yet handled
+            grant = 0 :: non_neg_integer(),
+            grant_min = 0 :: non_neg_integer(),
+            grant_max = 0 :: non_neg_integer(),
             credit = 0 :: non_neg_integer(),
+            %% the transport ran out of grant since the last top-up
+            exhausted = false :: boolean(),
             stats :: sluice_stats:stats(),
             %% unset in a template (sluice_conn:template/1)
             parent :: pid() | undefined,

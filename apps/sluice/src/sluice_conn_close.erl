@@ -11,6 +11,7 @@
 %% </ul>
 %% Each counts the connection's close reason once, runs the handler's
 %% last callbacks and ends the process.
+%% @private
 -module(sluice_conn_close).
 
 -include("sluice_conn.hrl").

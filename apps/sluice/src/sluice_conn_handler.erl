@@ -6,6 +6,7 @@
 %% outcome for sluice_conn to act on: carry on, stop, or send and then
 %% close gracefully. A callback that raises, or returns what is not a
 %% result, never returns here: the connection crashes (sluice_conn_close).
+%% @private
 -module(sluice_conn_handler).
 
 -include("sluice_conn.hrl").

@@ -17,6 +17,7 @@
 %%      process for one when its socket has an event;</li>
 %%  <li>passes a drain on to every connection, parked ones included.</li>
 %% </ul>
+%% @private
 -module(sluice_conns_sup).
 
 -export([start_link/2, start_connection/3, drain/2]).
@@ -54,26 +55,21 @@ start_link(Listener, Index) ->
     proc_lib:start_link(?MODULE, init, [self(), Listener, Index]).
 
 %% @doc Called by an acceptor that owns `Sock' (passive, fresh from
-%% accept) and has already counted it in the listener's live connections.
-%% The socket is handed to this supervisor, which starts a connection
-%% process, hands the socket on, counts the connection as its own and
-%% answers. Until the answer the count is the acceptor's: if the
-%% supervisor dies first (the socket closes with it), the acceptor gets
-%% `{error, _}' and gives the count back. So the live count stays exact
-%% whatever dies when.
+%% accept) and has counted it in the listener's live connections and in
+%% this supervisor's slot (sluice_stats:sup_claim/2): the socket is handed
+%% to this supervisor, which starts a connection process for it. The
+%% acceptor does not wait for that: after a storm this supervisor's mailbox
+%% may hold thousands of ended connections ahead of the request, and the
+%% acceptor must go back to accepting before the kernel's accept queue
+%% overflows. The count stays exact whatever dies when: if this supervisor
+%% dies with the request queued, the socket closes with it and its next
+%% generation gives its slot back; if it was gone already, the handover
+%% fails and the acceptor gives its claim back (sluice_stats:sup_unclaim/3).
 -spec start_connection(pid(), module(), sluice_transport:socket()) -> ok | {error, term()}.
 start_connection(Sup, T, Sock) ->
-    MRef = erlang:monitor(process, Sup, [{alias, reply_demonitor}]),
     case T:handover(Sock, Sup) of
-        ok ->
-            Sup ! {sluice_start, MRef, Sock},
-            receive
-                {MRef, ok} -> ok;
-                {'DOWN', MRef, process, _, Reason} -> {error, {conns_sup_down, Reason}}
-            end;
-        {error, Reason} ->
-            erlang:demonitor(MRef, [flush]),
-            {error, Reason}
+        ok -> Sup ! {sluice_start, Sock}, ok;
+        {error, Reason} -> {error, Reason}
     end.
 
 %% @doc Ask every connection of this supervisor to drain by `Deadline'
@@ -127,14 +123,12 @@ loop(St = #st{parent = Parent, handled = H}) ->
             loop(idle_work(St))
     end.
 
-handle({sluice_start, Tag, Sock}, St = #st{children = Children, index = I}) ->
+handle({sluice_start, Sock}, St = #st{children = Children}) ->
     Pid = proc_lib:spawn_opt(sluice_conn, init, [self(), Sock, St#st.template], [link]),
-    ok = sluice_stats:sup_started(St#st.stats, I),
     #{transport := T} = St#st.listener,
     %% A socket that closed meanwhile fails in the connection's first call.
     _ = T:handover(Sock, Pid),
     Pid ! {sluice_go, Sock},
-    Tag ! {Tag, ok},
     Now = now_ms(),
     Entry = sluice_sweep:new_entry(Sock, Now, Now),
     case St#st.drain of

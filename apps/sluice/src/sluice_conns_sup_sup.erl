@@ -1,6 +1,7 @@
 %% @doc Supervises a listener's connection supervisors (one_for_one): a
 %% killed sluice_conns_sup is restarted on its own, the acceptors keep
 %% accepting and find the new one through the registry.
+%% @private
 -module(sluice_conns_sup_sup).
 -behaviour(supervisor).
 -export([start_link/1, init/1]).

@@ -4,6 +4,7 @@
 %% CRC-32C, hence this table-driven one (reflected polynomial 0x82F63B78).
 %% It runs at Erlang speed, a byte a step: meant for headers (a few hundred
 %% bytes), not for bulk data.
+%% @private
 -module(sluice_crc32c).
 
 -export([crc32c/1, crc32c/2]).

@@ -21,6 +21,8 @@
 %%      contract, so `fun(B) -> erlang:decode_packet(Type, B, []) end' is a
 %%      valid Fun. Opts: `max' (the largest frame, default 1 MiB).</li>
 %% </ul>
+%% Opts is a map or a proplist (in Elixir, a keyword list: `{:line, max:
+%% 1024}').
 %%
 %% decode/2 takes one chunk and returns every frame it completes, in order.
 %% Frames are sub-binaries of the chunk (no copy per frame; the VM itself
@@ -59,9 +61,10 @@
 -type split_fun() :: fun((binary()) -> {ok, term(), binary()} | more
                                        | {more, non_neg_integer() | undefined}
                                        | {error, term()}).
--type spec() :: {length, 1 | 2 | 4} | {length, 1 | 2 | 4, length_opts()}
-              | line | {line, line_opts()}
-              | {split, split_fun()} | {split, split_fun(), split_opts()}.
+-type spec() :: {length, 1 | 2 | 4} | {length, 1 | 2 | 4, length_opts() | proplists:proplist()}
+              | line | {line, line_opts() | proplists:proplist()}
+              | {split, split_fun()}
+              | {split, split_fun(), split_opts() | proplists:proplist()}.
 -type reason() :: {frame_too_large, non_neg_integer(), non_neg_integer()}
                 | {line_too_long, non_neg_integer(), non_neg_integer()}
                 | {bad_length, non_neg_integer()}
@@ -82,9 +85,24 @@
 %% Name}'.
 -spec new(spec()) -> {ok, state()} | {error, term()}.
 new(Spec) ->
-    case build(Spec) of
+    case build(opts_map(Spec)) of
         {error, {bad_spec, _}} -> {error, {bad_spec, Spec}};
         Result -> Result
+    end.
+
+%% Options may come as a proplist too: an Elixir user writes `{:line, max:
+%% 1024}', a keyword list. A list that is not one of pairs stays a list
+%% (and a bad spec).
+opts_map({length, Bytes, Opts}) when is_list(Opts) -> {length, Bytes, to_map(Opts)};
+opts_map({line, Opts}) when is_list(Opts) -> {line, to_map(Opts)};
+opts_map({split, Fun, Opts}) when is_list(Opts) -> {split, Fun, to_map(Opts)};
+opts_map(Spec) -> Spec.
+
+to_map(Opts) ->
+    case lists:all(fun(O) -> is_tuple(O) andalso tuple_size(O) =:= 2 end, Opts) of
+        %% The first of a repeated key wins, as in proplists and keyword lists.
+        true -> maps:from_list(lists:reverse(Opts));
+        false -> Opts
     end.
 
 build({length, Bytes}) ->

@@ -3,6 +3,7 @@
 %% (`{header, Bin}'), or, once the header is read, how many body bytes are
 %% still to come and the body's pieces so far (`{body, Left, Pieces,
 %% Size}', Pieces newest first, Size their bytes), joined once when the last one arrives.
+%% @private
 -module(sluice_frame_length).
 
 -export([params/4, decode/3, encode/2, pending/1]).

@@ -9,6 +9,7 @@
 %% by looking back from its end (a few bytes, usually), and only the part
 %% before it is split. A chunk whose end has no delimiter within ?LOOKBACK
 %% bytes takes the general way.
+%% @private
 -module(sluice_frame_line).
 
 -export([params/2, decode/3, encode/2, pending/1]).

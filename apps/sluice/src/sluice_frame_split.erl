@@ -9,6 +9,7 @@
 %% needs (`more'), the part of the chunk joined grows by doubling, so that
 %% finding the frame's end costs a multiple of its size, not of the
 %% chunk's.
+%% @private
 -module(sluice_frame_split).
 
 -export([params/2, decode/3, pending/1]).

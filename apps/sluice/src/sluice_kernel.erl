@@ -6,6 +6,7 @@
 %% listen socket, overflows included). They count for every listen socket
 %% of the host since boot, so what matters is how they move while a
 %% listener is busy. `#{}' where the kernel does not say.
+%% @private
 -module(sluice_kernel).
 
 -export([listen_drops/0]).

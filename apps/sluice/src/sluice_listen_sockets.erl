@@ -4,6 +4,7 @@
 %% stays open), and so that stopping it closes them before
 %% supervisor:terminate_child/2 returns: once sluice:suspend/1 returns, new
 %% connects are refused, on every transport.
+%% @private
 -module(sluice_listen_sockets).
 -behaviour(gen_server).
 

@@ -4,6 +4,7 @@
 %% close, new connects are refused) and leaves the connections running.
 %% The listener's figures (sluice_stats) are made here and published in the
 %% registry, so that they survive the restart of any child below.
+%% @private
 -module(sluice_listener_sup).
 -behaviour(supervisor).
 

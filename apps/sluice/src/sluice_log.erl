@@ -2,6 +2,7 @@
 %% listener out of descriptors, a flood of failed TLS handshakes): at most
 %% one line a second per listener and kind, with the number of others
 %% since the last line. Every occurrence is still counted (info/1).
+%% @private
 -module(sluice_log).
 
 -export([accept_failed/3, refused/3]).

@@ -1,10 +1,11 @@
 %% @doc Validation of listener options. Every option is checked here, once,
 %% at start, so that the accept and receive paths never meet a bad value and a
 %% user gets an error that names the option and what it expects.
+%% @private
 -module(sluice_opts).
 
 -export([validate/1, defaults/0, default_max_connections/0, default_backlog/0,
-         format_error/1, format_address/2]).
+         adaptive_grant/0, format_error/1, format_address/2]).
 
 -export_type([opts/0, error/0]).
 
@@ -18,7 +19,7 @@
                   reuseport := boolean(),
                   backlog := pos_integer(),
                   max_connections := non_neg_integer() | infinity,
-                  active := false | once | true | pos_integer(),
+                  active := false | once | true | pos_integer() | adaptive,
                   socket_opts := [gen_tcp:option()],
                   idle_timeout := timeout(),
                   hibernate_after := timeout(),
@@ -74,9 +75,10 @@ defaults() ->
       reuseport => false,
       backlog => default_backlog(),
       max_connections => default_max_connections(),
-      %% The mailbox of a connection whose client outruns its handler
-      %% holds at most this many reads (bench/README.md, "Defaults").
-      active => 10,
+      %% A grant of reads that grows while the client reads its replies
+      %% and stays small when it does not (sluice_conn: top_up/2;
+      %% bench/README.md, "Defaults").
+      active => adaptive,
       socket_opts => [],
       idle_timeout => 60000,
       %% A connection quiet this long hibernates (sluice_sweep): its heap
@@ -101,6 +103,14 @@ defaults() ->
       proxy_max_size => 4096,
       %% Whole frames to handle_data/2 instead of chunks (sluice_frame).
       framing => none}.
+
+%% @doc The bounds of `active => adaptive' (sluice_conn): the grant of
+%% reads starts at `min', where the mailbox of a client that outruns its
+%% handler stays small, and grows while the client reads its replies, up
+%% to as many reads of the listener's `buffer' as fit in `max_bytes'.
+-spec adaptive_grant() -> #{min := pos_integer(), max_bytes := pos_integer()}.
+adaptive_grant() ->
+    #{min => 10, max_bytes => 16 * 1024 * 1024}.
 
 %% @doc The kernel's own cap on a listen backlog (Linux's
 %% net.core.somaxconn), as Go and nginx take it: a listen(2) backlog above
@@ -187,7 +197,7 @@ check(max_connections, infinity) ->
 check(max_connections, N) ->
     (is_integer(N) andalso N >= 0) orelse bad(max_connections, N);
 check(active, A) ->
-    A =:= false orelse A =:= once orelse A =:= true
+    A =:= false orelse A =:= once orelse A =:= true orelse A =:= adaptive
         orelse (is_integer(A) andalso A > 0 andalso A =< 32767)
         orelse bad(active, A);
 check(socket_opts, SO) when is_map(SO) ->
@@ -215,15 +225,22 @@ check(K, T) when K =:= idle_timeout; K =:= shutdown_timeout; K =:= hibernate_aft
 check(K, _) ->
     throw({unknown_option, K}).
 
-%% TLS needs a certificate and its key; ssl checks the rest of tls_opts at
-%% the handshake, so a missing file is named here, at start, not in every
-%% connection's failure.
+%% TLS needs a certificate and its key, and ssl reads tls_opts only at
+%% each handshake: they are checked here, at start, so that a mistake (a
+%% missing file, a bad value) is named once, not in every connection's
+%% failure.
 check_tls(#{transport := ssl, tls_opts := L}) ->
     Has = fun(K) -> lists:keymember(K, 1, L) end,
     (Has(certs_keys) orelse ((Has(certfile) orelse Has(cert)) andalso (Has(keyfile) orelse Has(key))))
         orelse bad(tls_opts, {missing, "certfile and keyfile (or cert and key, or certs_keys)"}),
     [readable(K, F) || {K, F} <- L, K =:= certfile orelse K =:= keyfile orelse K =:= cacertfile],
-    ok;
+    %% The rest as ssl will read them (sluice_transport_ssl:check_opts/1).
+    case sluice_transport_ssl:check_opts(L) of
+        ok -> ok;
+        {error, Why} -> bad(tls_opts, Why)
+    end;
+check_tls(Opts = #{transport := sluice_transport_ssl}) ->
+    check_tls(Opts#{transport := ssl});
 check_tls(_) ->
     ok.
 
@@ -295,7 +312,7 @@ expected(transport) -> "inet (gen_tcp, the inet driver), socket (OTP's socket NI
                          "(TLS) or a module implementing the sluice_transport behaviour";
 expected(reuseport) -> "a boolean";
 expected(max_connections) -> "a non-negative integer or infinity";
-expected(active) -> "false, once, true or an integer 1..32767";
+expected(active) -> "adaptive, false, once, true or an integer 1..32767";
 expected(socket_opts) -> "a list of {Key, Value} with Key one of " ++
                              lists:flatten(io_lib:format("~w", [?SOCKET_OPTS]));
 expected(proxy_protocol) -> "true or false";
@@ -304,7 +321,8 @@ expected(framing) -> "none, or a framing spec of sluice_frame: {length, 1 | 2 | 
                      "or {length, N, Opts}, line or {line, Opts}, {split, Fun} or "
                      "{split, Fun, Opts}";
 expected(tls_opts) -> "a list of ssl server options with a certificate and its key "
-                     "(certfile and keyfile, cert and key, or certs_keys) whose files exist";
+                     "(certfile and keyfile, cert and key, or certs_keys) whose files exist "
+                     "and hold them; socket options go in socket_opts";
 expected(K) when K =:= idle_timeout; K =:= shutdown_timeout; K =:= hibernate_after;
                  K =:= park_after; K =:= handshake_timeout; K =:= proxy_timeout ->
     "a positive integer (ms) or infinity";

@@ -10,6 +10,7 @@
 %% The sockets are not linked to the supervisor (a link per socket costs
 %% memory on every parked connection): if the supervisor dies, the table
 %% passes to sluice_registry (its heir), which closes them.
+%% @private
 -module(sluice_parking).
 
 -export([parkable/1, new/1, put/5, take/2, sockets/1, expired/2, size/1,

@@ -48,6 +48,10 @@
               %% monotonic ms when the frame in `partial' began
               since = 0 :: integer()}).
 
+%% @doc Options (a map or a proplist): `ack' (`each', `last' (the default)
+%% or `counted'), `max_frame' (bytes, default 1048576) and `frame_timeout'
+%% (ms, default 30000, or `infinity'). Bad options close the connection
+%% with `{bad_handler_opts, Opts}'.
 -spec init(sluice:conn(), map() | list()) -> {ok, #ack{}} | {close, term()}.
 init(_Conn, Opts) when is_list(Opts) ->
     init(_Conn, maps:from_list(Opts));
@@ -61,6 +65,9 @@ init(_Conn, Opts) ->
         false -> {close, {bad_handler_opts, Opts}}
     end.
 
+%% @doc Acks for the frames the chunk completes, as the mode says; a frame
+%% over `max_frame', or one slower than `frame_timeout', closes the
+%% connection after the acks owed.
 -spec handle_data(binary(), #ack{}) -> sluice_handler:result(#ack{}).
 handle_data(Data, St = #ack{frame_timeout = infinity}) ->
     frames(Data, St);

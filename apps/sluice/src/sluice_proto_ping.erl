@@ -8,10 +8,14 @@
 
 -define(MAX_LINE, 64).
 
+%% @doc The state is the incomplete line read so far; the options are
+%% ignored.
 -spec init(sluice:conn(), term()) -> {ok, binary()}.
 init(_Conn, _Opts) ->
     {ok, <<>>}.
 
+%% @doc One `Pong\n' for each `Ping\n' the chunk completes, all in one
+%% reply; the Pongs owed before a bad line go out before the close.
 -spec handle_data(binary(), binary()) -> sluice_handler:result(binary()).
 handle_data(Data, <<>>) ->
     lines(Data, 0);

@@ -7,6 +7,7 @@
 %% than `proxy_max_size' (a v2 header announcing more is refused as soon as
 %% its length is read). Whatever the read brought after the header is the
 %% client's: it is returned as the prefix of the stream.
+%% @private
 -module(sluice_proxy).
 
 -export([read/3]).
@@ -17,7 +18,10 @@
 read(_T, _Sock, #{proxy_protocol := false}) ->
     {ok, none, <<>>};
 read(T, Sock, #{proxy_protocol := true, proxy_timeout := Timeout, proxy_max_size := Max}) ->
-    Deadline = erlang:monotonic_time(millisecond) + Timeout,
+    Deadline = case Timeout of
+                   infinity -> infinity;
+                   _ -> erlang:monotonic_time(millisecond) + Timeout
+               end,
     read(T, Sock, <<>>, Deadline, #{max_size => Max}).
 
 read(T, Sock, Buf, Deadline, Opts) ->
@@ -26,15 +30,23 @@ read(T, Sock, Buf, Deadline, Opts) ->
             label(Header),
             {ok, Header, Rest};
         {more, _} ->
-            Left = Deadline - erlang:monotonic_time(millisecond),
-            case Left > 0 andalso T:recv(Sock, 0, Left) of
-                false -> {error, timeout};
-                {ok, Data} -> read(T, Sock, <<Buf/binary, Data/binary>>, Deadline, Opts);
-                {error, Reason} -> {error, Reason}
+            case left(Deadline) of
+                0 ->
+                    {error, timeout};
+                Left ->
+                    case T:recv(Sock, 0, Left) of
+                        {ok, Data} -> read(T, Sock, <<Buf/binary, Data/binary>>, Deadline, Opts);
+                        {error, Reason} -> {error, Reason}
+                    end
             end;
         {error, Reason} ->
             {error, Reason}
     end.
+
+%% What is left of the header's time: the timeout is for the whole header,
+%% not for each read, so a client trickling it is cut off in time too.
+left(infinity) -> infinity;
+left(Deadline) -> max(0, Deadline - erlang:monotonic_time(millisecond)).
 
 %% The client's real addresses go into this process's logger metadata, so
 %% that whatever the connection logs (a handler's lines, a crash report)

@@ -5,6 +5,7 @@
 %% numbers without leading zeros, IPv6 as hexadecimal groups (`::' allowed,
 %% no dotted IPv4 tail), ports as decimal numbers without leading zeros;
 %% one space between fields; a lone CR or LF is an error.
+%% @private
 -module(sluice_proxy_header_v1).
 
 -export([parse/1, encode/1]).

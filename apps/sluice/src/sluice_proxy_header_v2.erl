@@ -21,6 +21,7 @@
 %% connection, 4 = certificate in this session; tlvs: `{version | cn |
 %% cipher | sig_alg | key_alg, Bin}' or `{Type, Bin}'), `{netns, Bin}', and
 %% any other as `{Type, Bin}'.
+%% @private
 -module(sluice_proxy_header_v2).
 
 -export([signature/0, parse/2, encode/1]).

@@ -6,6 +6,7 @@
 %% listener's rows when its supervisor goes down. It is also the heir of
 %% every connection supervisor's table of parked connections, whose sockets
 %% it closes if that supervisor dies (sluice_parking).
+%% @private
 -module(sluice_registry).
 -behaviour(gen_server).
 

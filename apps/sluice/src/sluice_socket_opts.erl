@@ -7,6 +7,7 @@
 %% `low_msgq_watermark', `delay_send', `send_timeout_close') are accepted
 %% and have no effect: the socket backend has no such queue. `send_timeout'
 %% is applied by the caller, not by the socket.
+%% @private
 -module(sluice_socket_opts).
 
 -export([set/2, get/2, address/1, sockaddr/2, steps/1]).

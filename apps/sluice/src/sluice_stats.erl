@@ -14,6 +14,7 @@
 %% </ul>
 %% Acceptors, connection supervisors and connection processes update them
 %% through the functions below; sluice:info/1 reads them with read/1.
+%% @private
 -module(sluice_stats).
 
 -export([new/2, num_conns_sups/1]).
@@ -23,7 +24,7 @@
 -export([admit/1, release/1, rejected/1, shedding/1, set_shedding/2,
          set_max_connections/2, log_due/4]).
 %% connection supervisors
--export([sup_reset/2, sup_started/2, sup_gone/2, parked/3, parked_reset/2]).
+-export([sup_claim/2, sup_unclaim/3, sup_reset/2, sup_gone/2, parked/3, parked_reset/2]).
 %% reading
 -export([live/1, read/1, close_reason/1]).
 
@@ -54,7 +55,10 @@
 -define(NUM_COUNTERS, (?REASON_BASE + length(?REASONS))).
 
 %% atomics; after the fixed slots, NumSups slots of live connections per
-%% connection supervisor, then NumSups slots of parked ones.
+%% connection supervisor, then NumSups slots of parked ones. A supervisor's
+%% live slot holds its generation (bumped by each incarnation) in the high
+%% bits and its count in the low ?COUNT_BITS, so that a claim can tell
+%% whether a restart has taken it over (sup_claim/2, sup_unclaim/3).
 -define(CONNS, 1).
 -define(MAX_CONNS, 2).
 -define(SHEDDING, 3).
@@ -63,6 +67,8 @@
 -define(LAST_LOG(Kind), case Kind of accept -> 4; refused -> 6 end).
 -define(SUPPRESSED(Kind), (?LAST_LOG(Kind) + 1)).
 -define(FIXED_ATOMICS, 7).
+-define(COUNT_BITS, 32).
+-define(COUNT_MASK, ((1 bsl ?COUNT_BITS) - 1)).
 %% atomics are signed 64-bit; `infinity' is stored as the largest.
 -define(INFINITY, 16#7fffffffffffffff).
 
@@ -190,19 +196,48 @@ log_due(#stats{a = A}, Kind, Now, Interval) ->
 
 %%% Connection supervisors --------------------------------------------
 
-%% @doc Connection supervisor `I' starts (or restarts): a predecessor that
-%% was killed left its connections counted, and they died with it (they
-%% are linked, parked ones closed by the registry): give their slots back.
+%% @doc Connection supervisor `I' starts (or restarts): a new generation
+%% of its slot. A predecessor that was killed left its connections counted
+%% (those it had started died with it, being linked; parked ones are
+%% closed by the registry; sockets handed to it and not yet started closed
+%% with it): its count is given back, whatever acceptors claimed before
+%% this moment included.
 -spec sup_reset(stats(), pos_integer()) -> ok.
 sup_reset(St = #stats{a = A}, I) ->
-    Stale = atomics:exchange(A, sup_slot(St, I), 0),
-    atomics:sub(A, ?CONNS, Stale),
+    Slot = sup_slot(St, I),
+    Old = reset_slot(A, Slot, atomics:get(A, Slot)),
+    atomics:sub(A, ?CONNS, Old band ?COUNT_MASK),
     atomics:put(A, parked_slot(St, I), 0).
 
-%% @doc Connection supervisor `I' took over an admitted connection.
--spec sup_started(stats(), pos_integer()) -> ok.
-sup_started(St = #stats{a = A}, I) ->
-    atomics:add(A, sup_slot(St, I), 1).
+reset_slot(A, Slot, Old) ->
+    New = ((Old bsr ?COUNT_BITS) + 1) bsl ?COUNT_BITS,
+    case atomics:compare_exchange(A, Slot, Old, New) of
+        ok -> Old;
+        Now -> reset_slot(A, Slot, Now)
+    end.
+
+%% @doc An acceptor counts an admitted connection in supervisor `I''s slot
+%% before handing the socket to it, and gets the slot's generation.
+-spec sup_claim(stats(), pos_integer()) -> non_neg_integer().
+sup_claim(St = #stats{a = A}, I) ->
+    Slot = sup_slot(St, I),
+    atomics:add_get(A, Slot, 1) bsr ?COUNT_BITS.
+
+%% @doc The handover of a claimed connection failed (the supervisor was
+%% gone): the claim is given back, with the listener's live count, unless
+%% a new generation of the supervisor has started since the claim, in
+%% which case its reset gave them back already. True if this did.
+-spec sup_unclaim(stats(), pos_integer(), non_neg_integer()) -> boolean().
+sup_unclaim(St = #stats{a = A}, I, Gen) ->
+    unclaim(A, sup_slot(St, I), Gen, atomics:get(A, sup_slot(St, I))).
+
+unclaim(A, Slot, Gen, Old) when Old bsr ?COUNT_BITS =:= Gen, Old band ?COUNT_MASK > 0 ->
+    case atomics:compare_exchange(A, Slot, Old, Old - 1) of
+        ok -> atomics:sub(A, ?CONNS, 1), true;
+        Now -> unclaim(A, Slot, Gen, Now)
+    end;
+unclaim(_A, _Slot, _Gen, _Old) ->
+    false.
 
 %% @doc A connection of supervisor `I' is gone (however it ended).
 -spec sup_gone(stats(), pos_integer()) -> ok.

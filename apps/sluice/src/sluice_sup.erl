@@ -1,5 +1,6 @@
 %% @doc Top supervisor: the registry first (listeners look themselves up in
 %% it), then one sluice_listener_sup per listener started through the API.
+%% @private
 -module(sluice_sup).
 -behaviour(supervisor).
 -export([start_link/0, init/1]).

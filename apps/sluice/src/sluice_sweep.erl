@@ -29,6 +29,7 @@
 %% Activity is noticed at the tick after it, so the idle timeout fires
 %% between `idle_timeout' and `idle_timeout' plus two ticks after the last
 %% byte.
+%% @private
 -module(sluice_sweep).
 
 -export([config/2, tick/1, new_entry/3, woke/3, sweep/3, start/1, continue/4, idle_since/1,

@@ -1,5 +1,5 @@
 %% @doc Telemetry events, when the `telemetry' library is there; nothing
-%% when it is not (sluice depends on nothing but kernel and stdlib).
+%% when it is not (sluice depends on no library outside OTP).
 %%
 %% Events (measurements; metadata):
 %% <ul>
@@ -7,8 +7,11 @@
 %%      `#{listener, pid}'. When the connection's handler is about to
 %%      start (after the TLS handshake and PROXY header, if any).</li>
 %%  <li>`[sluice, connection, stop]': `#{duration, monotonic_time}'
-%%      (native time units); `#{listener, pid, reason}'. When it ends, for
-%%      any reason.</li>
+%%      (native time units; `monotonic_time' less `duration' is the start
+%%      event's `monotonic_time'); `#{listener, pid, reason}'. When it
+%%      ends, for any reason: `closed' (the client closed), `idle_timeout',
+%%      `{protocol_error, Why}', `{error, Why}' (a socket error), what a
+%%      handler closed with, or what it raised.</li>
 %%  <li>`[sluice, listener, accept_error]': `#{count => 1}';
 %%      `#{listener, reason}'.</li>
 %% </ul>
@@ -24,6 +27,8 @@
 -define(KEY, {?MODULE, enabled}).
 
 %% @doc Look up (again) whether `telemetry:execute/3' can be called.
+%% Every listener does when it starts; call it after loading `telemetry'
+%% into a node whose listeners are already running.
 -spec refresh() -> boolean().
 refresh() ->
     Mod = telemetry,
@@ -39,6 +44,7 @@ refresh() ->
     end,
     On =/= false.
 
+%% @doc Whether events are being emitted (as the last refresh/0 found).
 -spec enabled() -> boolean().
 enabled() ->
     persistent_term:get(?KEY, false) =/= false.
@@ -49,8 +55,8 @@ execute(Event, Measurements, Metadata) ->
         Mod -> _ = Mod:execute(Event, Measurements, Metadata), ok
     end.
 
-%% @doc A connection of `Listener' starts; returns its start time, which
-%% connection_stop/4 wants back.
+%% @private A connection of `Listener' starts; returns its start time,
+%% which connection_stop/4 wants back.
 -spec connection_start(sluice:name(), pid()) -> integer().
 connection_start(Listener, Pid) ->
     Now = erlang:monotonic_time(),
@@ -59,6 +65,7 @@ connection_start(Listener, Pid) ->
                  #{listener => Listener, pid => Pid}),
     Now.
 
+%% @private The connection started at `Started' ends.
 -spec connection_stop(sluice:name(), pid(), integer(), term()) -> ok.
 connection_stop(Listener, Pid, Started, Reason) ->
     Now = erlang:monotonic_time(),
@@ -66,6 +73,7 @@ connection_stop(Listener, Pid, Started, Reason) ->
             #{duration => Now - Started, monotonic_time => Now},
             #{listener => Listener, pid => Pid, reason => Reason}).
 
+%% @private An accept on `Listener' failed.
 -spec accept_error(sluice:name(), term()) -> ok.
 accept_error(Listener, Reason) ->
     execute([sluice, listener, accept_error], #{count => 1},

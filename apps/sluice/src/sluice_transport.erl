@@ -36,7 +36,8 @@
 -type tstate() :: term().
 %% A grant of chunks: `once' and `false' (one asynchronous read) grant
 %% one; an integer adds that many to what is left (as inet:setopts/2 does
-%% for `{active, N}'); `true' grants without end.
+%% for `{active, N}'); `true' grants without end. (The listener option's
+%% `adaptive' is the connection loop's: it grants integers.)
 -type mode() :: false | once | true | pos_integer().
 -type listen_opts() :: #{ip := inet:ip_address(), backlog := pos_integer(),
                          reuseport := boolean(), socket_opts := list(),
@@ -99,6 +100,9 @@
 %% Queue data without waiting for the peer. Must not leave the caller
 %% waiting longer than the listener's send_timeout.
 -callback send(tstate(), iodata()) -> ok | {error, term()}.
+%% Whether data sent earlier still waits on this side (the peer is not
+%% reading its replies): the adaptive grant grows only while it does not.
+-callback output_queued(tstate()) -> boolean().
 -callback shutdown(tstate(), read | write | read_write) -> ok | {error, term()}.
 -callback close(tstate()) -> ok.
 %% What a handler may want to know of the connection beyond addresses

@@ -11,14 +11,16 @@
 %% armed and holds it until data comes, so arming an idle connection would
 %% pin a whole buffer: activate/2 arms with a small one when the socket
 %% looks quiet (see arm/3). docs/backends.md has the measurements.
+%% @private
 -module(sluice_transport_inet).
 -behaviour(sluice_transport).
 
 -export([listen/2, accept/2, listen_port/1, close_listener/1]).
 -export([controlling_process/2, recv/3, bytes_received/1, close_socket/1,
          peername/1, sockname/1]).
--export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, shutdown/2,
-         close/1, info/1, socket/1]).
+-export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
+         shutdown/2, close/1, info/1, socket/1]).
+-export([queued/1]).
 -export([handover/2, park/1, parked_event/1, unpark/1]).
 -export([listen_options/1]).
 
@@ -234,6 +236,21 @@ send(#inet{sock = Sock}, Data) ->
     try erlang:port_command(Sock, Data) of
         true -> ok
     catch error:_ -> {error, closed}
+    end.
+
+%% @doc The driver queues what the kernel's send buffer cannot take.
+-spec output_queued(#inet{}) -> boolean().
+output_queued(#inet{sock = Sock}) ->
+    queued(Sock).
+
+%% @doc Bytes waiting in a gen_tcp socket's driver queue (also the TCP
+%% socket under TLS).
+-spec queued(gen_tcp:socket()) -> boolean().
+queued(Sock) ->
+    case erlang:port_info(Sock, queue_size) of
+        {queue_size, 0} -> false;
+        {queue_size, _} -> true;
+        undefined -> false
     end.
 
 -spec shutdown(#inet{}, read | write | read_write) -> ok | {error, term()}.

@@ -20,14 +20,15 @@
 %% writable, waiting at most the listener's `send_timeout' before failing
 %% with `{error, timeout}'. While a send waits nothing is read, so a client
 %% that never reads is held back by TCP and cannot grow the server's memory.
+%% @private
 -module(sluice_transport_socket).
 -behaviour(sluice_transport).
 
 -export([listen/2, accept/2, listen_port/1, close_listener/1]).
 -export([controlling_process/2, handover/2, recv/3, bytes_received/1, close_socket/1,
          peername/1, sockname/1]).
--export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, shutdown/2,
-         close/1, info/1, socket/1]).
+-export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
+         shutdown/2, close/1, info/1, socket/1]).
 
 %% A short read asks for no more than this next time: a socket that
 %% delivers small chunks then costs small buffers.
@@ -259,6 +260,13 @@ wait_writable(Sock, Rest, {select_info, _, Ref} = SelectInfo, Deadline) ->
             _ = socket:cancel(Sock, SelectInfo),
             {error, timeout}
     end.
+
+%% @doc Never: send/2 waits until the kernel has taken everything. (This
+%% transport reads only what is granted and never reports `passive', so
+%% an adaptive grant never grows on it anyway.)
+-spec output_queued(#sk{}) -> false.
+output_queued(#sk{}) ->
+    false.
 
 -spec shutdown(#sk{}, read | write | read_write) -> ok | {error, term()}.
 shutdown(#sk{sock = Sock}, How) ->

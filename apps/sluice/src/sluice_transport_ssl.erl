@@ -9,25 +9,142 @@
 %% `close_reasons').
 %%
 %% Certificates and every other `ssl' server option are the listener's
-%% `tls_opts', passed to ssl:handshake/3 unchanged. After the handshake the
-%% connection is delivered as on the other transports: ssl's active modes
-%% (`{ssl, S, Data}', `{ssl_passive, S}', ...) with the same grant
-%% accounting as the inet driver's; `active => false' reads as `once' (ssl
-%% has no asynchronous read to start). A graceful close (drain) sends
-%% `close_notify' before the TCP FIN (shutdown/2).
+%% `tls_opts', passed to ssl:handshake/3 as they are, with one default:
+%% `{log_level, none}' unless they set `log_level'. ssl would otherwise log
+%% every failed handshake (an alert report per connection), which a flood
+%% of bad clients turns into a flood of lines; the connection process
+%% counts and logs them rate-limited instead (sluice_log:refused/3).
+%% check_opts/1 checks them once, when the listener starts.
+%%
+%% After the handshake the connection is delivered as on the other
+%% transports: ssl's active modes (`{ssl, S, Data}', `{ssl_passive, S}',
+%% ...) with the same grant accounting as the inet driver's; `active =>
+%% false' reads as `once' (ssl has no asynchronous read to start). A
+%% graceful close (drain) sends `close_notify' before the TCP FIN
+%% (shutdown/2).
+%% @private
 -module(sluice_transport_ssl).
 -behaviour(sluice_transport).
 
 -export([listen/2, accept/2, listen_port/1, close_listener/1]).
 -export([controlling_process/2, handover/2, recv/3, bytes_received/1, close_socket/1,
          peername/1, sockname/1]).
--export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, shutdown/2,
-         close/1, info/1, socket/1]).
+-export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
+         shutdown/2, close/1, info/1, socket/1]).
+-export([check_opts/1]).
 
 -define(INET, sluice_transport_inet).
 
+%% One whole TLS record (2^14 bytes of plaintext, up to 2048 of expansion,
+%% the 5-byte header): the smallest TCP read worth making under TLS.
+-define(TLS_RECORD, (16384 + 2048 + 5)).
+%% ssl's default for its `internal_active_n' (ssl's application docs).
+-define(SSL_ACTIVE_N, 100).
+
 -record(tls, {ssl :: ssl:sslsocket(),
               tcp :: gen_tcp:socket()}).
+
+%%% Options
+
+%% Options of the TCP socket under TLS and of the delivery the library owns:
+%% ssl would take them from tls_opts as socket options and either ignore
+%% them (the socket is open by then) or, for the delivery ones, hand the
+%% handler lists or packets instead of binary chunks.
+-define(SOCKET_KEYS, [active, mode, binary, list, packet, packet_size, header, deliver,
+                      exit_on_close, buffer, recbuf, sndbuf, nodelay, keepalive, priority,
+                      tos, linger, send_timeout, send_timeout_close, high_watermark,
+                      low_watermark, high_msgq_watermark, low_msgq_watermark, delay_send,
+                      raw, ip, ifaddr, port, fd, inet, inet6, backlog, reuseaddr]).
+%% ssl options that ssl takes but does not keep under their own name.
+-define(SSL_ALIASES, [log_alert, ssl_imp, cb_info]).
+
+%% @doc Checks a listener's `tls_opts' as ssl will read them at every
+%% handshake, so that a mistake is named when the listener starts rather
+%% than failing every connection: each is an ssl server option with a
+%% value ssl accepts (ssl's own check), none is a socket option (those
+%% belong in `socket_opts', or to the library), and the PEM files hold
+%% what their option says (a certificate, a private key).
+-spec check_opts(term()) -> ok | {error, term()}.
+check_opts(TlsOpts) when is_list(TlsOpts) ->
+    case [O || O <- TlsOpts, not (is_tuple(O) andalso tuple_size(O) =:= 2
+                                  andalso is_atom(element(1, O)))] of
+        [Bad | _] -> {error, {not_an_option, Bad}};
+        [] -> check_keys(TlsOpts)
+    end;
+check_opts(TlsOpts) ->
+    {error, {not_a_list, TlsOpts}}.
+
+check_keys(TlsOpts) ->
+    case [K || {K, _} <- TlsOpts, lists:member(K, ?SOCKET_KEYS)] of
+        [K | _] -> {error, {socket_option, K}};
+        [] -> check_ssl(TlsOpts)
+    end.
+
+check_ssl(TlsOpts) ->
+    case application:ensure_all_started(ssl) of
+        {ok, _} ->
+            try ssl:handle_options(TlsOpts, server) of
+                {ok, Config} -> check_known(TlsOpts, Config)
+            catch
+                throw:{error, {options, Why}} -> {error, Why};
+                throw:{error, Why} -> {error, Why};
+                Class:Why -> {error, {Class, Why}}
+            end;
+        {error, Reason} ->
+            {error, {ssl_not_started, Reason}}
+    end.
+
+%% ssl takes any key it does not know as a socket option and, on a socket
+%% that is already open, ignores it: a misspelt option would go unnoticed.
+%% What ssl kept is the map in its config record (ssl's internal shape: if
+%% it is not there, this check is skipped).
+check_known(TlsOpts, Config) when is_tuple(Config), tuple_size(Config) >= 2,
+                                  is_map(element(2, Config)) ->
+    Kept = element(2, Config),
+    case [K || {K, _} <- TlsOpts, not maps:is_key(K, Kept),
+               not lists:member(K, ?SSL_ALIASES)] of
+        [K | _] -> {error, {unknown_option, K}};
+        [] -> check_files(TlsOpts)
+    end;
+check_known(TlsOpts, _Config) ->
+    check_files(TlsOpts).
+
+check_files([]) ->
+    ok;
+check_files([{K, File} | Rest]) when K =:= certfile; K =:= keyfile; K =:= cacertfile ->
+    case pem_entries(File) of
+        {ok, Types} ->
+            case has_pem(K, Types) of
+                true -> check_files(Rest);
+                false -> {error, {K, File, {no_pem_entry, pem_wanted(K)}}}
+            end;
+        {error, Why} ->
+            {error, {K, File, Why}}
+    end;
+check_files([_ | Rest]) ->
+    check_files(Rest).
+
+pem_entries(File) ->
+    case file:read_file(File) of
+        {ok, Bin} ->
+            try public_key:pem_decode(Bin) of
+                Entries -> {ok, [element(1, E) || E <- Entries]}
+            catch _:_ -> {error, not_pem}
+            end;
+        {error, Why} ->
+            {error, Why}
+    end.
+
+has_pem(keyfile, Types) ->
+    lists:any(fun(T) -> lists:member(T, pem_wanted(keyfile)) end, Types);
+has_pem(K, Types) ->
+    lists:member(hd(pem_wanted(K)), Types).
+
+pem_wanted(keyfile) ->
+    ['PrivateKeyInfo', 'RSAPrivateKey', 'ECPrivateKey', 'DSAPrivateKey',
+     'EncryptedPrivateKeyInfo'];
+pem_wanted(_) ->
+    ['Certificate'].
 
 %%% Listening and raw sockets: TCP, as the inet transport does it.
 
@@ -78,15 +195,53 @@ sockname(Sock) -> ?INET:sockname(Sock).
 %% TLS stream and are put back in front of it first.
 -spec handshake(gen_tcp:socket(), sluice_transport:conn_opts()) ->
           {ok, #tls{}} | {error, term()}.
-handshake(Sock, Opts = #{tls_opts := TlsOpts, handshake_timeout := Timeout}) ->
+handshake(Sock, Opts = #{tls_opts := TlsOpts, handshake_timeout := Timeout,
+                         socket_opts := SocketOpts}) ->
     _ = case maps:get(prefix, Opts, <<>>) of
             <<>> -> ok;
             Prefix -> gen_tcp:unrecv(Sock, Prefix)
         end,
-    case ssl:handshake(Sock, TlsOpts, Timeout) of
+    {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
+    _ = inet:setopts(Sock, [{buffer, tls_read(Buffer, maps:get(active, Opts, adaptive))}]),
+    case ssl:handshake(Sock, quiet(TlsOpts), Timeout) of
         {ok, SslSock} -> {ok, #tls{ssl = SslSock, tcp = Sock}};
         {ok, SslSock, _Ext} -> {ok, #tls{ssl = SslSock, tcp = Sock}};
         {error, Reason} -> {error, Reason}
+    end.
+
+%% The most one TCP read under TLS brings. ssl's connection process arms
+%% the TCP socket for `internal_active_n' reads at a time (100 unless the
+%% ssl application is configured otherwise) and does not take them back
+%% when the handler falls behind: that many reads can wait in its mailbox
+%% whatever the listener's `active'. With the listener's read buffer (256
+%% KiB by default, sized for plaintext) a client that floods without
+%% reading could park 25 MiB in every connection. So reads are sized to
+%% keep ssl's backlog at the bound the inet transport keeps (the grant,
+%% `active' reads of `buffer' bytes; an adaptive grant's floor), and never
+%% below one TLS record (ssl
+%% joins the records of one read into one chunk for the handler): with
+%% the defaults, 26 KiB reads. Setting ssl's internal_active_n lower (it
+%% is documented for tuning) buys bigger reads at the same bound, and
+%% bigger reads cost less CPU per byte (docs/backends.md, "TLS").
+tls_read(Buffer, Active) ->
+    ActiveN = case application:get_env(ssl, internal_active_n) of
+                  {ok, N} when is_integer(N), N > 0 -> N;
+                  _ -> ?SSL_ACTIVE_N
+              end,
+    Grant = case Active of
+                A when is_integer(A) -> A;
+                %% What an adaptive grant falls back to when replies back up.
+                adaptive -> maps:get(min, sluice_opts:adaptive_grant());
+                _ -> 1
+            end,
+    min(Buffer, max(?TLS_RECORD, Grant * Buffer div ActiveN)).
+
+%% ssl's own log lines off unless the listener asks for them (see the
+%% module doc); `log_alert' is ssl's older name for the same.
+quiet(TlsOpts) ->
+    case lists:keymember(log_level, 1, TlsOpts) orelse lists:keymember(log_alert, 1, TlsOpts) of
+        true -> TlsOpts;
+        false -> [{log_level, none} | TlsOpts]
     end.
 
 -spec activate(#tls{}, sluice_transport:mode()) -> {ok, #tls{}} | {error, term()}.
@@ -130,10 +285,41 @@ pause(T = #tls{ssl = S}) ->
 send(#tls{ssl = S}, Data) ->
     ssl:send(S, Data).
 
-%% @doc `write' sends close_notify, then the TCP FIN.
+%% @doc What the TLS sender process could not write waits in the TCP
+%% socket's driver queue.
+-spec output_queued(#tls{}) -> boolean().
+output_queued(#tls{tcp = Sock}) ->
+    ?INET:queued(Sock).
+
+%% @doc `write': close_notify, then the TCP FIN; the connection can still
+%% read (and drop) what the peer sends until it closes.
+%%
+%% ssl:shutdown(S, write) alone sends the FIN without close_notify (ssl
+%% sends it only for `read_write', which ends reading too, or on close,
+%% which ends the connection), and a peer that checks for truncation sees
+%% a cut connection rather than a clean end. So the close_notify alert is
+%% handed to the connection's TLS sender process first, synchronously, as
+%% ssl itself does before closing: it is on the socket before the FIN.
+%% That is ssl's internal interface (tls_sender, the #alert{} record of
+%% ssl_alert.hrl); on an ssl whose socket or sender does not look as
+%% expected only the FIN goes out, and sluice_tls_SUITE's close_notify
+%% case says so.
 -spec shutdown(#tls{}, read | write | read_write) -> ok | {error, term()}.
+shutdown(#tls{ssl = S}, write) ->
+    _ = close_notify(S),
+    ssl:shutdown(S, write);
 shutdown(#tls{ssl = S}, How) ->
     ssl:shutdown(S, How).
+
+%% #alert{level = ?WARNING, description = ?CLOSE_NOTIFY, role = server}
+-define(CLOSE_NOTIFY_ALERT, {alert, 1, 0, undefined, server, undefined}).
+
+close_notify({sslsocket, _, [_Connection, Sender]}) when is_pid(Sender) ->
+    try tls_sender:send_and_ack_alert(Sender, ?CLOSE_NOTIFY_ALERT)
+    catch _:_ -> {error, no_close_notify}
+    end;
+close_notify(_) ->
+    {error, no_close_notify}.
 
 -spec close(#tls{}) -> ok.
 close(#tls{ssl = S}) ->

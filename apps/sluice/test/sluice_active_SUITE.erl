@@ -15,7 +15,8 @@
          ack_each_returns_every_id_in_order/1,
          flood_echo_keeps_mailbox_bounded/1,
          flood_ack_keeps_mailbox_bounded/1,
-         flood_without_flow_control_grows_mailbox/1]).
+         flood_without_flow_control_grows_mailbox/1,
+         adaptive_grant_stops_running_out_while_the_client_reads/1]).
 
 -define(STREAM_BYTES, 2 * 1024 * 1024).
 %% Messages a connection may hold beyond its active count: tcp_passive and
@@ -35,13 +36,16 @@ all() ->
 groups() ->
     InOrder = [echo_returns_every_byte_in_order, ack_each_returns_every_id_in_order],
     Bounded = [flood_echo_keeps_mailbox_bounded, flood_ack_keeps_mailbox_bounded],
-    Modes = [{group, G} || G <- [active_false, active_once, active_1, active_100]],
-    [{inet, [], Modes ++ [{group, active_true_unbounded}]},
+    Modes = [{group, G} || G <- [active_false, active_once, active_1, active_100,
+                                 active_adaptive]],
+    [{inet, [], Modes ++ [{group, active_true_unbounded},
+                          adaptive_grant_stops_running_out_while_the_client_reads]},
      {socket, [], Modes ++ [{group, active_true}]},
      {active_false, [], InOrder ++ Bounded},
      {active_once, [], InOrder ++ Bounded},
      {active_1, [], InOrder ++ Bounded},
      {active_100, [], InOrder ++ Bounded},
+     {active_adaptive, [], InOrder ++ Bounded},
      {active_true, [], InOrder ++ Bounded},
      {active_true_unbounded, [], InOrder ++ [flood_without_flow_control_grows_mailbox]}].
 
@@ -64,9 +68,12 @@ mode(active_false) -> false;
 mode(active_once) -> once;
 mode(active_1) -> 1;
 mode(active_100) -> 100;
+mode(active_adaptive) -> adaptive;
 mode(active_true) -> true;
 mode(active_true_unbounded) -> true.
 
+init_per_testcase(adaptive_grant_stops_running_out_while_the_client_reads = Case, Config) ->
+    [{name, {?MODULE, Case}} | Config];
 init_per_testcase(Case, Config) ->
     Seed = sluice_test_lib:seed_rand(),
     ct:log("rand seed ~p", [Seed]),
@@ -88,9 +95,59 @@ init_per_testcase(Case, Config) ->
                                            socket_opts => SocketOpts}),
     [{name, Name}, {port, sluice_test_lib:port(Name)} | Config].
 
+end_per_testcase(adaptive_grant_stops_running_out_while_the_client_reads, Config) ->
+    [sluice_test_lib:stop_listener({?config(name, Config), M}) || M <- [10, adaptive]],
+    ok;
 end_per_testcase(_Case, Config) ->
     sluice_test_lib:stop_listener(?config(name, Config)),
     ok.
+
+%% A client that floods small frames and reads its acks keeps more reads
+%% coming than a grant of 10 allows: the driver runs out of grant and goes
+%% passive again and again (each time the socket leaves the schedulers'
+%% poll set). The adaptive grant grows instead, so it runs out far less
+%% often for the same traffic. Counted: the `tcp_passive' messages the
+%% connection process receives while the client sends the same bytes.
+adaptive_grant_stops_running_out_while_the_client_reads(Config) ->
+    Counts = [{Mode, passives(Config, Mode)} || Mode <- [10, adaptive]],
+    ct:log("tcp_passive messages for the same flood: ~p", [Counts]),
+    [{10, Fixed}, {adaptive, Adaptive}] = Counts,
+    ?assert(Fixed >= 10, Counts),
+    ?assert(Adaptive * 3 =< Fixed, Counts).
+
+passives(Config, Mode) ->
+    Name = {?config(name, Config), Mode},
+    sluice_test_lib:start_listener(Name, #{active => Mode,
+                                           handler => {sluice_proto_ack, #{ack => last}}}),
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    %% One round trip, so that the connection process exists.
+    ok = gen_tcp:send(S, sluice_test_lib:frame(<<"warmup00">>, <<>>)),
+    {ok, <<"warmup00">>} = gen_tcp:recv(S, 8, 2000),
+    [Conn] = sluice_test_lib:conn_pids(Name),
+    1 = erlang:trace(Conn, true, ['receive']),
+    Self = self(),
+    Reader = spawn_link(fun() -> drain(S, Self) end),
+    ok = gen_tcp:controlling_process(S, Reader),
+    %% 64 MiB of 17-byte frames, written 256 KiB at a time.
+    Chunk = binary:copy(sluice_test_lib:frame(<<"frame000">>, <<"abcde">>), 15420),
+    [ok = gen_tcp:send(S, Chunk) || _ <- lists:seq(1, 256)],
+    ok = gen_tcp:shutdown(S, write),
+    receive {Reader, done} -> ok after 30000 -> error(reader_stuck) end,
+    _ = (catch erlang:trace(Conn, false, ['receive'])),
+    count_passives(Conn, 0).
+
+drain(S, Parent) ->
+    case gen_tcp:recv(S, 0, 30000) of
+        {ok, _} -> drain(S, Parent);
+        {error, _} -> Parent ! {self(), done}
+    end.
+
+count_passives(Conn, N) ->
+    receive
+        {trace, Conn, 'receive', {tcp_passive, _}} -> count_passives(Conn, N + 1);
+        {trace, Conn, 'receive', _} -> count_passives(Conn, N)
+    after 500 -> N
+    end.
 
 %%% ------------------------------------------------------------------
 

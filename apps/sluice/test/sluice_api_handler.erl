@@ -39,6 +39,7 @@ handle_info(Msg, S = #{test := Test}) ->
     Test ! {info, self(), Msg},
     case Msg of
         {say, X} -> {reply, X, S};
+        {send_to, Other, X} -> Test ! {sent, self(), sluice:send(Other, X)}, {ok, S};
         _ -> {ok, S}
     end.
 

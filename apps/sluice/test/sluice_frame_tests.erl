@@ -37,8 +37,8 @@ new_accepts_every_framer_test() ->
 new_says_what_is_wrong_test() ->
     ?assertEqual({error, {bad_spec, {length, 3}}}, sluice_frame:new({length, 3})),
     ?assertEqual({error, {bad_spec, lines}}, sluice_frame:new(lines)),
-    ?assertEqual({error, {bad_spec, {split, fun erlang:length/1, []}}},
-                 sluice_frame:new({split, fun erlang:length/1, []})),
+    ?assertEqual({error, {bad_spec, {split, fun erlang:length/1, [bogus]}}},
+                 sluice_frame:new({split, fun erlang:length/1, [bogus]})),
     ?assertEqual({error, {bad_spec, {split, fun erlang:max/2}}},
                  sluice_frame:new({split, fun erlang:max/2})),
     ?assertEqual({error, {bad_option, endian, native}},

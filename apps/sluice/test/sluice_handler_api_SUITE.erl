@@ -19,6 +19,7 @@
          call_to_a_closed_connection_exits/1,
          send_from_another_process_is_ordered_counted_and_leaves_no_reply/1,
          send_to_a_closed_connection_is_an_error/1,
+         connections_sending_to_each_other_do_not_wait_for_each_other/1,
          close_from_another_process_sends_fin/1,
          peer_close_calls_handle_close_before_terminate/1,
          crash_calls_handle_error_then_terminate_and_is_counted/1,
@@ -48,6 +49,7 @@ network_cases() ->
      call_to_a_closed_connection_exits,
      send_from_another_process_is_ordered_counted_and_leaves_no_reply,
      send_to_a_closed_connection_is_an_error,
+     connections_sending_to_each_other_do_not_wait_for_each_other,
      close_from_another_process_sends_fin,
      peer_close_calls_handle_close_before_terminate,
      crash_calls_handle_error_then_terminate_and_is_counted,
@@ -225,6 +227,25 @@ send_to_a_closed_connection_is_an_error(Config) ->
     ok = gen_tcp:close(S),
     ?expect({terminate, Pid, closed}),
     ?assertEqual({error, closed}, sluice:send(Pid, <<"late">>)).
+
+%% Two handlers that send to each other's connection at the same moment:
+%% neither waits for the other (they would wait for ever), both clients get
+%% the data.
+connections_sending_to_each_other_do_not_wait_for_each_other(Config) ->
+    Name = ?config(name, Config),
+    {A, PidA} = api(Config, #{}),
+    {ok, B} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    PidB = receive {init, P, _} -> P after 5000 -> error(no_init) end,
+    [begin
+         PidA ! {send_to, PidB, [<<"from a ">>, integer_to_binary(I), $\n]},
+         PidB ! {send_to, PidA, [<<"from b ">>, integer_to_binary(I), $\n]}
+     end || I <- lists:seq(1, 50)],
+    [?expect({sent, PidA, ok}) || _ <- lists:seq(1, 50)],
+    [?expect({sent, PidB, ok}) || _ <- lists:seq(1, 50)],
+    ?assertEqual([{ok, <<"from b ", (integer_to_binary(I))/binary, "\n">>} || I <- lists:seq(1, 50)],
+                 [recv_line(A) || _ <- lists:seq(1, 50)]),
+    ?assertEqual([{ok, <<"from a ", (integer_to_binary(I))/binary, "\n">>} || I <- lists:seq(1, 50)],
+                 [recv_line(B) || _ <- lists:seq(1, 50)]).
 
 %% sluice:close/1: the client sees what was queued, then FIN; the handler
 %% is told (terminate/2) with reason closed_by_api.

@@ -1,12 +1,14 @@
 %% EUnit checks of the repository's Markdown: every relative link in
-%% README.md, docs/ and the other *.md files points to a file that exists
-%% and, with `#anchor', to a heading of that file; README's index links to
-%% every page under docs/. The pages link to one another a lot since the
-%% README was split up, and a renamed heading or file breaks links silently.
+%% README.md, docs/, the apps' and the examples' pages and the other *.md
+%% files points to a file that exists and, with `#anchor', to a heading of
+%% that file; README's index links to every page under docs/. The pages
+%% link to one another a lot since the README was split up, and a renamed
+%% heading or file breaks links silently.
 -module(sluice_docs_tests).
 -include_lib("eunit/include/eunit.hrl").
 
--define(FILES, ["README.md", "docs/*.md", "bench/*.md", "apps/*/*.md", "apps/*/c_src/*.md"]).
+-define(FILES, ["README.md", "docs/*.md", "bench/*.md", "apps/*/*.md", "apps/*/c_src/*.md",
+                "examples/*/*.md"]).
 
 links_resolve_test() ->
     Root = root(),

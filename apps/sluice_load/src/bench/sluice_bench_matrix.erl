@@ -76,7 +76,7 @@ dedupe(Cells) ->
     [C || {_, Sv} = C <- Cells, active(Sv) =:= none orelse active(Sv) =/= Default].
 
 %% @doc The `--active' that `bin/sluice serve' uses when given none.
--spec default_active() -> false | once | true | pos_integer().
+-spec default_active() -> false | once | true | pos_integer() | adaptive.
 default_active() -> maps:get(active, sluice_opts:defaults()).
 
 active('sluice-active-false') -> false;

@@ -110,7 +110,7 @@ convert({choice, Names}, V) ->
         true -> {ok, V};
         false -> error
     end;
-convert(active, V) when V =:= "false"; V =:= "once"; V =:= "true" ->
+convert(active, V) when V =:= "false"; V =:= "once"; V =:= "true"; V =:= "adaptive" ->
     {ok, list_to_atom(V)};
 convert(active, V) -> convert({integer, 1, 32767}, V);
 convert(timeout, "infinity") -> {ok, infinity};
@@ -143,7 +143,7 @@ describe(string) -> "a non-empty string";
 describe(ip) -> "an IP address or a host name";
 describe({enum, Atoms}) -> lists:join("|", [atom_to_list(A) || A <- Atoms]);
 describe({choice, Names}) -> lists:join("|", Names);
-describe(active) -> "false|once|true|N (1..32767)";
+describe(active) -> "adaptive|false|once|true|N (1..32767)";
 describe(timeout) -> "milliseconds or infinity";
 describe(boolean) -> "true|false".
 

@@ -23,7 +23,8 @@ specs() ->
      O(frame_timeout, timeout, 30000,
        "ack protocol: close a connection whose partial frame does not complete in this many ms"),
      O(active, active, maps:get(active, D),
-       "socket delivery: false (recv), once, N (flow control every N reads) or true (unbounded mailbox)"),
+       "socket delivery: adaptive (a grant of reads that grows while the client reads its replies), "
+       "false (recv), once, N (a fixed grant of N reads) or true (unbounded mailbox)"),
      O(acceptors, {integer, 1, 65535}, maps:get(num_acceptors, D), "acceptor processes"),
      O(listen_sockets, {integer, 1, 1024}, maps:get(num_listen_sockets, D),
        "listen sockets on the port (SO_REUSEPORT when more than one)"),

@@ -1,0 +1,56 @@
+%% The inet transport with one fault a test can arm: the next accept fails
+%% with a given reason (the socket it accepted is closed), as accept(2)
+%% does when a client resets before it is accepted (econnaborted). Lets a
+%% suite see what an accept error does without exhausting descriptors.
+-module(sluice_faulty_transport).
+-behaviour(sluice_transport).
+
+-export([fail_next_accept/1]).
+-export([listen/2, accept/2, listen_port/1, close_listener/1, controlling_process/2, handover/2,
+         recv/3, bytes_received/1, close_socket/1, peername/1, sockname/1,
+         handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1, shutdown/2,
+         close/1, info/1, socket/1]).
+
+-define(FAULT, {?MODULE, fault}).
+-define(INET, sluice_transport_inet).
+
+-spec fail_next_accept(term()) -> ok.
+fail_next_accept(Reason) ->
+    persistent_term:put(?FAULT, Reason).
+
+accept(LSock, Timeout) ->
+    case ?INET:accept(LSock, Timeout) of
+        {ok, Sock} ->
+            case persistent_term:get(?FAULT, none) of
+                none ->
+                    {ok, Sock};
+                Reason ->
+                    _ = persistent_term:erase(?FAULT),
+                    ok = ?INET:close_socket(Sock),
+                    {error, Reason}
+            end;
+        Error ->
+            Error
+    end.
+
+listen(Port, Opts) -> ?INET:listen(Port, Opts).
+listen_port(LSock) -> ?INET:listen_port(LSock).
+close_listener(LSock) -> ?INET:close_listener(LSock).
+controlling_process(Sock, Pid) -> ?INET:controlling_process(Sock, Pid).
+handover(Sock, Pid) -> ?INET:handover(Sock, Pid).
+output_queued(TS) -> ?INET:output_queued(TS).
+recv(Sock, Len, Timeout) -> ?INET:recv(Sock, Len, Timeout).
+bytes_received(Sock) -> ?INET:bytes_received(Sock).
+close_socket(Sock) -> ?INET:close_socket(Sock).
+peername(Sock) -> ?INET:peername(Sock).
+sockname(Sock) -> ?INET:sockname(Sock).
+handshake(Sock, Opts) -> ?INET:handshake(Sock, Opts).
+activate(TS, Mode) -> ?INET:activate(TS, Mode).
+classify(Msg, TS) -> ?INET:classify(Msg, TS).
+await(TS, Timeout) -> ?INET:await(TS, Timeout).
+pause(TS) -> ?INET:pause(TS).
+send(TS, Data) -> ?INET:send(TS, Data).
+shutdown(TS, How) -> ?INET:shutdown(TS, How).
+close(TS) -> ?INET:close(TS).
+info(TS) -> ?INET:info(TS).
+socket(TS) -> ?INET:socket(TS).

@@ -1,0 +1,49 @@
+%% EUnit: options written as an Elixir user writes them. A keyword list
+%% is a proplist with atom keys, and `{:sluice, opts}' in a Supervisor's
+%% child list calls sluice:child_spec(Opts) with one; framing options in a
+%% keyword list (`framing: {:line, max: 1024}') used to be refused because
+%% sluice_frame wanted a map.
+-module(sluice_keyword_opts_tests).
+-include_lib("eunit/include/eunit.hrl").
+
+-define(HANDLER, {sluice_proto_echo, []}).
+
+child_spec_from_a_keyword_list_test() ->
+    Spec = sluice:child_spec([{name, kv}, {port, 4040}, {handler, ?HANDLER},
+                              {framing, {line, [{max, 1024}]}},
+                              {socket_opts, [{nodelay, true}]}]),
+    ?assertMatch(#{id := {sluice_listener, kv}, type := supervisor,
+                   start := {sluice_listener_sup, start_link, [kv, #{port := 4040}]}}, Spec),
+    #{start := {_, _, [_, Opts]}} = Spec,
+    ?assertNot(maps:is_key(name, Opts)),
+    ?assertEqual({line, [{max, 1024}]}, maps:get(framing, Opts)).
+
+child_spec_names_a_listener_by_its_port_by_default_test() ->
+    ?assertMatch(#{id := {sluice_listener, {sluice, 4041}}},
+                 sluice:child_spec([{port, 4041}, {handler, ?HANDLER}])),
+    ?assertMatch(#{id := {sluice_listener, {sluice, 4042}}},
+                 sluice:child_spec(#{port => 4042, handler => ?HANDLER})).
+
+child_spec_raises_on_a_bad_option_test() ->
+    ?assertError({badarg, {bad_option, framing, {line, [{max, -1}]}}},
+                 sluice:child_spec([{handler, ?HANDLER}, {framing, {line, [{max, -1}]}}])),
+    ?assertError({badarg, {unknown_option, prot}},
+                 sluice:child_spec([{handler, ?HANDLER}, {prot, 1}])).
+
+framing_options_as_a_keyword_list_test() ->
+    Split = fun(B) -> erlang:decode_packet(1, B, []) end,
+    [?assertMatch({ok, _}, sluice_frame:new(S))
+     || S <- [{line, [{max, 8}, {delimiter, crlf}]}, {line, []},
+              {length, 2, [{endian, little}]}, {split, Split, [{max, 10}]}]],
+    {ok, Line} = sluice_frame:new({line, [{max, 4}]}),
+    ?assertMatch({error, {line_too_long, _, 4}, [<<"ab">>], _},
+                 sluice_frame:decode(<<"ab\nabcdef">>, Line)),
+    {ok, Little} = sluice_frame:new({length, 2, [{endian, little}]}),
+    ?assertMatch({ok, [<<"x">>], _}, sluice_frame:decode(<<1, 0, "x">>, Little)),
+    ?assertEqual({error, {unknown_option, packet}},
+                 sluice_frame:new({length, 4, [{packet, 4}]})).
+
+first_of_a_repeated_key_wins_test() ->
+    %% As Keyword.get/2 and proplists:get_value/2 read it.
+    {ok, St} = sluice_frame:new({line, [{max, 2}, {max, 100}]}),
+    ?assertMatch({error, {line_too_long, _, 2}, [], _}, sluice_frame:decode(<<"abc">>, St)).

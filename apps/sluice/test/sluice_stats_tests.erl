@@ -1,0 +1,75 @@
+%% The live count of a listener stays exact whatever order an acceptor's
+%% claim on a connection supervisor's slot and that supervisor's restart
+%% come in (sluice_stats: sup_claim/2, sup_unclaim/3, sup_reset/2).
+-module(sluice_stats_tests).
+-include_lib("eunit/include/eunit.hrl").
+
+live(S) -> maps:get(connections, sluice_stats:read(S)).
+
+new() ->
+    S = sluice_stats:new(2, infinity),
+    ok = sluice_stats:sup_reset(S, 1),
+    ok = sluice_stats:sup_reset(S, 2),
+    S.
+
+%% Admitted, claimed, handed over and started: gone once.
+claim_then_gone_test() ->
+    S = new(),
+    admitted = sluice_stats:admit(S),
+    _ = sluice_stats:sup_claim(S, 1),
+    ?assertEqual(1, live(S)),
+    ok = sluice_stats:sup_gone(S, 1),
+    ?assertEqual(0, live(S)).
+
+%% The supervisor was gone before the claim, and its successor has not
+%% reset yet: the claim is given back by its reset, not by the acceptor.
+unclaim_before_reset_is_given_back_once_test() ->
+    S = new(),
+    admitted = sluice_stats:admit(S),
+    Gen = sluice_stats:sup_claim(S, 1),
+    ?assert(sluice_stats:sup_unclaim(S, 1, Gen)),
+    ?assertEqual(0, live(S)),
+    ok = sluice_stats:sup_reset(S, 1),
+    ?assertEqual(0, live(S)).
+
+%% The successor reset after the claim (taking it with it): the acceptor
+%% must not give it back again.
+reset_after_claim_takes_it_test() ->
+    S = new(),
+    admitted = sluice_stats:admit(S),
+    Gen = sluice_stats:sup_claim(S, 1),
+    ok = sluice_stats:sup_reset(S, 1),
+    ?assertEqual(0, live(S)),
+    ?assertNot(sluice_stats:sup_unclaim(S, 1, Gen)),
+    ?assertEqual(0, live(S)).
+
+%% A claim on the new generation is given back by the acceptor.
+claim_on_new_generation_test() ->
+    S = new(),
+    ok = sluice_stats:sup_reset(S, 1),
+    admitted = sluice_stats:admit(S),
+    Gen = sluice_stats:sup_claim(S, 1),
+    ?assert(sluice_stats:sup_unclaim(S, 1, Gen)),
+    ?assertEqual(0, live(S)).
+
+%% Connections of one supervisor do not affect the other's slot.
+slots_are_per_supervisor_test() ->
+    S = new(),
+    [admitted = sluice_stats:admit(S) || _ <- [1, 2, 3]],
+    _ = sluice_stats:sup_claim(S, 1),
+    _ = sluice_stats:sup_claim(S, 2),
+    _ = sluice_stats:sup_claim(S, 2),
+    ok = sluice_stats:sup_reset(S, 2),
+    ?assertEqual(1, live(S)),
+    ok = sluice_stats:sup_gone(S, 1),
+    ?assertEqual(0, live(S)).
+
+%% The limit is exact under a burst of admissions from many processes.
+admission_is_exact_under_contention_test() ->
+    S = sluice_stats:new(1, 100),
+    Self = self(),
+    Pids = [spawn(fun() -> Self ! {self(), [sluice_stats:admit(S) || _ <- lists:seq(1, 50)]} end)
+            || _ <- lists:seq(1, 8)],
+    Results = lists:append([receive {P, R} -> R end || P <- Pids]),
+    ?assertEqual(100, length([a || admitted <- Results])),
+    ?assertEqual(100, live(S)).

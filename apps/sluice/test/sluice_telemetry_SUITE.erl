@@ -1,0 +1,183 @@
+%% Telemetry: with a `telemetry' module on the code path (here the stand-in
+%% in test/telemetry.erl) a connection emits `[sluice, connection, start]'
+%% and `[sluice, connection, stop]' and a failed accept `[sluice, listener,
+%% accept_error]', with the measurements and metadata sluice_telemetry
+%% documents; without one, nothing is called and nothing breaks.
+-module(sluice_telemetry_SUITE).
+
+-include_lib("common_test/include/ct.hrl").
+-include_lib("stdlib/include/assert.hrl").
+
+-export([all/0, suite/0, init_per_suite/1, end_per_suite/1,
+         init_per_testcase/2, end_per_testcase/2]).
+-export([start_and_stop_of_a_connection_the_client_closes/1,
+         stop_says_why_the_connection_ended/1,
+         a_failed_accept_is_an_event/1,
+         without_telemetry_nothing_is_called_and_nothing_breaks/1]).
+
+-define(WAIT, 5000).
+
+suite() -> [{timetrap, {seconds, 30}}].
+
+all() ->
+    [start_and_stop_of_a_connection_the_client_closes,
+     stop_says_why_the_connection_ended,
+     a_failed_accept_is_an_event,
+     without_telemetry_nothing_is_called_and_nothing_breaks].
+
+init_per_suite(Config) ->
+    {ok, _} = application:ensure_all_started(sluice),
+    {module, telemetry} = code:ensure_loaded(telemetry),
+    true = sluice_telemetry:refresh(),
+    Config.
+
+end_per_suite(_Config) ->
+    ok.
+
+init_per_testcase(Case, Config) ->
+    true = telemetry:forward_to_me(),
+    [{name, {?MODULE, Case}} | Config].
+
+end_per_testcase(_Case, Config) ->
+    ok = telemetry:stop_forwarding(),
+    [sluice_test_lib:stop_listener(N) || {sluice_listener, N} <- listeners(Config)],
+    ok.
+
+%% Every listener a case may have started: its name, with a suffix.
+listeners(Config) ->
+    Name = ?config(name, Config),
+    [{sluice_listener, N} || N <- sluice:listeners(), element(1, N) =:= Name orelse N =:= Name].
+
+%%% ------------------------------------------------------------------
+
+%% start: `#{system_time, monotonic_time}', `#{listener, pid}' with the
+%% connection's pid, before the handler sees data; stop: `#{duration,
+%% monotonic_time}' where duration is the time since start (native units),
+%% `#{listener, pid, reason}', reason `closed' when the client closed.
+start_and_stop_of_a_connection_the_client_closes(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{handler => {sluice_proto_echo, []}}),
+    Before = erlang:monotonic_time(),
+    {ok, Sock} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    ok = gen_tcp:send(Sock, <<"hello">>),
+    {ok, <<"hello">>} = gen_tcp:recv(Sock, 5, ?WAIT),
+    {Start, StartMeta} = event([sluice, connection, start], Name),
+    ?assertEqual([monotonic_time, system_time], lists:sort(maps:keys(Start))),
+    #{monotonic_time := Started, system_time := SystemTime} = Start,
+    ?assert(Started >= Before),
+    ?assert(abs(SystemTime - erlang:system_time()) < erlang:convert_time_unit(?WAIT, millisecond, native)),
+    ?assertEqual([listener, pid], lists:sort(maps:keys(StartMeta))),
+    #{listener := Name, pid := Pid} = StartMeta,
+    ?assertEqual([Pid], sluice:connections(Name)),
+    ok = gen_tcp:close(Sock),
+    {Stop, StopMeta} = event([sluice, connection, stop], Name),
+    ?assertEqual([duration, monotonic_time], lists:sort(maps:keys(Stop))),
+    #{duration := Duration, monotonic_time := Stopped} = Stop,
+    ?assertEqual(Started, Stopped - Duration),
+    ?assert(Duration > 0 andalso Stopped =< erlang:monotonic_time()),
+    ?assertEqual(#{listener => Name, pid => Pid, reason => closed}, StopMeta),
+    nothing_more(Name).
+
+%% The stop event's reason is the connection's own: the idle timeout, a
+%% framing error, a handler that raised (with what it raised).
+stop_says_why_the_connection_ended(Config) ->
+    Name = ?config(name, Config),
+    Ended = fun(Suffix, Opts, Send) ->
+                    L = {Name, Suffix},
+                    sluice_test_lib:start_listener(L, Opts),
+                    {ok, Sock} = sluice_test_lib:connect(sluice_test_lib:port(L)),
+                    ok = gen_tcp:send(Sock, Send),
+                    {_, #{pid := Pid}} = event([sluice, connection, start], L),
+                    {_, #{pid := Pid, reason := Reason}} = event([sluice, connection, stop], L),
+                    ok = gen_tcp:close(Sock),
+                    Reason
+            end,
+    ?assertEqual(idle_timeout,
+                 Ended(idle, #{handler => {sluice_proto_echo, []}, idle_timeout => 100}, <<>>)),
+    ?assertMatch({protocol_error, {line_too_long, _, 4}},
+                 Ended(framing, #{handler => {sluice_proto_echo, []},
+                                  framing => {line, #{max => 4}}}, <<"much too long\n">>)),
+    ?assertEqual(crash_requested,
+                 Ended(crash, #{handler => {sluice_test_handler, #{}}}, <<"crash">>)).
+
+%% `#{count => 1}', `#{listener, reason}' for every failed accept; the
+%% acceptor carries on.
+a_failed_accept_is_an_event(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{handler => {sluice_proto_echo, []},
+                                          transport => sluice_faulty_transport,
+                                          num_acceptors => 1}),
+    Port = sluice_test_lib:port(Name),
+    ok = sluice_faulty_transport:fail_next_accept(econnaborted),
+    {ok, Refused} = sluice_test_lib:connect(Port),
+    ok = sluice_test_lib:expect_closed(Refused, ?WAIT),
+    ?assertEqual({#{count => 1}, #{listener => Name, reason => econnaborted}},
+                 event([sluice, listener, accept_error], Name)),
+    ?assertMatch(#{accept_errors := #{econnaborted := 1}}, sluice:info(Name)),
+    {ok, Sock} = sluice_test_lib:connect(Port),
+    ok = gen_tcp:send(Sock, <<"still here">>),
+    {ok, <<"still here">>} = gen_tcp:recv(Sock, 10, ?WAIT),
+    {_, _} = event([sluice, connection, start], Name),
+    ok = gen_tcp:close(Sock).
+
+%% With telemetry gone from the code path, refresh/0 (which a listener's
+%% connection supervisors call when they start) finds it absent: the same
+%% traffic as above, a failed accept included, works, and nothing tries
+%% to call it (the module is not loaded again, which a call would do).
+without_telemetry_nothing_is_called_and_nothing_breaks(Config) ->
+    Name = ?config(name, Config),
+    Dir = filename:dirname(code:which(telemetry)),
+    %% What this case needs from the directory that goes, loaded first.
+    [{module, M} = code:ensure_loaded(M)
+     || M <- [sluice_test_lib, sluice_faulty_transport, sluice_test_handler]],
+    true = code:del_path(Dir),
+    try
+        _ = code:purge(telemetry),
+        true = code:delete(telemetry),
+        _ = code:purge(telemetry),
+        ?assertNot(sluice_telemetry:refresh()),
+        ?assertNot(sluice_telemetry:enabled()),
+        sluice_test_lib:start_listener(Name, #{handler => {sluice_test_handler, #{}},
+                                              transport => sluice_faulty_transport,
+                                              num_acceptors => 1}),
+        Port = sluice_test_lib:port(Name),
+        ok = sluice_faulty_transport:fail_next_accept(econnaborted),
+        {ok, Refused} = sluice_test_lib:connect(Port),
+        ok = sluice_test_lib:expect_closed(Refused, ?WAIT),
+        {ok, Sock} = sluice_test_lib:connect(Port),
+        ok = gen_tcp:send(Sock, <<"echo">>),
+        {ok, <<"echo">>} = gen_tcp:recv(Sock, 4, ?WAIT),
+        ok = gen_tcp:close(Sock),
+        {ok, Crash} = sluice_test_lib:connect(Port),
+        ok = gen_tcp:send(Crash, <<"crash">>),
+        ok = sluice_test_lib:expect_closed(Crash, ?WAIT),
+        ok = sluice_test_lib:wait_info(Name, connections, 0, ?WAIT),
+        ?assertMatch(#{accepted := 2, accept_errors := #{econnaborted := 1},
+                       close_reasons := #{peer_closed := 1, crashed := 1}},
+                     sluice:info(Name)),
+        ?assertEqual(false, code:is_loaded(telemetry)),
+        receive {telemetry, _, _, _} = Event -> ct:fail({unexpected, Event})
+        after 200 -> ok
+        end
+    after
+        true = code:add_patha(Dir),
+        {module, telemetry} = code:ensure_loaded(telemetry),
+        true = sluice_telemetry:refresh()
+    end.
+
+%%% ------------------------------------------------------------------
+
+%% The next event of this kind from this listener (other listeners of
+%% the test run may emit too, or tools' periodic events).
+event(Event, Name) ->
+    receive
+        {telemetry, Event, Measurements, #{listener := Name} = Meta} -> {Measurements, Meta}
+    after ?WAIT ->
+            ct:fail({no_event, Event, Name})
+    end.
+
+nothing_more(Name) ->
+    receive
+        {telemetry, Event, _, #{listener := Name}} -> ct:fail({unexpected, Event})
+    after 100 -> ok
+    end.

@@ -1,0 +1,63 @@
+defmodule KVTest do
+  use ExUnit.Case, async: true
+
+  # The application's listener (config/config.exs: port 0 in tests).
+  defp connect(listener \\ KV) do
+    %{port: port} = :sluice.info(listener)
+    {:ok, sock} = :gen_tcp.connect({127, 0, 0, 1}, port, [:binary, active: false, packet: :line])
+    sock
+  end
+
+  defp ask(sock, line) do
+    :ok = :gen_tcp.send(sock, line)
+    {:ok, reply} = :gen_tcp.recv(sock, 0, 2000)
+    reply
+  end
+
+  test "a value PUT by one client is what another client GETs" do
+    a = connect()
+    b = connect()
+    assert ask(a, "PUT colour blue with spaces\n") == "OK\n"
+    assert ask(b, "GET colour\n") == "blue with spaces\n"
+    assert ask(b, "GET size\n") == "NOT_FOUND\n"
+  end
+
+  test "commands arrive as whole lines however the bytes are split" do
+    sock = connect()
+    # One command in three packets, then two commands in one.
+    for part <- ["PU", "T split ", "ok\n"], do: :ok = :gen_tcp.send(sock, part)
+    assert {:ok, "OK\n"} = :gen_tcp.recv(sock, 0, 2000)
+    :ok = :gen_tcp.send(sock, "GET split\nGET nothing\n")
+    assert {:ok, "ok\n"} = :gen_tcp.recv(sock, 0, 2000)
+    assert {:ok, "NOT_FOUND\n"} = :gen_tcp.recv(sock, 0, 2000)
+  end
+
+  test "an unknown command is answered, QUIT closes after the reply" do
+    sock = connect()
+    assert ask(sock, "FLY away\n") == "ERROR unknown command\n"
+    assert ask(sock, "QUIT\n") == "BYE\n"
+    assert {:error, :closed} = :gen_tcp.recv(sock, 0, 2000)
+  end
+
+  # Keyword options all the way down, as an Elixir user writes them:
+  # {:sluice, opts} in a child list goes through :sluice.child_spec/1.
+  test "a listener from a keyword list, with keyword framing options" do
+    table = :ets.new(:kv_test, [:public])
+
+    start_supervised!(
+      {:sluice,
+       name: :kv_short_lines,
+       port: 0,
+       handler: {KV, table},
+       framing: {:line, max: 16},
+       socket_opts: [nodelay: true]}
+    )
+
+    sock = connect(:kv_short_lines)
+    assert ask(sock, "PUT k v\n") == "OK\n"
+    # A line over max is a protocol error: the connection closes.
+    :ok = :gen_tcp.send(sock, "PUT k " <> String.duplicate("v", 32) <> "\n")
+    assert {:error, :closed} = :gen_tcp.recv(sock, 0, 2000)
+    assert %{close_reasons: %{protocol_error: 1}} = :sluice.info(:kv_short_lines)
+  end
+end
