@@ -193,6 +193,8 @@ struct run {
     int main_wake;
     _Atomic int warnings;
     _Atomic int phase;
+    int go; /* the measured part may start (--go-stdin: "go" came); main
+             * thread only */
     /* host-wide TcpExt ListenOverflows/ListenDrops around the run */
     struct listen_counters kbefore, kafter;
 };
@@ -279,14 +281,38 @@ void engine_tls_drain(struct worker *w, uint64_t now);
 void engine_tls_json(struct run *r, struct json *j);
 void engine_tls_text(struct run *r, FILE *f);
 
+/* load_config.c: checks the parsed options against each other (exit 2) and
+ * derives the rest of cfg */
+void load_configure(struct cfg *cfg, struct opt *opts, int argc, char **argv);
+
+/* outcome.c: how a run ended.  Exit codes (README.md): */
+enum { EXIT_OK = 0, EXIT_PROTOCOL = 1, EXIT_USAGE = 2, EXIT_NO_CONNECTION = 3,
+       EXIT_ERRORS = 4 };
+/* errors by kind: a protocol error (one stops the run), connections that
+ * failed or were closed by the server, pings that timed out */
+struct outcome {
+    uint64_t protocol, failures, timeouts, total;
+    int code;
+};
+struct outcome run_outcome(struct run *r, const struct stats *t);
+/* After the workers are done: the checks of the whole run, the lines
+ * that explain the exit code on stderr; returns the exit code. */
+int run_finish(struct run *r, const struct stats *t, double secs);
+/* the summary's errors line, with the exit code */
+void outcome_text(FILE *f, const struct outcome *o);
+
 /* report.c */
-void report_text(struct run *r, FILE *f, double measured_s, int exit_code);
+void report_text(struct run *r, FILE *f, double measured_s);
 int report_json(struct run *r, const char *path, double measured_s,
                 int exit_code);
 void report_hist_json(struct json *j, const char *key, const struct hist *h);
 void report_latency_json(struct json *j, const char *key,
                          const struct hist *h);
 void report_latency_text(FILE *f, const char *label, const struct hist *h);
+/* ListenOverflows/ListenDrops between a and b (null unless both were read) */
+void report_kernel_json(struct json *j, const char *key,
+                        const struct listen_counters *a,
+                        const struct listen_counters *b);
 struct stats report_totals(struct run *r);
 
 #endif

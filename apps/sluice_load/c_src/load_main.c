@@ -1,9 +1,7 @@
 /* sluice-load: command line, run control (ramp, warmup, measurement window,
  * progress, stop) and exit codes.  See README.md. */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <stddef.h>
@@ -19,157 +17,11 @@
 #include "tls.h"
 #include "util.h"
 
-/* Pipeline defaults, chosen by measurement on one connection against
- * sluice-ref on another core (README.md, "Defaults"): a batch large enough
- * that a write carries tens of KiB, and a window that covers the 100-300 us
- * cross-core wake-up several times over at ~30M frames/s. */
-#define PIPE_WINDOW 262144
-#define PIPE_BATCH 2048
-
 const char *const scenario_names[] = {"lockstep", "pipeline", "flood",
                                         "ping", "connect", "scale", "storm",
                                         NULL};
 static const char *const acks[] = {"each", "last", "counted", NULL};
 static const char *const probes[] = {"none", "ping", NULL};
-
-static int parse_sources(struct cfg *cfg)
-{
-    /* "A.B.C.X-A.B.C.Y", "A.B.C.X-Y", or a comma list of addresses/ranges */
-    char *s = strdup(cfg->source_ips), *save = NULL;
-    int cap = 16;
-    cfg->src = malloc((size_t)cap * sizeof *cfg->src);
-    for (char *tok = strtok_r(s, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        char *dash = strchr(tok, '-');
-        struct in_addr lo, hi;
-        if (dash) {
-            *dash = 0;
-            if (parse_ipv4(tok, &lo) < 0)
-                return -1;
-            const char *h = dash + 1;
-            if (strchr(h, '.')) {
-                if (parse_ipv4(h, &hi) < 0)
-                    return -1;
-            } else {
-                char *end;
-                long last = strtol(h, &end, 10);
-                if (*end || end == h || last < 0 || last > 255)
-                    return -1;
-                hi.s_addr = htonl((ntohl(lo.s_addr) & 0xffffff00u) |
-                                  (uint32_t)last);
-            }
-            uint32_t a = ntohl(lo.s_addr), b = ntohl(hi.s_addr);
-            if ((a & 0xffffff00u) != (b & 0xffffff00u) || b < a)
-                return -1;
-            for (uint32_t x = a; x <= b; x++) {
-                if (cfg->nsrc == cap)
-                    cfg->src = realloc(cfg->src,
-                                       (size_t)(cap *= 2) * sizeof *cfg->src);
-                cfg->src[cfg->nsrc++].s_addr = htonl(x);
-            }
-        } else {
-            if (parse_ipv4(tok, &lo) < 0)
-                return -1;
-            if (cfg->nsrc == cap)
-                cfg->src = realloc(cfg->src,
-                                   (size_t)(cap *= 2) * sizeof *cfg->src);
-            cfg->src[cfg->nsrc++] = lo;
-        }
-    }
-    free(s);
-    return cfg->nsrc > 0 ? 0 : -1;
-}
-
-static void resolve_host(struct cfg *cfg)
-{
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res;
-    int e = getaddrinfo(cfg->host, NULL, &hints, &res);
-    if (e != 0)
-        usage_error(PROG, "--host %s: %s", cfg->host, gai_strerror(e));
-    memcpy(&cfg->dst, res->ai_addr, sizeof cfg->dst);
-    cfg->dst.sin_port = htons((uint16_t)cfg->port);
-    freeaddrinfo(res);
-}
-
-static void configure(struct cfg *cfg, struct opt *opts, int argc,
-                      char **argv)
-{
-    opts_parse(PROG,
-               "Load engine for sluice servers: lockstep, pipelined and "
-               "open-loop ack\nframes, echo flood, ping, connection rate, "
-               "scale (ramp, ping, hold).  Exit codes: 0 ok,\n1 protocol error, 2 bad usage, "
-               "3 could not connect at all.\nOne process: bin/sluice load --help also "
-               "lists the options for several\n(--engines), nodes (--nodes) and server "
-               "memory (--server-metrics).",
-               opts, argc, argv);
-    int sc = cfg->scenario;
-    int ack_frames = sc == SC_LOCKSTEP || sc == SC_PIPELINE;
-    if (sc == SC_LOCKSTEP) {
-        if ((opts_given(opts, "window") && cfg->window != 1) ||
-            (opts_given(opts, "batch") && cfg->batch != 1))
-            usage_error(PROG, "lockstep keeps one frame in flight: "
-                        "--window/--batch belong to pipeline");
-        cfg->window = cfg->batch = 1;
-    } else if (sc == SC_PIPELINE) {
-        if (!opts_given(opts, "window"))
-            cfg->window = PIPE_WINDOW;
-        if (!opts_given(opts, "batch"))
-            cfg->batch = cfg->window < PIPE_BATCH ? cfg->window : PIPE_BATCH;
-        if (cfg->batch > cfg->window)
-            usage_error(PROG, "--batch %ld is larger than --window %ld",
-                        cfg->batch, cfg->window);
-    } else {
-        if (opts_given(opts, "window") || opts_given(opts, "batch"))
-            usage_error(PROG, "--window/--batch apply to pipeline only");
-        if (opts_given(opts, "ack"))
-            usage_error(PROG, "--ack applies to lockstep and pipeline only");
-    }
-    if (!opts_given(opts, "payload"))
-        cfg->payload = sc == SC_FLOOD ? 6 : 5;
-    if (ack_frames) {
-        cfg->frame_len = (uint32_t)(12 + cfg->payload);
-        if ((double)cfg->batch * cfg->frame_len > 64.0 * 1024 * 1024)
-            usage_error(PROG, "--batch x frame size exceeds 64 MiB per write");
-    } else if (opts_given(opts, "payload") && sc != SC_FLOOD) {
-        usage_error(PROG, "--payload applies to lockstep, pipeline, flood");
-    }
-    if (sc == SC_FLOOD && cfg->payload < 1)
-        usage_error(PROG, "--payload must be at least 1 for flood");
-    if (sc == SC_FLOOD && opts_given(opts, "rate"))
-        usage_error(PROG, "--rate does not apply to flood (it never waits)");
-    if (opts_given(opts, "probe") && sc != SC_CONNECT && sc != SC_STORM)
-        usage_error(PROG, "--probe applies to connect and storm only");
-    if (sc == SC_STORM) {
-        if (!opts_given(opts, "probe"))
-            cfg->probe = PROBE_PING; /* back = served, not just queued */
-        if (!opts_given(opts, "duration"))
-            cfg->duration = 1;       /* the hold between the two waves */
-        /* wait out SYN retransmits (1, 3, 7, 15 s): a straggler is a
-         * figure of the storm, not a failure */
-        if (!opts_given(opts, "connect-timeout"))
-            cfg->connect_timeout_ms = 30000;
-        if (cfg->go_stdin || opts_given(opts, "warmup"))
-            usage_error(PROG, "--go-stdin and --warmup do not apply to "
-                        "storm");
-    }
-    int pinging = sc == SC_PING || sc == SC_SCALE;
-    if (!pinging && (opts_given(opts, "interval")))
-        usage_error(PROG, "--interval applies to ping and scale only");
-    if (!pinging && (opts_given(opts, "timeout")))
-        usage_error(PROG, "--timeout applies to ping and scale only");
-    if (cfg->source_ips && parse_sources(cfg) < 0)
-        usage_error(PROG, "--source-ips '%s': expected A.B.C.X-Y, "
-                    "A.B.C.X-A.B.C.Y or a comma list", cfg->source_ips);
-    if (!cfg->threads)
-        cfg->threads = ncpus();
-    if (cfg->threads > cfg->conns)
-        cfg->threads = cfg->conns;
-    resolve_host(cfg);
-    if (sc == SC_STORM && !cfg->source_ips)
-        storm_sources(cfg);
-    engine_tls_configure(cfg, opts);
-}
 
 static int pinging_sc(int sc) { return sc == SC_PING || sc == SC_SCALE; }
 
@@ -187,7 +39,7 @@ static uint64_t sum_pub(struct run *r, size_t off)
 /* The timeline of every scenario but storm (README.md): the ramp, then
  * warmup and the measured window (r->mstart, r->mend).  Returns 1 when
  * the run is over; *phase for --progress-json. */
-static int timeline(struct run *r, uint64_t now, int go, int *ramped,
+static int timeline(struct run *r, uint64_t now, int *ramped,
                     const char **phase)
 {
     struct cfg *cfg = r->cfg;
@@ -196,7 +48,7 @@ static int timeline(struct run *r, uint64_t now, int go, int *ramped,
     uint64_t unopened = SUM(r, pub_unopened);
     if (!*ramped && SUM(r, pub_resolved) == (uint64_t)cfg->conns)
         *ramped = 1;
-    if (!mstart && *ramped && go) {
+    if (!mstart && *ramped && r->go) {
         uint64_t ramp_end = 0;
         for (int i = 0; i < r->nw; i++) {
             uint64_t t = atomic_load(&r->w[i].pub_last_resolve);
@@ -251,7 +103,9 @@ int main(int argc, char **argv)
          "5 (ack frames), 6 (flood)", "payload bytes per frame / flood write",
          NULL, 0, 1 << 20, 0},
         {"ack", OPT_CHOICE, &cfg.ack, "MODE", "each",
-         "ack mode; must match the server's --ack", acks, 0, 0, 0},
+         "ack mode; must match the server's --ack (a mismatch stops the run "
+         "and names the server's; with one frame per write, each and last "
+         "answer alike)", acks, 0, 0, 0},
         {"rate", OPT_DOUBLE, &cfg.rate, "R", "0",
          "lockstep/pipeline: open loop, frames/s per connection, latency "
          "from intended send times; ping/connect/scale/storm: connections "
@@ -289,7 +143,8 @@ int main(int argc, char **argv)
          "for a coordinator)", NULL, 0, 0, 0},
         {"go-stdin", OPT_FLAG, &cfg.go_stdin, NULL, NULL,
          "start the measured window only when the line \"go\" arrives on "
-         "stdin after the ramp; EOF on stdin ends the run", NULL, 0, 0, 0},
+         "stdin after the ramp (storm: the hold, after wave 1); EOF on stdin "
+         "ends the run", NULL, 0, 0, 0},
         {"tls", OPT_FLAG, &cfg.tls, NULL, NULL,
          "TLS (OpenSSL) on every connection, any scenario; the connect "
          "timeout covers the TLS handshake", NULL, 0, 0, 0},
@@ -311,7 +166,7 @@ int main(int argc, char **argv)
          "check the options and exit 0 without running", NULL, 0, 0, 0},
         {NULL, 0, NULL, NULL, NULL, NULL, NULL, 0, 0, 0},
     };
-    configure(&cfg, opts, argc, argv);
+    load_configure(&cfg, opts, argc, argv);
     if (cfg.check)
         return 0;
 
@@ -347,7 +202,8 @@ int main(int argc, char **argv)
     uint64_t next_prog = r.t0 + NS_PER_S, last_msgs = 0, last_t = r.t0;
     uint64_t next_json = r.t0 + NS_PER_S;
     uint64_t now, mstart = 0, mend = 0;
-    int interrupted = 0, go = !cfg.go_stdin, ramped = 0;
+    int interrupted = 0, ramped = 0;
+    r.go = !cfg.go_stdin;
     const char *json_phase = "ramp";
     uint32_t live_round = 0;
     if (cfg.go_stdin)
@@ -358,7 +214,7 @@ int main(int argc, char **argv)
             break;
         const char *ph;
         int over = r.sc->control ? r.sc->control(&r, now, &ph)
-                                 : timeline(&r, now, go, &ramped, &ph);
+                                 : timeline(&r, now, &ramped, &ph);
         mstart = atomic_load(&r.mstart);
         mend = atomic_load(&r.mend);
         if (over)
@@ -411,7 +267,7 @@ int main(int argc, char **argv)
             if (cfg.go_stdin && pf[2].revents) {
                 int g = control_read_go(0);
                 if (g > 0)
-                    go = 1;
+                    r.go = 1;
                 else if (g < 0)
                     interrupted = 1; /* the coordinator is gone */
             }
@@ -431,18 +287,9 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": interrupted, reporting what was measured\n");
 
     struct stats t = report_totals(&r);
-    int code = atomic_load(&r.proto_error) ? 1 : t.established == 0 ? 3 : 0;
-    if (code == 3) {
-        fprintf(stderr, PROG ": could not connect to %s:%ld at all (",
-                cfg.host, cfg.port);
-        for (int k = 0, n = 0; k < F_NREASONS; k++)
-            if (t.failures[k])
-                fprintf(stderr, "%s%s %llu", n++ ? ", " : "", fail_names[k],
-                        (unsigned long long)t.failures[k]);
-        fprintf(stderr, ")\n");
-    }
+    int code = run_finish(&r, &t, secs);
     if (!cfg.quiet)
-        report_text(&r, stdout, secs, code);
+        report_text(&r, stdout, secs);
     if (cfg.json)
         (void)report_json(&r, cfg.json, secs, code); /* reports its errors */
     fflush(stdout);

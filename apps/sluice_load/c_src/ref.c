@@ -243,7 +243,9 @@ int main(int argc, char **argv)
                "C reference server for the sluice ack, ping and echo protocols, "
                "plain or TLS.\n"
                "Prints 'listening on IP:PORT' on stdout once it accepts; "
-               "SIGTERM/SIGINT stop it (exit 0).",
+               "SIGTERM/SIGINT stop it.\n"
+               "Exit codes: 0 stopped by a signal, 1 could not listen, 2 bad usage "
+               "(a bad TLS file included).",
                opts, argc, argv);
     if (cfg.protocol < 0)
         usage_error(PROG, "--protocol is required");

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "load.h"
 #include "util.h"
@@ -46,23 +47,6 @@ static void merged(struct run *r, struct hist *lat, struct hist *clat)
         hist_merge(lat, r->w[i].lat);
         hist_merge(clat, r->w[i].clat);
     }
-}
-
-static uint64_t failures_total(const struct stats *t)
-{
-    uint64_t n = 0;
-    for (int k = 0; k < F_NREASONS; k++)
-        n += t->failures[k];
-    return n;
-}
-
-static uint64_t errors_total(struct run *r, const struct stats *t)
-{
-    uint64_t n = failures_total(t) + (uint64_t)atomic_load(&r->proto_error);
-    if (r->sc->errors)
-        for (int i = 0; i < r->nw; i++)
-            n += r->sc->errors(&r->w[i]);
-    return n;
 }
 
 static double connect_rate(const struct stats *t)
@@ -138,10 +122,12 @@ void report_latency_text(FILE *f, const char *label, const struct hist *h)
             (unsigned long long)h->count);
 }
 
-static void failures_text(FILE *f, const struct stats *t)
+static void failures_text(FILE *f, const struct stats *t,
+                          const struct outcome *o)
 {
-    fprintf(f, "failures:");
-    if (!failures_total(t))
+    /* connections that failed or that the server closed, by reason */
+    fprintf(f, "connection failures:");
+    if (!o->failures)
         fprintf(f, " none");
     for (int k = 0; k < F_NREASONS; k++)
         if (t->failures[k])
@@ -150,7 +136,7 @@ static void failures_text(FILE *f, const struct stats *t)
     fprintf(f, "\n");
 }
 
-void report_text(struct run *r, FILE *f, double secs, int exit_code)
+void report_text(struct run *r, FILE *f, double secs)
 {
     struct stats t = report_totals(r);
     struct hist *lat = malloc(sizeof *lat), *clat = malloc(sizeof *clat);
@@ -172,7 +158,8 @@ void report_text(struct run *r, FILE *f, double secs, int exit_code)
             (unsigned long long)t.established,
             (unsigned long long)t.attempts, connect_rate(&t));
     report_latency_text(f, "connect latency", clat);
-    failures_text(f, &t);
+    struct outcome o = run_outcome(r, &t);
+    failures_text(f, &t, &o);
     engine_tls_text(r, f);
     if (r->kbefore.ok && r->kafter.ok)
         fprintf(f, "kernel over the run (host-wide, every listener, "
@@ -180,24 +167,28 @@ void report_text(struct run *r, FILE *f, double secs, int exit_code)
                 "+%llu\n",
                 (unsigned long long)(r->kafter.overflows - r->kbefore.overflows),
                 (unsigned long long)(r->kafter.drops - r->kbefore.drops));
-    fprintf(f, "errors: %llu%s\n", (unsigned long long)errors_total(r, &t),
-            exit_code == 1 ? " (protocol error: see stderr)" :
-            exit_code == 3 ? " (could not connect at all)" : "");
+    outcome_text(f, &o);
     free(lat);
     free(clat);
 }
 
 /* Host-wide counters: engines of one run on one host see the same ones,
- * so a coordinator must not add them up. */
-static void kernel_json(struct json *j, struct run *r)
+ * so a coordinator must not add them up; the host's name and the raw
+ * counters let it take the union of their windows, host by host. */
+void report_kernel_json(struct json *j, const char *key,
+                        const struct listen_counters *a,
+                        const struct listen_counters *b)
 {
-    const struct listen_counters *a = &r->kbefore, *b = &r->kafter;
     if (!a->ok || !b->ok) {
-        json_null(j, "kernel");
+        json_null(j, key);
         return;
     }
-    json_obj(j, "kernel");
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0)
+        host[0] = 0;
+    json_obj(j, key);
     json_str(j, "scope", "host");
+    json_str(j, "host", host);
     json_str(j, "source", "/proc/net/netstat TcpExt");
     json_u64(j, "listen_overflows", b->overflows - a->overflows);
     json_u64(j, "listen_drops", b->drops - a->drops);
@@ -239,7 +230,7 @@ int report_json(struct run *r, const char *path, double secs, int exit_code)
     json_u64(&j, "messages", msgs);
     json_dbl(&j, "rate", rate);
     json_u64(&j, "bytes", t.bytes);
-    json_u64(&j, "errors", errors_total(r, &t));
+    json_u64(&j, "errors", run_outcome(r, &t).total);
     report_latency_json(&j, "latency_us", main_lat);
     json_u64(&j, "threads", (uint64_t)r->nw);
     json_dbl(&j, "warmup_s", r->cfg->warmup);
@@ -272,7 +263,7 @@ int report_json(struct run *r, const char *path, double secs, int exit_code)
     report_latency_json(&j, "latency_us", clat);
     report_hist_json(&j, "latency_hist", clat);
     json_end_obj(&j);
-    kernel_json(&j, r);
+    report_kernel_json(&j, "kernel", &r->kbefore, &r->kafter);
     /* the engine's own CPU: shows when the client, not the server, is
      * what bounds a figure (TLS handshakes cost the client more) */
     struct rusage ru;

@@ -3,7 +3,8 @@
  * Frames are Id:64, Len:32, Payload; ids start at 1 on every connection and
  * go up by one.  A worker pre-builds one batch of frames and only patches the
  * 8-byte ids before each write, so the cost per frame is a store, not a
- * syscall.  Every ack is checked against what was sent on its connection. */
+ * syscall.  Every ack is checked against what was sent on its connection
+ * (ack_check.c). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
@@ -14,29 +15,8 @@
 #include <unistd.h>
 
 #include "load.h"
+#include "sc_ack.h"
 #include "util.h"
-
-struct ack_conn {
-    uint64_t next_id;  /* next id to put in a frame */
-    uint64_t sent_hi;  /* highest id whose frame is fully written */
-    uint64_t acked;    /* highest id acked */
-    uint64_t t_origin; /* open loop: intended send time of id 1 */
-    uint64_t wr_first; /* write in progress: first id, frames, bytes done */
-    uint32_t wr_n, wr_off;
-    uint8_t part_n;    /* bytes of a partial ack carried to the next read */
-    unsigned char part[12];
-    uint32_t nbt;      /* closed loop: ring of batch send times */
-    uint64_t bt[];
-};
-
-struct ack_worker {
-    unsigned char *tmpl; /* batch * frame_len bytes */
-    uint32_t flen, batch, window, ack_len;
-    int mode;
-    int open_loop;
-    int blocking;      /* lockstep on a worker's only connection */
-    double ns_per_frame;
-};
 
 static void ack_worker_init(struct worker *w)
 {
@@ -72,14 +52,6 @@ static void patch_ids(struct ack_worker *a, uint64_t first, uint32_t n)
     unsigned char *p = a->tmpl;
     for (uint32_t i = 0; i < n; i++, p += a->flen)
         put_be64(p, first + i);
-}
-
-static uint64_t send_time(struct ack_worker *a, struct ack_conn *s,
-                          uint64_t id)
-{
-    if (a->open_loop)
-        return s->t_origin + (uint64_t)((double)(id - 1) * a->ns_per_frame);
-    return s->bt[((id - 1) / a->batch) % s->nbt];
 }
 
 /* Write whatever the window (and, open loop, the schedule) allows.
@@ -134,6 +106,7 @@ static int try_send(struct worker *w, struct conn *c, uint64_t now)
         }
         s->wr_off += (uint32_t)r;
         s->sent_hi = s->wr_first + s->wr_off / a->flen - 1;
+        ack_watch_wrote(&s->watch, s->sent_hi);
         if (s->wr_off < len) {
             conn_want(w, c, EPOLLIN | EPOLLOUT);
             return 0;
@@ -142,93 +115,6 @@ static int try_send(struct worker *w, struct conn *c, uint64_t now)
     }
     conn_want(w, c, EPOLLIN);
     return 0;
-}
-
-/* Returns -1 on a protocol error (the run is stopping). */
-static int on_ack(struct worker *w, struct conn *c, const unsigned char *p,
-                  uint64_t now, int counting)
-{
-    struct ack_worker *a = w->sw;
-    struct ack_conn *s = c->sx;
-    uint64_t id = get_be64(p);
-    if (id <= s->acked) {
-        protocol_error(w, c, "ack id %llu goes backwards (already acked up "
-                       "to id %llu)", (unsigned long long)id,
-                       (unsigned long long)s->acked);
-        return -1;
-    }
-    if (id > s->sent_hi) {
-        protocol_error(w, c, "ack id %llu was never sent (highest id sent "
-                       "%llu)", (unsigned long long)id,
-                       (unsigned long long)s->sent_hi);
-        return -1;
-    }
-    uint64_t covered = id - s->acked;
-    if (a->mode == AK_EACH && covered != 1) {
-        protocol_error(w, c, "ack id %llu skips ids after %llu (is the server "
-                       "in --ack each mode?)", (unsigned long long)id,
-                       (unsigned long long)s->acked);
-        return -1;
-    }
-    if (a->mode == AK_COUNTED) {
-        uint32_t count = get_be32(p + 8);
-        if (count == 0) {
-            protocol_error(w, c, "ack id %llu covers zero frames",
-                           (unsigned long long)id);
-            return -1;
-        }
-        if (count != covered) {
-            protocol_error(w, c, "ack id %llu has count %u but covers %llu "
-                           "frames (ids %llu..%llu)", (unsigned long long)id,
-                           count, (unsigned long long)covered,
-                           (unsigned long long)s->acked + 1,
-                           (unsigned long long)id);
-            return -1;
-        }
-    }
-    if (counting) {
-        w->st.messages += covered;
-        hist_record(w->lat, now - send_time(a, s, id));
-    }
-    w->raw_msgs += covered;
-    s->acked = id;
-    return 0;
-}
-
-/* ack each, closed loop: the acks in a read must be exactly acked+1,
- * acked+2, ...  Check them in a tight loop and record latency once per
- * batch (every frame of a batch was sent, and is acked, at the same time,
- * so the samples are identical).  Returns how many acks were consumed; the
- * caller hands the first bad one, if any, to on_ack for the error. */
-static size_t acks_each_run(struct worker *w, struct conn *c,
-                            const unsigned char *p, size_t nacks,
-                            uint64_t now, int counting)
-{
-    struct ack_worker *a = w->sw;
-    struct ack_conn *s = c->sx;
-    uint64_t first = s->acked + 1;
-    uint64_t room = s->sent_hi - s->acked;
-    if (nacks > room)
-        nacks = (size_t)room;
-    size_t k = 0;
-    while (k < nacks && get_be64(p + 8 * k) == first + k)
-        k++;
-    if (k == 0)
-        return 0;
-    uint64_t last = first + k - 1;
-    if (counting) {
-        w->st.messages += k;
-        for (uint64_t id = first; id <= last;) {
-            uint64_t b = (id - 1) / a->batch;
-            uint64_t bend = (b + 1) * a->batch;
-            uint64_t hi = bend < last ? bend : last;
-            hist_record_n(w->lat, now - s->bt[b % s->nbt], hi - id + 1);
-            id = hi + 1;
-        }
-    }
-    w->raw_msgs += k;
-    s->acked = last;
-    return k;
 }
 
 static void ack_readable(struct worker *w, struct conn *c, uint64_t now)
@@ -245,6 +131,8 @@ static void ack_readable(struct worker *w, struct conn *c, uint64_t now)
         int counting = in_window(w->run, now);
         uint64_t acked0 = s->acked;
         const unsigned char *p = w->rbuf, *end = w->rbuf + n;
+        if (ack_watch_head(w, c, p, (size_t)n) < 0)
+            return;
         if (s->part_n) {
             uint32_t take = al - s->part_n;
             if (take > (uint32_t)n)
@@ -255,23 +143,30 @@ static void ack_readable(struct worker *w, struct conn *c, uint64_t now)
             if (s->part_n < al)
                 return;
             s->part_n = 0;
-            if (on_ack(w, c, s->part, now, counting) < 0)
+            /* the ack and what follows it, to tell a wrong mode */
+            unsigned char ack[12 + 16];
+            size_t more = (size_t)(end - p) < 16 ? (size_t)(end - p) : 16;
+            memcpy(ack, s->part, al);
+            memcpy(ack + al, p, more);
+            if (ack_check(w, c, ack, al + more, now, counting) < 0)
                 return;
         }
         if (a->mode == AK_EACH && !a->open_loop)
-            p += 8 * acks_each_run(w, c, p, (size_t)(end - p) / 8, now,
+            p += 8 * ack_check_each_run(w, c, p, (size_t)(end - p) / 8, now,
                                    counting);
         for (; end - p >= (long)al; p += al)
-            if (on_ack(w, c, p, now, counting) < 0)
+            if (ack_check(w, c, p, (size_t)(end - p), now, counting) < 0)
                 return;
         if (p < end) {
             memcpy(s->part, p, (size_t)(end - p));
             s->part_n = (uint8_t)(end - p);
+            s->t_part = now;
         }
         if (counting)
             w->st.bytes += (s->acked - acked0) * a->flen;
         if (try_send(w, c, now) < 0)
             return;
+        ack_stall_watch(w, c);
         if (a->blocking) {
             if (stopping(w->run))
                 return;
@@ -295,18 +190,34 @@ static void ack_writable(struct worker *w, struct conn *c, uint64_t now)
 
 static void ack_timer(struct worker *w, struct conn *c, uint64_t now)
 {
-    (void)try_send(w, c, now);
+    if (ack_stall_check(w, c, now, STALL_NS) < 0 || try_send(w, c, now) < 0)
+        return;
+    ack_stall_watch(w, c);
+}
+
+/* A run shorter than STALL_NS still tells a stall. */
+static void ack_finish(struct worker *w, uint64_t now)
+{
+    if (atomic_load(&w->run->proto_error))
+        return;
+    for (uint32_t k = 0; k < w->n; k++)
+        if (w->conns[k].state == CS_UP && w->conns[k].sx &&
+            ack_stall_check(w, &w->conns[k], now, STALL_END_NS) < 0)
+            return;
 }
 
 static void ack_connected(struct worker *w, struct conn *c, uint64_t now)
 {
     struct ack_worker *a = w->sw;
     uint32_t nbt = a->open_loop ? 0 : a->window / a->batch + 2;
-    struct ack_conn *s = calloc(1, sizeof *s + nbt * sizeof(uint64_t));
+    size_t wend = a->mode == AK_LAST ? ACK_WATCH_WEND_BYTES : 0;
+    struct ack_conn *s = calloc(1, sizeof *s + nbt * sizeof(uint64_t) + wend);
     if (!s) {
         conn_fail(w, c, F_OTHER, now);
         return;
     }
+    if (wend)
+        s->watch.wend = (uint8_t *)&s->bt[nbt];
     s->nbt = nbt;
     s->next_id = 1;
     s->t_origin = now;
@@ -343,6 +254,10 @@ static void ack_text(struct run *r, FILE *f)
     if (cfg->rate > 0)
         fprintf(f, ", open loop at %.0f frames/s per connection "
                 "(latency from intended send times)", cfg->rate);
+    /* every other mismatch stops the run (ack_check.c) */
+    if (cfg->batch == 1 && cfg->ack != AK_COUNTED)
+        fprintf(f, " (one frame per write: servers in --ack each and last "
+                "answer alike)");
     fprintf(f, "\n");
 }
 
@@ -354,6 +269,7 @@ const struct scenario sc_ack = {
     .readable = ack_readable,
     .writable = ack_writable,
     .timer = ack_timer,
+    .finish = ack_finish,
     .json = ack_json,
     .text = ack_text,
 };

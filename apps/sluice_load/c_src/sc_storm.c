@@ -21,30 +21,13 @@
 #include <unistd.h>
 
 #include "load.h"
+#include "sc_storm.h"
 #include "util.h"
-
-enum { ST_OPEN, ST_HOLD, ST_CLOSE, ST_REOPEN, ST_DONE };
 
 static const unsigned char PING[5] = {'P', 'i', 'n', 'g', '\n'};
 static const unsigned char PONG[5] = {'P', 'o', 'n', 'g', '\n'};
 
-struct wave {
-    struct hist up, back;  /* connect() to handshake done / to back */
-    uint64_t nup, nback, last_back;
-    uint64_t failures[F_NREASONS], attempts;
-    uint64_t last_connect; /* wave 2: when its last connect() was made */
-};
-
-struct storm_worker {
-    struct wave wv[2];
-};
-
-/* Main thread only (one run per process). */
-static struct {
-    int phase;
-    uint64_t t_open_done, t_hold_end, t_close, t_reopen, t_done;
-    struct listen_counters k0, k1; /* around wave 2 */
-} st;
+struct storm_state storm_st;
 
 static struct wave *wave(struct worker *w)
 {
@@ -163,7 +146,7 @@ static int all_at(struct run *r, int phase)
 static void go_phase(struct run *r, int phase)
 {
     uint64_t one = 1;
-    st.phase = phase;
+    storm_st.phase = phase;
     atomic_store(&r->phase, phase);
     for (int i = 0; i < r->nw; i++) /* act now, not at the next timeout */
         if (write(r->w[i].wake, &one, sizeof one) < 0)
@@ -179,36 +162,44 @@ static int storm_control(struct run *r, uint64_t now, const char **phase)
         atomic_store(&r->mend, UINT64_MAX);
         atomic_store(&r->mstart, r->t0);
     }
-    *phase = names[st.phase];
-    switch (st.phase) {
+    *phase = names[storm_st.phase];
+    switch (storm_st.phase) {
     case ST_OPEN:
         if (sum_pub(r, 1) < conns)
             return 0;
-        st.t_open_done = now;
+        if (!storm_st.t_open_done)
+            storm_st.t_open_done = now;
         if (sum_pub(r, 0) == 0)
             return 1; /* nothing came up: no storm to make */
-        st.t_hold_end = now + (uint64_t)(r->cfg->duration * 1e9);
+        if (!r->go) {
+            /* --go-stdin: engines of one run hold, close and reopen
+             * together, on the coordinator's go */
+            *phase = "ready";
+            return 0;
+        }
+        storm_st.t_hold_end = now + (uint64_t)(r->cfg->duration * 1e9);
         go_phase(r, ST_HOLD);
+        *phase = names[ST_HOLD];
         return 0;
     case ST_HOLD:
-        if (now < st.t_hold_end)
+        if (now < storm_st.t_hold_end)
             return 0;
-        st.t_close = now;
+        storm_st.t_close = now;
         go_phase(r, ST_CLOSE);
         return 0;
     case ST_CLOSE:
         if (!all_at(r, ST_CLOSE))
             return 0;
-        listen_counters_read(&st.k0);
-        st.t_reopen = now_ns();
+        listen_counters_read(&storm_st.k0);
+        storm_st.t_reopen = now_ns();
         go_phase(r, ST_REOPEN);
         return 0;
     case ST_REOPEN:
         if (!all_at(r, ST_REOPEN) || sum_pub(r, 1) < conns)
             return 0;
-        listen_counters_read(&st.k1);
-        st.t_done = now;
-        st.phase = ST_DONE;
+        listen_counters_read(&storm_st.k1);
+        storm_st.t_done = now;
+        storm_st.phase = ST_DONE;
         *phase = names[ST_DONE];
         return 1;
     default:
@@ -246,177 +237,6 @@ void storm_sources(struct cfg *cfg)
         cfg->src[i].s_addr = htonl(0x7f000002u + (uint32_t)i); /* 127.0.0.2.. */
     cfg->nsrc = (int)k;
     cfg->src_auto = 1;
-}
-
-/* ---- report ---- */
-
-struct wave_sum {
-    struct hist *up, *back;
-    uint64_t nup, nback, last_back, attempts, failures[F_NREASONS], nfail;
-    uint64_t last_connect;
-};
-
-static void wave_sum(struct run *r, int i, struct wave_sum *s)
-{
-    memset(s, 0, sizeof *s);
-    s->up = malloc(sizeof *s->up);
-    s->back = malloc(sizeof *s->back);
-    hist_init(s->up);
-    hist_init(s->back);
-    for (int k = 0; k < r->nw; k++) {
-        struct wave *v = &((struct storm_worker *)r->w[k].sw)->wv[i];
-        hist_merge(s->up, &v->up);
-        hist_merge(s->back, &v->back);
-        s->nup += v->nup;
-        s->nback += v->nback;
-        s->attempts += v->attempts;
-        if (v->last_back > s->last_back)
-            s->last_back = v->last_back;
-        if (v->last_connect > s->last_connect)
-            s->last_connect = v->last_connect;
-        for (int f = 0; f < F_NREASONS; f++) {
-            s->failures[f] += v->failures[f];
-            s->nfail += v->failures[f];
-        }
-    }
-}
-
-static void wave_free(struct wave_sum *s)
-{
-    free(s->up);
-    free(s->back);
-}
-
-/* Time from the wave's start until the last connection came back. */
-static double wave_time(const struct wave_sum *s, uint64_t start)
-{
-    return s->last_back > start ? (double)(s->last_back - start) / 1e9 : 0;
-}
-
-static void wave_json(struct run *r, struct json *j, const char *key,
-                      const struct wave_sum *s, uint64_t start)
-{
-    double t = wave_time(s, start);
-    json_obj(j, key);
-    json_u64(j, "attempts", s->attempts);
-    json_u64(j, "handshakes", s->nup);
-    json_u64(j, "back", s->nback);
-    json_bool(j, "all_back", s->nback == (uint64_t)r->cfg->conns);
-    json_dbl(j, "time_s", t);
-    json_dbl(j, "rate_per_s", t > 0 ? (double)s->nback / t : 0);
-    json_obj(j, "failures");
-    for (int k = 0; k < F_NREASONS; k++)
-        if (s->failures[k])
-            json_u64(j, fail_names[k], s->failures[k]);
-    json_end_obj(j);
-    report_latency_json(j, "connect_latency_us", s->up);
-    report_latency_json(j, "back_latency_us", s->back);
-    report_hist_json(j, "connect_hist", s->up);
-    report_hist_json(j, "back_hist", s->back);
-    json_end_obj(j);
-}
-
-static void kernel_json(struct json *j, const char *key,
-                        const struct listen_counters *a,
-                        const struct listen_counters *b)
-{
-    if (!a->ok || !b->ok) {
-        json_null(j, key);
-        return;
-    }
-    json_obj(j, key);
-    json_str(j, "scope", "host");
-    json_u64(j, "listen_overflows", b->overflows - a->overflows);
-    json_u64(j, "listen_drops", b->drops - a->drops);
-    json_end_obj(j);
-}
-
-static void storm_json(struct run *r, struct json *j)
-{
-    struct wave_sum a, b;
-    wave_sum(r, 0, &a);
-    wave_sum(r, 1, &b);
-    json_obj(j, "storm");
-    json_str(j, "probe", r->cfg->probe == PROBE_PING ? "ping" : "none");
-    json_dbl(j, "hold_s", r->cfg->duration);
-    json_u64(j, "source_addresses", (uint64_t)r->cfg->nsrc);
-    json_bool(j, "source_addresses_auto", r->cfg->src_auto);
-    json_str(j, "reached", (const char *[]){"open", "hold", "close",
-                                            "reopen", "done"}[st.phase]);
-    wave_json(r, j, "open", &a, r->t0);
-    json_dbl(j, "close_s", st.t_reopen > st.t_close
-                               ? (double)(st.t_reopen - st.t_close) / 1e9 : 0);
-    wave_json(r, j, "reopen", &b, st.t_reopen);
-    /* how "at once" wave 2 was: the engine's time to make its connects */
-    json_dbl(j, "reopen_connects_issued_s",
-             b.last_connect > st.t_reopen
-                 ? (double)(b.last_connect - st.t_reopen) / 1e9 : 0);
-    kernel_json(j, "reopen_kernel", &st.k0, &st.k1);
-    json_end_obj(j);
-    wave_free(&a);
-    wave_free(&b);
-}
-
-static void wave_text(struct run *r, FILE *f, const char *name,
-                      const struct wave_sum *s, uint64_t start)
-{
-    double t = wave_time(s, start);
-    fprintf(f, "%s: %llu of %ld back in %.3f s (%.0f/s), %llu attempts; "
-            "failures:", name, (unsigned long long)s->nback, r->cfg->conns,
-            t, t > 0 ? (double)s->nback / t : 0,
-            (unsigned long long)s->attempts);
-    if (!s->nfail)
-        fprintf(f, " none");
-    for (int k = 0; k < F_NREASONS; k++)
-        if (s->failures[k])
-            fprintf(f, " %s %llu", fail_names[k],
-                    (unsigned long long)s->failures[k]);
-    fprintf(f, "\n");
-    report_latency_text(f, "  connect latency", s->up);
-    if (r->cfg->probe == PROBE_PING)
-        report_latency_text(f, "  until Pong", s->back);
-}
-
-static void storm_text(struct run *r, FILE *f)
-{
-    struct cfg *cfg = r->cfg;
-    struct wave_sum a, b;
-    wave_sum(r, 0, &a);
-    wave_sum(r, 1, &b);
-    char lo[32] = "kernel's choice", hi[32] = "";
-    if (cfg->nsrc) {
-        inet_ntop(AF_INET, &cfg->src[0], lo, sizeof lo);
-        inet_ntop(AF_INET, &cfg->src[cfg->nsrc - 1], hi, sizeof hi);
-    }
-    fprintf(f, "storm: %ld connections from %d source address%s (%s%s%s%s),"
-            " back = %s, hold %.1f s\n", cfg->conns, cfg->nsrc ? cfg->nsrc : 1,
-            cfg->nsrc > 1 ? "es" : "", lo, cfg->nsrc > 1 ? " .. " : "", hi,
-            cfg->src_auto ? ", chosen: 2 waves need 2 ports a connection"
-                          : "",
-            cfg->probe == PROBE_PING ? "Ping answered with Pong"
-                                     : "handshake done",
-            cfg->duration);
-    wave_text(r, f, "wave 1 (open, --connect-concurrency)", &a, r->t0);
-    if (st.phase >= ST_REOPEN) {
-        fprintf(f, "closed all from this side in %.3f s\n",
-                (double)(st.t_reopen - st.t_close) / 1e9);
-        char name[96];
-        snprintf(name, sizeof name, "wave 2 (all at once: connects made "
-                 "in %.3f s)", b.last_connect > st.t_reopen
-                 ? (double)(b.last_connect - st.t_reopen) / 1e9 : 0);
-        wave_text(r, f, name, &b, st.t_reopen);
-        if (st.k0.ok && st.k1.ok)
-            fprintf(f, "kernel during wave 2 (host-wide, every listener): "
-                    "ListenOverflows +%llu, ListenDrops +%llu\n",
-                    (unsigned long long)(st.k1.overflows - st.k0.overflows),
-                    (unsigned long long)(st.k1.drops - st.k0.drops));
-    } else {
-        fprintf(f, "the run ended before wave 2 (phase %s)\n",
-                (const char *[]){"open", "hold", "close", "reopen",
-                                 "done"}[st.phase]);
-    }
-    wave_free(&a);
-    wave_free(&b);
 }
 
 const struct scenario sc_storm = {

@@ -180,9 +180,11 @@ ping_reports_mergeable_rounds(Config) ->
 %% header): pings time out, are counted, connections stay open, exit 0.
 ping_timeouts_are_counted_and_connections_kept(Config) ->
     Port = start_ref(Config, ["--protocol", "ack"]),
-    J = load_ok(Config, ["--scenario", "ping", "--port", Port,
-                         "--conns", "4", "--interval", "100",
-                         "--timeout", "200"]),
+    %% timeouts are errors: exit 4, the run complete
+    {4, J} = load(Config, ["--scenario", "ping", "--port", Port,
+                           "--conns", "4", "--interval", "100",
+                           "--timeout", "200"]),
+    ?assertEqual(4, get(J, exit_code)),
     ?assertEqual(4, get(J, timeouts_whole_run)),
     ?assertEqual(4, get(J, errors)),
     ?assertEqual(0, get(J, pongs)),
@@ -227,7 +229,11 @@ source_ips_round_robin(Config) ->
                   {127, 0, 0, 3}, {127, 0, 0, 4}, {127, 0, 0, 4}],
                  lists:sort(Peers)).
 
-collect_peers(_L, 0, To, Acc) -> To ! {peers, Acc};
+%% The sockets stay open until the engine is done with them (a close by
+%% the server is an error of the run).
+collect_peers(_L, 0, To, Acc) ->
+    To ! {peers, Acc},
+    receive after 10000 -> ok end;
 collect_peers(L, N, To, Acc) ->
     {ok, S} = gen_tcp:accept(L),
     {ok, {Ip, _}} = inet:peername(S),
@@ -336,12 +342,14 @@ closed_port_counts_econnrefused_and_exits_3(Config) ->
     ?assertEqual(3, get(J, errors)).
 
 %% A server at its connection limit accepts and closes at once: that shows
-%% as closed_by_peer failures (with and without --probe ping).
+%% as closed_by_peer failures (with and without --probe ping), errors of
+%% the run (exit 4; 3 when none was ever established).
 accept_then_close_is_closed_by_peer(Config) ->
     Port = start_ref(Config, ["--protocol", "ping",
                               "--max-connections", "0"]),
-    {0, J1} = load(Config, ["--scenario", "connect", "--port", Port,
+    {4, J1} = load(Config, ["--scenario", "connect", "--port", Port,
                             "--conns", "5"]),
+    ?assertEqual(5, get(J1, errors)),
     ?assertEqual(#{<<"closed_by_peer">> => 5}, get(J1, failures)),
     ?assertEqual(0, get(J1, held_at_end)),
     {3, J2} = load(Config, ["--scenario", "connect", "--probe", "ping",
@@ -350,7 +358,8 @@ accept_then_close_is_closed_by_peer(Config) ->
     ?assertEqual(0, get(J2, messages)).
 
 %% A server that closes a connection mid-run: reported on stderr (naming
-%% the connection) and in the failures.
+%% the connection), in the failures, and in the errors and the exit code
+%% (4: the run completed with errors).
 server_closing_mid_run_is_reported(Config) ->
     {ok, L} = gen_tcp:listen(0, [binary, {active, false}, {reuseaddr, true}]),
     {ok, Port} = inet:port(L),
@@ -366,14 +375,18 @@ server_closing_mid_run_is_reported(Config) ->
                          "--duration", "10", "--json", Json], 10000),
     Elapsed = erlang:monotonic_time(millisecond) - T0,
     ct:log("exit ~p after ~p ms~n~s", [Status, Elapsed, Out]),
-    ?assertEqual(0, Status),
+    ?assertEqual(4, Status),
+    ?assertMatch({match, _}, re:run(Out, "connection failures: closed_by_peer 1\n"
+                                    "(.*\n)?errors: 1 \\(connection failures 1\\); exit 4\n")),
     %% with no connection left the run ends early instead of idling
     ?assert(Elapsed < 5000),
     ?assertMatch({match, _}, re:run(Out, "connection 0 \\(local "
                                     "127.0.0.1:[0-9]+\\) closed by the "
                                     "server")),
     J = read_json(Json),
-    ?assertEqual(#{<<"closed_by_peer">> => 1}, get(J, failures)).
+    ?assertEqual(#{<<"closed_by_peer">> => 1}, get(J, failures)),
+    ?assertEqual(1, get(J, errors)),
+    ?assertEqual(4, get(J, exit_code)).
 
 ack_n(_S, 0) -> ok;
 ack_n(S, N) ->

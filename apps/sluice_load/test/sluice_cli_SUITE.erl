@@ -21,6 +21,7 @@
          malformed_value_exits_2_with_one_line/1,
          port_in_use_exits_1_with_one_line/1,
          help_mentions_every_option/1,
+         every_help_has_exit_codes_units_and_one_default/1,
          load_help_lists_coordinator_and_engine_options/1,
          load_bad_option_exits_2_with_one_line/1,
          socket_backend_and_poll_sets_reach_the_vm/1,
@@ -39,7 +40,8 @@ all() ->
     [serve_prints_one_listening_line_and_acks, sigterm_drains_and_exits_0,
      sigint_drains_and_exits_0, unknown_option_exits_2_with_one_line,
      malformed_value_exits_2_with_one_line, port_in_use_exits_1_with_one_line,
-     help_mentions_every_option, load_help_lists_coordinator_and_engine_options,
+     help_mentions_every_option, every_help_has_exit_codes_units_and_one_default,
+     load_help_lists_coordinator_and_engine_options,
      load_bad_option_exits_2_with_one_line, socket_backend_and_poll_sets_reach_the_vm,
      more_poll_sets_than_threads_exits_2_with_one_line].
 
@@ -190,6 +192,34 @@ help_mentions_every_option(Config) ->
     {TopStatus, TopLines} = run(Config, ["--help"]),
     ?assertEqual(0, TopStatus),
     ?assert(lists:any(fun(L) -> binary:match(L, <<"serve">>) =/= nomatch end, TopLines)).
+
+%% Every command's --help ends with its exit codes (sluice_cli_exit's), says
+%% each default once, and names the unit of every time option (MS, SECONDS
+%% or MINUTES).
+every_help_has_exit_codes_units_and_one_default(Config) ->
+    [begin
+         {Status, Lines} = run(Config, [Cmd, "--help"]),
+         Text = iolist_to_binary([[L, $\n] || L <- Lines]),
+         ct:log("~s --help:~n~s", [Cmd, Text]),
+         ?assertEqual(0, Status),
+         [_, Codes] = binary:split(Text, <<"\nexit codes:\n">>),
+         ?assertEqual([Code || {Code, _} <- sluice_cli_exit:codes(Cmd)],
+                      [binary_to_integer(C) || [C] <- matches(Codes, "^  ([0-9]+) ")]),
+         Options = [L || L <- Lines, re:run(L, "^  --") =/= nomatch,
+                           re:run(L, "^  --help ") =:= nomatch],
+         ?assertEqual([], [L || L <- Options, length(binary:matches(L, <<"(default:">>)) =/= 1]),
+         Timed = [L || L <- Options,
+                       re:run(L, "^  --[a-z-]*(timeout|after|duration|warmup|interval|minutes|"
+                                 "seconds) ") =/= nomatch],
+         ?assertEqual([], [L || L <- Timed,
+                                re:run(L, "^  --[a-z-]+ (MS|SECONDS|MINUTES) ") =:= nomatch])
+     end || Cmd <- sluice_cli_exit:commands()].
+
+matches(Text, Re) ->
+    case re:run(Text, Re, [global, multiline, {capture, all_but_first, binary}]) of
+        {match, Ms} -> Ms;
+        nomatch -> []
+    end.
 
 %% `load --help' exits 0 and lists every option the command takes in two
 %% sections: the coordinator's (--engines, --nodes, ...) and then the C

@@ -24,6 +24,19 @@ readme_indexes_every_docs_page_test() ->
     ?assertNotEqual([], Pages),
     ?assertEqual([], [P || P <- Pages, not lists:member(P, Linked)]).
 
+%% docs/cli.md's exit-code table is sluice_cli_exit's, row for row, and
+%% every command's --help ends with its codes.
+exit_codes_documented_test() ->
+    Md = unicode:characters_to_list(read(root(), "docs/cli.md")),
+    ?assertEqual([], [Row || Row <- sluice_cli_exit:doc_rows(), string:find(Md, Row) =:= nomatch]),
+    Documented = [C || "| `" ++ Rest <- string:split(Md, "\n", all),
+                       [C, _] <- [string:split(Rest, "`")],
+                       lists:member(C, sluice_cli_exit:commands())],
+    ?assertEqual(length(sluice_cli_exit:doc_rows()), length(Documented)),
+    [?assertNotEqual(nomatch, string:find(lists:flatten(sluice_cli_exit:help(C)),
+                                          "\n  2    bad usage"))
+     || C <- sluice_cli_exit:commands()].
+
 slugs_follow_github_test() ->
     ?assertEqual(["two-backends-inet-and-socket", "what-make-bench-shows-on-this-machine",
                   "options", "options-1"],

@@ -33,6 +33,15 @@ auto_source_ips_only_past_one_address_on_loopback_test() ->
     ?assertEqual([[{127, 0, 0, I}, {127, 0, 0, I + 1}] || I <- lists:seq(2, 12, 2)], Sets),
     ?assertEqual(none, sluice_load_plan:auto_source_ips({10, 0, 0, 1}, Big, true)).
 
+%% storm takes two ports a connection (wave 1's wait in TIME_WAIT while
+%% wave 2 connects): addresses from half the connections on.
+auto_source_ips_two_ports_a_connection_test() ->
+    Shares = sluice_load_plan:split(#{conns => 10000, rate => 0, connect_concurrency => 256}, 2),
+    ?assertEqual(none, sluice_load_plan:auto_source_ips({127, 0, 0, 1}, Shares, true, 1)),
+    %% 5,000 a piece, 10,000 ports each: one address each, none shared
+    ?assertEqual([[{127, 0, 0, 2}], [{127, 0, 0, 3}]],
+                 sluice_load_plan:auto_source_ips({127, 0, 0, 1}, Shares, true, 2)).
+
 assign_ips_disjoint_when_enough_test() ->
     {ok, Ips} = sluice_load_plan:parse_ips("127.0.0.2-5"),
     ?assertEqual([[{127, 0, 0, 2}, {127, 0, 0, 4}], [{127, 0, 0, 3}, {127, 0, 0, 5}]],

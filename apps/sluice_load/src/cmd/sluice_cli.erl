@@ -1,8 +1,8 @@
 %% @doc Entry point of `bin/sluice' (the script only finds the build and
 %% starts this VM): picks the command, runs it, and prints its error, if
 %% any, once. A command returns its exit code or `{error, Code, Message}';
-%% nothing is thrown across modules. Exit codes: 0 success, 1 failure, 2
-%% bad usage (3: `load' could not connect at all).
+%% nothing is thrown across modules. Every command's exit codes are in
+%% sluice_cli_exit.
 -module(sluice_cli).
 
 -export([main/0, run/1]).
@@ -50,7 +50,8 @@ commands() ->
 usage() ->
     ["usage: bin/sluice COMMAND [options]\n\ncommands:\n",
      [io_lib:format("  ~-11s ~s~n", [Name, About]) || {Name, _, About} <- commands()],
-     "\nbin/sluice COMMAND --help describes every option with its default.\n"].
+     "\nbin/sluice COMMAND --help describes every option with its default, and the\n"
+     "command's exit codes (2 is always bad usage).\n"].
 
 report(Code) when is_integer(Code) ->
     Code;

@@ -147,12 +147,14 @@ describe(active) -> "adaptive|false|once|true|N (1..32767)";
 describe(timeout) -> "milliseconds or infinity";
 describe(boolean) -> "true|false".
 
-%% @doc The help text: a synopsis line, then one line per option.
+%% @doc The help text: a synopsis line, one line per option, the
+%% command's exit codes.
 -spec usage(string(), string(), [spec()]) -> iolist().
 usage(Command, About, Specs) ->
     [io_lib:format("usage: bin/sluice ~s [options]~n~n~s~n~noptions:~n", [Command, About]),
      option_lines(Specs),
-     help_line()].
+     help_line(),
+     sluice_cli_exit:help(Command)].
 
 %% @doc The line --help itself gets in a help text.
 -spec help_line() -> iolist().

@@ -24,9 +24,9 @@ specs() ->
        "socket layer of every sluice server (the -socket servers always use socket)"),
      O(rounds, {integer, 1, 100}, 3, "rounds (each cell is measured once per round)"),
      (O(warmup, {number, 0, 60}, undefined, "seconds of load before each measurement"))
-         #{shown => "0.5"},
+         #{shown => "0.5", meta => "SECONDS"},
      (O(duration, {number, 0.1, 600}, undefined, "seconds measured per run"))
-         #{shown => "1 (--quick: 0.75)"},
+         #{shown => "1 (--quick: 0.75)", meta => "SECONDS"},
      O(out, string, "bench/results", "directory for the results (the default is in the repository)")].
 
 -spec run([string()]) -> sluice_cli:result().

@@ -16,6 +16,8 @@
 -export([run/1, specs/0, measure/4]).
 
 -define(HIBERNATE_MS, 200).
+%% RSS grows and shrinks by whole pages.
+-define(PAGE, 4096).
 -define(ABOUT, "Memory per idle connection on the inet and the socket backend: a ping\n"
         "listener in this VM, N connections from the C load engine, each idle after\n"
         "one Ping/Pong; the VM's memory before and after, divided by N.").
@@ -40,13 +42,24 @@ run(Args) ->
 
 measure_all(#{conns := N, backend := B, park_after := Park}, Engine) ->
     {ok, _} = application:ensure_all_started(sluice),
+    ok = sluice_signal:install(self()),
     Backends = case B of both -> [inet, socket]; _ -> [B] end,
-    Results = [measure(Backend, N, Engine, Park) || Backend <- Backends],
+    try [measure(Backend, N, Engine, Park) || Backend <- Backends] of
+        Results -> print(Results, N)
+    catch
+        throw:interrupted ->
+            say("interrupted: nothing measured"),
+            130;
+        throw:{failed, Msg} ->
+            {error, 1, Msg}
+    end.
+
+print(Results, N) ->
     Cols = [total, processes, processes_used, conn_procs, socket_registry, system,
             ports, rss],
     io:format("~-8s ~6s~s~n", ["backend", "conns",
                                [io_lib:format(" ~15s", [C]) || C <- Cols]]),
-    [io:format("~-8s ~6b~s~n", [Bk, C, [io_lib:format(" ~15b", [maps:get(K, R)])
+    [io:format("~-8s ~6b~s~n", [Bk, C, [io_lib:format(" ~15s", [cell(maps:get(K, R))])
                                          || K <- Cols]])
      || #{backend := Bk, conns := C} = R <- Results],
     io:format("bytes per idle connection, after a garbage collection of every process:~n"
@@ -56,9 +69,21 @@ measure_all(#{conns := N, backend := B, park_after := Park}, Engine) ->
               "processes;~nsocket_registry: OTP's registry of socket NIF sockets; "
               "ports: inet driver ports;~nrss: the VM's resident set "
               "(/proc/self/status VmRSS), which also sees the NIF's own allocations~n"),
+    Noise = [F || R <- Results, {below, F, _} <- maps:values(R)],
+    Noise =/= [] andalso
+        io:format("<X: this run cannot tell the change from noise (two snapshots of the idle VM "
+                  "before the connections\nalready differed by up to ~b bytes; RSS moves in "
+                  "pages): a connection costs less than X bytes of it.\nMore --conns than ~b "
+                  "resolve it.~n", [lists:max(Noise), N]),
     0.
 
-%% @doc Measure one backend: a map of bytes per connection.
+cell({bytes, B}) -> integer_to_list(B);
+cell({below, _Floor, PerConn}) -> "<" ++ integer_to_list(PerConn).
+
+%% @doc Measure one backend: a map of bytes per connection, each
+%% `{bytes, B}' or, when the change is within the run's noise, `{below,
+%% Noise, B}' (less than B bytes per connection). Throws `interrupted' on
+%% SIGTERM and `{failed, Message}'.
 -spec measure(inet | socket, pos_integer(), file:filename(), timeout()) -> map().
 measure(Backend, N, Engine, Park) ->
     Name = {?MODULE, Backend},
@@ -69,40 +94,90 @@ measure(Backend, N, Engine, Park) ->
                                             max_connections => infinity,
                                             handler => {sluice_proto_ping, []}}),
     #{port := Port} = sluice:info(Name),
-    settle(),
-    Before = snapshot(Name),
-    %% The engine holds the connections long enough to read the memory.
-    Cmd = io_lib:format("~s --scenario connect --conns ~b --probe ping --rate 0 --threads 1 "
-                        "--port ~b --duration 15 --quiet --source-ips 127.0.0.2-127.0.0.9",
-                        [Engine, N, Port]),
-    Self = self(),
-    spawn_link(fun() -> Self ! {engine, os:cmd(lists:flatten(Cmd))} end),
-    ok = wait_connections(Name, N, 30000),
-    timer:sleep(1000),
-    ok = wait_asleep(Name, N, Backend =:= inet andalso Park =/= infinity, 10000),
-    settle(),
-    After = snapshot(Name),
-    receive {engine, _} -> ok after 30000 -> ok end,
-    ok = sluice:stop_listener(Name),
-    maps:merge(#{backend => Backend, conns => N},
-               maps:map(fun(K, V) -> round((V - maps:get(K, Before)) / N) end, After)).
+    try
+        settle(),
+        Before0 = snapshot(Name),
+        settle(),
+        Before = snapshot(Name),
+        say("~s: opening ~b connections to 127.0.0.1:~b", [Backend, N, Port]),
+        T0 = erlang:monotonic_time(millisecond),
+        Eng = start_engine(Engine, N, Port),
+        try
+            wait_connections(Name, N, 30000),
+            say("~s: ~b connections up in ~.1f s; waiting for them to ~s", [Backend, N,
+                (erlang:monotonic_time(millisecond) - T0) / 1000,
+                case Backend =:= inet andalso Park =/= infinity of
+                    true -> io_lib:format("park (--park-after ~b ms)", [Park]);
+                    false -> io_lib:format("hibernate (after ~b ms)", [?HIBERNATE_MS])
+                end]),
+            pause(1000),
+            wait_asleep(Name, N, Backend =:= inet andalso Park =/= infinity, 10000),
+            settle(),
+            After = snapshot(Name),
+            say("~s: measured", [Backend]),
+            maps:merge(#{backend => Backend, conns => N},
+                       maps:map(fun(K, V) -> per_conn(V - maps:get(K, Before),
+                                                      noise(K, Before0, Before), N)
+                                end, After))
+        after
+            stop_engine(Eng)
+        end
+    after
+        ok = sluice:stop_listener(Name)
+    end.
+
+%% A change no larger than twice what two snapshots of the same idle VM
+%% differ by (or than a page, for RSS) cannot be told from noise: the
+%% cost is below it, not negative.
+per_conn(Delta, Noise, N) ->
+    Floor = 2 * Noise,
+    if
+        Delta > Floor -> {bytes, round(Delta / N)};
+        Floor =:= 0 -> {bytes, 0};
+        true -> {below, Noise, max(1, ceil(Floor / N))}
+    end.
+
+noise(rss, A, B) -> max(?PAGE, abs(maps:get(rss, B) - maps:get(rss, A)));
+noise(K, A, B) -> abs(maps:get(K, B) - maps:get(K, A)).
+
+%% The engine holds the connections until it is stopped (once the memory
+%% is read), so that the run takes no longer than the measurement.
+start_engine(Engine, N, Port) ->
+    Args = ["--scenario", "connect", "--conns", integer_to_list(N), "--probe", "ping",
+            "--rate", "0", "--threads", "1", "--port", integer_to_list(Port),
+            "--duration", "3600", "--quiet", "--source-ips", "127.0.0.2-127.0.0.9"],
+    P = open_port({spawn_executable, Engine}, [{args, Args}, exit_status, binary,
+                                               stderr_to_stdout, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    {P, OsPid}.
+
+stop_engine({P, OsPid}) ->
+    _ = os:cmd("kill -TERM " ++ integer_to_list(OsPid)),
+    receive {P, {exit_status, _}} -> ok after 10000 -> catch port_close(P), ok end.
 
 wait_connections(Name, N, Timeout) when Timeout > 0 ->
     case sluice:info(Name) of
         #{connections := C} when C >= N -> ok;
-        _ -> timer:sleep(50), wait_connections(Name, N, Timeout - 50)
+        _ -> pause(50), wait_connections(Name, N, Timeout - 50)
     end;
 wait_connections(Name, N, _) ->
-    error({connections_not_reached, N, sluice:info(Name)}).
+    #{connections := C} = sluice:info(Name),
+    throw({failed, lists:flatten(io_lib:format("only ~b of ~b connections came up in 30 s",
+                                               [C, N]))}).
 
 %% Every connection parked (AllParked) or hibernated.
 wait_asleep(Name, N, AllParked, Timeout) when Timeout > 0 ->
     case asleep(Name, AllParked) >= N of
         true -> ok;
-        false -> timer:sleep(1000), wait_asleep(Name, N, AllParked, Timeout - 1000)
+        false -> pause(1000), wait_asleep(Name, N, AllParked, Timeout - 1000)
     end;
-wait_asleep(Name, N, _, _) ->
-    error({connections_not_asleep, N, sluice:info(Name)}).
+wait_asleep(Name, N, AllParked, _) ->
+    throw({failed, lists:flatten(io_lib:format("only ~b of ~b connections ~s in 10 s",
+                                               [asleep(Name, AllParked), N,
+                                                case AllParked of
+                                                    true -> "parked";
+                                                    false -> "hibernated"
+                                                end]))}).
 
 asleep(Name, true) ->
     maps:get(parked, sluice:info(Name));
@@ -113,9 +188,16 @@ asleep(Name, false) ->
                  process_info(P, current_function) =:= {current_function, {erlang, hibernate, 3}}]).
 
 settle() ->
-    timer:sleep(500),
+    pause(500),
     _ = [erlang:garbage_collect(P) || P <- processes(), P =/= self()],
-    timer:sleep(200).
+    pause(200).
+
+%% A sleep that SIGTERM cuts short.
+pause(Ms) ->
+    receive {sluice_signal, sigterm} -> throw(interrupted) after Ms -> ok end.
+
+say(Msg) -> say(Msg, []).
+say(Fmt, Args) -> io:format(standard_error, "idle-memory: " ++ Fmt ++ "~n", Args).
 
 snapshot(Name) ->
     M = erlang:memory(),

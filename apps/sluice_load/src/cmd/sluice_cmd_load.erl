@@ -21,9 +21,7 @@
         "the server's memory per connection from its Prometheus figures. In such a\n"
         "run --conns, --rate and --connect-concurrency are totals split over the\n"
         "engines, --threads is per engine (1 when there are several), and --json,\n"
-        "--quiet and --progress are the coordinator's.\n"
-        "Exit codes: 0 ok, 1 protocol error or failure, 2 bad usage, 3 could not\n"
-        "connect at all.\n").
+        "--quiet and --progress are the coordinator's.\n").
 
 -define(ENGINE_HEADING,
         "engine options (one engine process takes them all; the coordinator gives\n"
@@ -102,4 +100,4 @@ help(EngineSpecs) ->
      "coordinator options (several engines, nodes, server metrics):\n",
      sluice_cli_args:option_lines(own_specs()), "\n",
      ?ENGINE_HEADING, sluice_cli_args:option_lines(engine_only(EngineSpecs)),
-     sluice_cli_args:help_line()].
+     sluice_cli_args:help_line(), sluice_cli_exit:help("load")].

@@ -10,8 +10,11 @@
 -spec run([string()]) -> sluice_cli:result().
 run(Args) ->
     case sluice_cprog:table("sluice-ref") of
-        {ok, Bin, #{summary := About, specs := Table}} ->
+        {ok, Bin, #{summary := Summary, specs := Table}} ->
             Specs = [like_serve(S) || S <- Table],
+            %% the exit codes come with the help, from sluice_cli_exit
+            About = string:trim(lists:append([L ++ "\n" || L <- string:split(Summary, "\n", all),
+                                                           not lists:prefix("Exit codes:", L)])),
             sluice_cli_args:with_options(
               "ref-server", About, Specs, Args,
               fun(O) -> sluice_cprog:run(Bin, sluice_cli_args:to_args(Specs, O), []) end);

@@ -28,15 +28,18 @@ specs() ->
      O(acceptors, {integer, 1, 65535}, maps:get(num_acceptors, D), "acceptor processes"),
      O(listen_sockets, {integer, 1, 1024}, maps:get(num_listen_sockets, D),
        "listen sockets on the port (SO_REUSEPORT when more than one)"),
-     O(max_connections, {integer, 0, infinity}, maps:get(max_connections, D),
-       "connection limit for the listener (default: the VM's descriptor limit less a reserve)"),
+     (O(max_connections, {integer, 0, infinity}, maps:get(max_connections, D),
+        "connection limit for the listener"))
+         #{shown => integer_to_list(maps:get(max_connections, D))
+                    ++ ", the VM's descriptor limit less a reserve"},
      O(idle_timeout, timeout, maps:get(idle_timeout, D),
        "close a connection that receives nothing for this long"),
      O(backlog, {integer, 1, 65535}, maps:get(backlog, D), "listen backlog"),
      O(buffer, {integer, 0, infinity}, 0,
        "read buffer in bytes, inet driver or socket recv (0: the library's default)"),
-     O(drain_timeout, {integer, 0, 60000}, 5000,
-       "on SIGTERM/SIGINT, how long connections get to end before they are closed"),
+     (O(drain_timeout, {integer, 0, 60000}, 5000,
+        "on SIGTERM/SIGINT, how many ms connections get to end before they are closed"))
+         #{meta => "MS"},
      O(hibernate_after, timeout, maps:get(hibernate_after, D),
        "hibernate a connection quiet for this long"),
      O(park_after, timeout, maps:get(park_after, D),

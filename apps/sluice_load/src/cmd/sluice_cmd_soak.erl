@@ -12,11 +12,12 @@
 -module(sluice_cmd_soak).
 
 -export([run/1, specs/0]).
+-export([halt_on_sigterm/1]).
 
 -define(PROGRESS_MS, 30000).
 -define(ABOUT, "Mixed load and abuse against an in-VM ack listener for N minutes; then\n"
-        "check that memory, processes, ports and descriptors return to their baseline.\n"
-        "Exit 0 if they do and no well-behaved client lost an ack, 1 otherwise.").
+        "check that memory, processes, ports and descriptors return to their baseline,\n"
+        "and that no well-behaved client lost an ack.").
 
 -define(NAME, sluice_soak).
 -define(WORKERS, 4).
@@ -30,8 +31,9 @@
 -spec specs() -> [sluice_cli_args:spec()].
 specs() ->
     O = fun sluice_cli_args:opt/4,
-    [O(minutes, {integer, 1, 1440}, 10, "how long to run"),
-     O(seconds, {integer, 0, 86400}, 0, "how long to run in seconds (overrides --minutes)"),
+    [(O(minutes, {integer, 1, 1440}, 10, "how long to run, in minutes"))#{meta => "MINUTES"},
+     (O(seconds, {integer, 0, 86400}, 0, "how long to run, in seconds (overrides --minutes)"))
+         #{meta => "SECONDS"},
      O(transport, {enum, [inet, socket]}, inet, "listener transport"),
      O(engine_conns, {integer, 0, 1000}, 4, "pipelining connections from the C engine (0: none)")].
 
@@ -51,6 +53,7 @@ engine(_) -> sluice_build:program("sluice-load").
 
 soak(Secs, O) ->
     {ok, _} = application:ensure_all_started(sluice),
+    ok = halt_on_signal(erlang:monotonic_time(millisecond)),
     {ok, _} = sluice:start_listener(?NAME, #{ip => {127, 0, 0, 1}, port => 0,
                                              transport => maps:get(transport, O),
                                              idle_timeout => ?IDLE_MS,
@@ -104,6 +107,25 @@ soak(Secs, O) ->
         true -> 0;
         false -> 1
     end.
+
+%% SIGTERM (Ctrl-C) mid-run: what was running is abandoned, so nothing can
+%% be checked; exit 130 rather than OTP's default stop, which exits 0 as
+%% if the soak had passed. The C engine this VM started is stopped first.
+halt_on_signal(T0) ->
+    sluice_signal:install(spawn(?MODULE, halt_on_sigterm, [T0])).
+
+%% @private The process halt_on_signal/1 starts.
+-spec halt_on_sigterm(integer()) -> no_return().
+halt_on_sigterm(T0) ->
+    receive {sluice_signal, sigterm} -> ok end,
+    io:format(standard_error, "soak: interrupted after ~b s: nothing checked~n",
+              [(erlang:monotonic_time(millisecond) - T0) div 1000]),
+    _ = [os:cmd("kill -TERM " ++ integer_to_list(OsPid))
+         || P <- erlang:ports(), {os_pid, OsPid} <- [erlang:port_info(P, os_pid)],
+            {name, Name} <- [erlang:port_info(P, name)],
+            filename:basename(Name) =:= "sluice-load"],
+    timer:sleep(200),
+    erlang:halt(130, [{flush, true}]).
 
 add_counts(C, Acc) ->
     maps:fold(fun(K, V, A) -> maps:update_with(K, fun(X) -> X + V end, V, A) end, Acc, C).

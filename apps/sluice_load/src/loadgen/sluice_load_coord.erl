@@ -128,13 +128,15 @@ live_round(_Id, _R, S) ->
     S.
 
 %% Every engine has resolved all its connections (or ended): start the
-%% window everywhere at once.
+%% window everywhere at once (storm: the hold, once every engine's first
+%% wave is over, so that they close and reopen together).
 maybe_go(#{go := G} = S) when G =/= false -> S;
 maybe_go(#{runners := Runners, progress := Prog, done := Done} = S) ->
     Ready = fun(Id) ->
                     maps:is_key(Id, Done) orelse
                         case maps:get(Id, Prog, #{}) of
                             #{<<"phase">> := <<"ramp">>} -> false;
+                            #{<<"phase">> := <<"open">>} -> false;
                             #{<<"phase">> := _} -> true;
                             _ -> false
                         end

@@ -3,10 +3,12 @@
 %% bucket by bucket and every percentile is computed again from the merged
 %% buckets (sluice_hist: percentiles themselves cannot be averaged),
 %% ping/scale rounds are merged round by round (the engines start their
-%% window together, on the coordinator's `go').
+%% window together, on the coordinator's `go'); the objects with rules of
+%% their own (storm, tls, the kernel's host-wide counters) are
+%% sluice_load_merge_objects'.
 -module(sluice_load_merge).
 
--export([merge/1, merge_rounds/1]).
+-export([merge/1, merge_rounds/1, mean/1, sum_maps/1]).
 
 -type result() :: #{binary() => term()}.
 
@@ -28,7 +30,19 @@ merge([First | _] = Rs) ->
                    <<"exit_code">> => exit_code(Rs),
                    <<"protocol_error">> => lists:any(fun(R) -> maps:get(<<"protocol_error">>, R, false) =:= true end, Rs),
                    <<"failures">> => sum_maps([maps:get(<<"failures">>, R, #{}) || R <- Rs])},
-    with_connect(with_rounds(Merged, Rs), Rs).
+    with_objects(with_connect(with_rounds(Merged, Rs), Rs), Rs).
+
+%% Each present in some result: merged from the results that have it.
+with_objects(M, Rs) ->
+    Objects = [{<<"storm">>, fun sluice_load_merge_objects:storm/1},
+               {<<"tls">>, fun(Ts) -> sluice_load_merge_objects:tls(Ts, Rs) end},
+               {<<"kernel">>, fun sluice_load_merge_objects:kernel/1}],
+    lists:foldl(fun({K, Merge}, Acc) ->
+                        case [O || #{K := O} <- Rs] of
+                            [] -> Acc;
+                            Os -> Acc#{K => Merge(Os)}
+                        end
+                end, M, Objects).
 
 field(K, V, Rs) when is_number(V) ->
     Vs = [N || R <- Rs, N <- [maps:get(K, R, 0)], is_number(N)],
@@ -44,11 +58,16 @@ field(K, V, Rs) when is_number(V) ->
 field(_K, V, _Rs) ->
     V.
 
+%% The engine's rule (c_src/outcome.c) over the whole: a protocol error
+%% anywhere; no connection anywhere; else errors anywhere (an engine that
+%% could connect nowhere while others could is connections failing).
 exit_code(Rs) ->
     Codes = [maps:get(<<"exit_code">>, R, 0) || R <- Rs],
+    Errors = lists:sum([maps:get(<<"errors">>, R, 0) || R <- Rs]),
     case {lists:member(1, Codes), lists:all(fun(C) -> C =:= 3 end, Codes)} of
         {true, _} -> 1;
         {false, true} -> 3;
+        _ when Errors > 0 -> 4;
         _ -> 0
     end.
 
@@ -96,7 +115,9 @@ merge_round([First | _] = Rs) ->
     Base#{<<"latency_hist">> => H,
           <<"latency_us">> => maps:with([<<"p50">>, <<"p90">>, <<"p99">>, <<"p999">>, <<"max">>], L)}.
 
-%% The exact mean: the engines' means weighted by their sample counts.
+%% @doc The exact mean of latency objects (`mean', `samples'): the
+%% engines' means weighted by their sample counts.
+-spec mean([#{binary() => number()}]) -> number().
 mean(Ls) ->
     N = lists:sum([maps:get(<<"samples">>, L, 0) || L <- Ls]),
     case N of
@@ -104,6 +125,8 @@ mean(Ls) ->
         _ -> lists:sum([maps:get(<<"mean">>, L, 0) * maps:get(<<"samples">>, L, 0) || L <- Ls]) / N
     end.
 
+%% @doc Maps of counts added key by key.
+-spec sum_maps([#{term() => number()}]) -> #{term() => number()}.
 sum_maps(Ms) ->
     lists:foldl(fun(M, Acc) ->
                         maps:fold(fun(K, V, A) -> maps:update_with(K, fun(X) -> X + V end, V, A) end,

@@ -11,7 +11,7 @@
 -module(sluice_load_plan).
 
 -export([split/2, engines_needed/1, max_conns_per_engine/0,
-         parse_ips/1, format_ips/1, auto_source_ips/3, assign_ips/2,
+         parse_ips/1, format_ips/1, auto_source_ips/3, auto_source_ips/4, assign_ips/2,
          conns_per_address/0]).
 
 -export_type([share/0]).
@@ -61,19 +61,27 @@ split(#{conns := N, rate := Rate, connect_concurrency := CC}, K) when K >= 1 ->
 %% what one address can hold; then each engine gets addresses of its own
 %% from 127.0.0.2 up, enough for its share.
 -spec auto_source_ips(inet:ip4_address(), [share()], boolean()) -> none | [[inet:ip4_address()]].
-auto_source_ips({127, _, _, _}, Shares, true) ->
+auto_source_ips(Host, Shares, Local) ->
+    auto_source_ips(Host, Shares, Local, 1).
+
+%% @doc auto_source_ips/3 for a scenario that takes `Ports' ephemeral
+%% ports per connection (storm: 2, wave 1's wait in TIME_WAIT while wave
+%% 2 connects).
+-spec auto_source_ips(inet:ip4_address(), [share()], boolean(), pos_integer()) ->
+          none | [[inet:ip4_address()]].
+auto_source_ips({127, _, _, _}, Shares, true, Ports) ->
     Total = lists:sum([C || #{conns := C} <- Shares]),
-    case Total > conns_per_address() of
+    case Total * Ports > conns_per_address() of
         false -> none;
         true ->
             {Sets, _} = lists:mapfoldl(
                           fun(#{conns := C}, Next) ->
-                                  N = ceil_div(C, conns_per_address()),
+                                  N = ceil_div(C * Ports, conns_per_address()),
                                   {[int_to_ip(Next + J) || J <- lists:seq(0, N - 1)], Next + N}
                           end, ip_to_int({127, 0, 0, 2}), Shares),
             Sets
     end;
-auto_source_ips(_Host, _Shares, _Local) ->
+auto_source_ips(_Host, _Shares, _Local, _Ports) ->
     none.
 
 %% @doc Give `K' engines the addresses `Ips': disjoint round-robin slices

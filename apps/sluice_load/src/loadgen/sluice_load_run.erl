@@ -47,7 +47,7 @@ plan(O, EngineSpecs) ->
             Shares = sluice_load_plan:split(#{conns => Conns, rate => V(rate),
                                               connect_concurrency => V(connect_concurrency)},
                                             PerNode * NNodes),
-            case source_sets(Ips, V(host), Conns, Shares, NodeSpec) of
+            case source_sets(Ips, V(host), V(scenario), Shares, NodeSpec) of
                 {error, _, _} = E -> E;
                 {ok, IpSets} ->
                     Pass = sluice_cli_args:to_args(
@@ -122,21 +122,29 @@ ips(S) ->
                             ++ " (expected A.B.C.X-Y, A.B.C.X-A.B.C.Y or a comma list)"}
     end.
 
-source_sets(none, Host, _Conns, Shares, NodeSpec) when NodeSpec =:= none;
-                                                       element(1, NodeSpec) =:= local ->
+%% On loopback, past what one address holds, each engine gets addresses of
+%% its own (a storm engine left without would pick 127.0.0.2 and up
+%% itself, the same ones in every engine); storm takes two ports a
+%% connection.
+source_sets(none, Host, Scenario, Shares, NodeSpec) when NodeSpec =:= none;
+                                                         element(1, NodeSpec) =:= local ->
+    Ports = case Scenario of
+                "storm" -> 2;
+                _ -> 1
+            end,
     case inet:getaddr(Host, inet) of
         {ok, HostIp} ->
-            case sluice_load_plan:auto_source_ips(HostIp, Shares, true) of
+            case sluice_load_plan:auto_source_ips(HostIp, Shares, true, Ports) of
                 none -> {ok, [none || _ <- Shares]};
                 Sets -> {ok, Sets}
             end;
         {error, _} -> {error, 2, "cannot resolve --host " ++ Host}
     end;
-source_sets(none, _Host, _Conns, Shares, {hosts, _}) ->
+source_sets(none, _Host, _Scenario, Shares, {hosts, _}) ->
     %% other hosts have their own addresses and port ranges
     {ok, [none || _ <- Shares]};
-source_sets(Ips, _Host, Conns, Shares, _) ->
-    Per = Conns / length(Ips),
+source_sets(Ips, _Host, _Scenario, Shares, _) ->
+    Per = lists:sum([C || #{conns := C} <- Shares]) / length(Ips),
     Per > sluice_load_plan:conns_per_address() andalso
         io:format(standard_error, "sluice: warning: ~b connections per source address "
                   "(connect() slows down past half the port range)~n", [round(Per)]),
@@ -180,7 +188,7 @@ start_nodes(Spec, O) ->
 finish(O, #{results := Results} = Out, Placed, NNodes) ->
     Good = [R || {_, St, J} <- Results, is_binary(J), St =/= lost,
                  {ok, R} <- [sluice_json:decode(J)]],
-    Bad = [{Id, St} || {Id, St, J} <- Results, not is_binary(J) orelse not lists:member(St, [0, 1, 3])],
+    Bad = [{Id, St} || {Id, St, J} <- Results, not is_binary(J) orelse not lists:member(St, [0, 1, 3, 4])],
     _ = [io:format(standard_error, "sluice: engine ~b ended with ~p and no result~n", [Id, St])
          || {Id, St} <- Bad],
     case Good of
@@ -189,7 +197,13 @@ finish(O, #{results := Results} = Out, Placed, NNodes) ->
     end.
 
 report(O, Out, Placed, NNodes, Good, Bad) ->
-    Merged = sluice_load_merge:merge(Good),
+    Merged0 = sluice_load_merge:merge(Good),
+    %% a lost engine's part of the run is missing: the whole is a failure
+    Code = case Bad of
+               [] -> maps:get(<<"exit_code">>, Merged0);
+               _ -> 1
+           end,
+    Merged = Merged0#{<<"exit_code">> => Code, <<"engines_lost">> => length(Bad)},
     Mem = case Out of
               #{baseline := B, held := H, held_all := All} when is_map(B), is_map(H) ->
                   (sluice_server_metrics:per_conn(B, H))#{range => sluice_server_metrics:range(B, All)};
@@ -210,12 +224,11 @@ report(O, Out, Placed, NNodes, Good, Bad) ->
                   undefined -> ok;
                   Path -> file:write_file(Path, sluice_load_report:json(Merged, Info))
               end,
-    case {Written, Bad, maps:get(<<"exit_code">>, Merged)} of
-        {{error, R}, _, _} ->
+    case Written of
+        {error, R} ->
             {error, 1, lists:flatten(io_lib:format("cannot write ~s: ~p", [maps:get(json, O), R]))};
-        {ok, [], C} -> C;
-        {ok, _, 0} -> 1;
-        {ok, _, C} -> C
+        ok ->
+            Code
     end.
 
 engine_bin(O, Bin) ->
