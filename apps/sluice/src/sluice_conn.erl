@@ -54,7 +54,7 @@ template(L = #{name := Name, transport := T, stats := Stats,
     {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
     {Min, Max} = grant_bounds(Active, Buffer),
     {#s{t = T, handler = H, active = Active, stats = Stats, listener = Name,
-        grant = Min, grant_min = Min, grant_max = Max,
+        grant = Min, grant_min = Min, grant_max = Max, small_read = Buffer div 4,
         has = maps:from_list([{F, erlang:function_exported(H, F, A)} || {F, A} <- ?OPTIONAL])},
      L}.
 
@@ -277,7 +277,7 @@ wake(S = #s{t = T, ts = TS, parent = Parent}) ->
 
 data(Data, S) ->
     case sluice_conn_handler:data(Data, S) of
-        {continue, S2} -> next(S2);
+        {continue, S2} -> next(byte_size(Data), S2);
         {stop, Reason, S2} -> sluice_conn_close:finish(Reason, S2);
         {stop_after, Out, Reason, S2} -> sluice_conn_close:linger_close(Out, Reason, S2)
     end.
@@ -293,42 +293,44 @@ drain(Deadline, S) ->
 
 %%% Flow control -------------------------------------------------------
 
-%% After a chunk, `once' and `false' need a new grant to get the next
-%% one; `N' and `adaptive' top the grant up once half of it is used;
-%% `true' never.
-next(S = #s{active = Mode, credit = C, grant = G}) when is_integer(Mode); Mode =:= adaptive ->
+%% After a chunk of Size bytes, `once' and `false' need a new grant to get
+%% the next one; `N' and `adaptive' top the grant up once half of it is
+%% used; `true' never.
+next(Size, S = #s{active = Mode, credit = C, grant = G}) when is_integer(Mode); Mode =:= adaptive ->
     case C - 1 of
         Left when Left > G div 2 -> loop(S#s{credit = Left});
-        Left -> top_up(Left, S)
+        Left -> top_up(Left, Size, S)
     end;
-next(S = #s{active = true}) -> loop(S);
-next(S = #s{active = Mode}) -> rearm(Mode, S).
+next(_Size, S = #s{active = true}) -> loop(S);
+next(_Size, S = #s{active = Mode}) -> rearm(Mode, S).
 
 %% The transport ran out of grant. Every chunk sent before `passive' has
 %% been handled by now, so the credit left is what a top-up granted after
 %% it went passive: it is active again with it. Only when none is left
-%% must it re-arm. Either way the next top-up knows it ran out.
+%% must it re-arm.
 passive(S = #s{active = Mode, credit = 0}) when is_integer(Mode); Mode =:= adaptive ->
-    top_up(0, S#s{exhausted = true});
+    top_up(0, 0, S#s{exhausted = true});
 passive(S) ->
     loop(S#s{exhausted = true}).
 
-%% Grant again, up to the grant, which an adaptive one first adjusts: a
-%% client that kept more chunks coming than the grant allowed (the
-%% transport ran out) while reading its replies (nothing queued on the
-%% output) gets twice as much, up to the maximum, so the transport does
-%% not keep running out (each time it does, the inet driver takes the
-%% socket out of the schedulers' poll set and a poll thread has to put it
-%% back); a client whose replies back up (it does not read them) is back
-%% to the minimum, which bounds what it can make this process hold. An
-%% integer grant adds to what the transport has left.
-top_up(Left, S = #s{t = T, ts = TS, grant = G, grant_min = Min, grant_max = Max}) ->
+%% Grant again, up to the grant, which an adaptive one first adjusts. It
+%% doubles, up to the maximum, for a client that reads its replies
+%% (nothing backed up on the output) and either keeps more chunks coming
+%% than the grant allows (the transport ran out: each time it does, the
+%% inet driver takes the socket out of the schedulers' poll set and a poll
+%% thread has to put it back) or sends small reads (Size bytes, the last
+%% one: a lock-step client, whose top-ups then come every many round
+%% trips; small reads cannot fill memory). A client whose replies back up
+%% (it does not read them) is back to the minimum, which bounds what it can
+%% make this process hold. An integer grant adds to what the transport has
+%% left.
+top_up(Left, Size, S = #s{t = T, ts = TS, grant = G, grant_min = Min, grant_max = Max}) ->
     G2 = case Min =:= Max of
              true -> G;
              false ->
                  case T:output_queued(TS) of
                      true -> Min;
-                     false when S#s.exhausted -> min(2 * G, Max);
+                     false when S#s.exhausted; Size < S#s.small_read -> min(2 * G, Max);
                      false -> G
                  end
          end,

@@ -16,6 +16,8 @@
             credit = 0 :: non_neg_integer(),
             %% the transport ran out of grant since the last top-up
             exhausted = false :: boolean(),
+            %% a read this much smaller than a full buffer is a small one
+            small_read = 0 :: non_neg_integer(),
             stats :: sluice_stats:stats(),
             %% unset in a template (sluice_conn:template/1)
             parent :: pid() | undefined,

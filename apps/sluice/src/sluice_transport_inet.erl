@@ -10,7 +10,9 @@
 %% read rather than per packet. The driver allocates it when a socket is
 %% armed and holds it until data comes, so arming an idle connection would
 %% pin a whole buffer: activate/2 arms with a small one when the socket
-%% looks quiet (see arm/3). docs/backends.md has the measurements.
+%% looks quiet (see arm/4). Only arming a socket whose grant has run out
+%% (or a first one) allocates: a top-up that adds to a grant still running
+%% does not, and is a single call. docs/backends.md has the measurements.
 %% @private
 -module(sluice_transport_inet).
 -behaviour(sluice_transport).
@@ -42,7 +44,11 @@
                buffer :: pos_integer(),
                %% whether the last read filled the buffer: more is waiting,
                %% and arming need not guard against holding a whole buffer
-               busy = false :: boolean()}).
+               busy = false :: boolean(),
+               %% whether the driver has grant left as far as this state
+               %% has seen (no `tcp_passive' since the last arming): adding
+               %% to a running grant allocates nothing
+               armed = false :: boolean()}).
 
 %%% Listening
 
@@ -168,11 +174,15 @@ activate(T = #inet{sock = Sock}, false) ->
 activate(T = #inet{sock = Sock}, once) ->
     %% Re-armed after every chunk: one port call, whatever the buffer.
     ok_or_error(inet:setopts(Sock, [{active, once}]), T);
+activate(T = #inet{armed = true, sock = Sock}, N) when is_integer(N) ->
+    %% A top-up of a grant still running: the driver allocates no buffer.
+    ok_or_error(inet:setopts(Sock, [{active, N}]), T);
 activate(T = #inet{busy = true, sock = Sock}, Mode) ->
     %% The next read finds data: nothing is held for long.
-    ok_or_error(inet:setopts(Sock, [{active, Mode}]), T);
+    ok_or_error(inet:setopts(Sock, [{active, Mode}]), T#inet{armed = is_integer(Mode)});
 activate(T = #inet{sock = Sock, buffer = Buffer}, Mode) ->
-    ok_or_error(arm(Sock, Mode, min(Buffer, ?ARM_BUFFER), Buffer), T).
+    ok_or_error(arm(Sock, Mode, min(Buffer, ?ARM_BUFFER), Buffer),
+                T#inet{armed = is_integer(Mode)}).
 
 %% Set the active mode with the read buffer at Small for the arming (the
 %% driver allocates it then), and put the real size back for later reads:
@@ -198,7 +208,7 @@ classify({tcp, Sock, Data}, T = #inet{sock = Sock, buffer = B, busy = Busy}) ->
 classify({inet_reply, Sock, ok}, T = #inet{sock = Sock}) ->
     {ignore, T};
 classify({tcp_passive, Sock}, T = #inet{sock = Sock}) ->
-    {passive, T};
+    {passive, T#inet{armed = false}};
 classify({inet_async, Sock, _Ref, {ok, Data}}, T = #inet{sock = Sock}) ->
     {data, Data, T};
 classify({tcp_closed, Sock}, T = #inet{sock = Sock}) ->
@@ -233,7 +243,7 @@ await(T = #inet{sock = Sock}, Timeout) ->
 %% read of mode `false' cannot be cancelled; its answer comes later.)
 -spec pause(#inet{}) -> {ok, #inet{}} | {error, term()}.
 pause(T = #inet{sock = Sock}) ->
-    ok_or_error(inet:setopts(Sock, [{active, false}]), T).
+    ok_or_error(inet:setopts(Sock, [{active, false}]), T#inet{armed = false}).
 
 -spec send(#inet{}, iodata()) -> ok | {error, term()}.
 send(#inet{sock = Sock}, Data) ->
@@ -303,4 +313,4 @@ handover(Sock, Pid) ->
 
 -spec unpark(#inet{}) -> #inet{}.
 unpark(T) ->
-    T#inet{busy = false}.
+    T#inet{busy = false, armed = false}.

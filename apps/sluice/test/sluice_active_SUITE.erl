@@ -16,7 +16,8 @@
          flood_echo_keeps_mailbox_bounded/1,
          flood_ack_keeps_mailbox_bounded/1,
          flood_without_flow_control_grows_mailbox/1,
-         adaptive_grant_stops_running_out_while_the_client_reads/1]).
+         adaptive_grant_stops_running_out_while_the_client_reads/1,
+         adaptive_grant_grows_for_a_lockstep_client/1]).
 
 -define(STREAM_BYTES, 2 * 1024 * 1024).
 %% Messages a connection may hold beyond its active count: tcp_passive and
@@ -39,7 +40,8 @@ groups() ->
     Modes = [{group, G} || G <- [active_false, active_once, active_1, active_100,
                                  active_adaptive]],
     [{inet, [], Modes ++ [{group, active_true_unbounded},
-                          adaptive_grant_stops_running_out_while_the_client_reads]},
+                          adaptive_grant_stops_running_out_while_the_client_reads,
+                          adaptive_grant_grows_for_a_lockstep_client]},
      {socket, [], Modes ++ [{group, active_true}]},
      {active_false, [], InOrder ++ Bounded},
      {active_once, [], InOrder ++ Bounded},
@@ -72,7 +74,8 @@ mode(active_adaptive) -> adaptive;
 mode(active_true) -> true;
 mode(active_true_unbounded) -> true.
 
-init_per_testcase(adaptive_grant_stops_running_out_while_the_client_reads = Case, Config) ->
+init_per_testcase(Case, Config) when Case =:= adaptive_grant_stops_running_out_while_the_client_reads;
+                                    Case =:= adaptive_grant_grows_for_a_lockstep_client ->
     [{name, {?MODULE, Case}} | Config];
 init_per_testcase(Case, Config) ->
     Seed = sluice_test_lib:seed_rand(),
@@ -95,7 +98,8 @@ init_per_testcase(Case, Config) ->
                                            socket_opts => SocketOpts}),
     [{name, Name}, {port, sluice_test_lib:port(Name)} | Config].
 
-end_per_testcase(adaptive_grant_stops_running_out_while_the_client_reads, Config) ->
+end_per_testcase(Case, Config) when Case =:= adaptive_grant_stops_running_out_while_the_client_reads;
+                                   Case =:= adaptive_grant_grows_for_a_lockstep_client ->
     [sluice_test_lib:stop_listener({?config(name, Config), M}) || M <- [10, adaptive]],
     ok;
 end_per_testcase(_Case, Config) ->
@@ -117,6 +121,44 @@ adaptive_grant_stops_running_out_while_the_client_reads(Config) ->
     [{10, {_, Fixed}}, {adaptive, {_, Adaptive}}] = Counts,
     ?assert(Fixed >= 4, Counts),
     ?assert(Adaptive =< 1, Counts).
+
+%% A lock-step client (one frame, wait for its ack, repeat) never makes the
+%% transport run out, but each top-up of the grant is a call into the
+%% driver on the round trip's path. Its reads are small, so the adaptive
+%% grant grows for it and tops up far less often than a fixed 10 (every
+%% 5 round trips). Counted: the connection's calls to inet:setopts/2 over
+%% the same 400 round trips.
+adaptive_grant_grows_for_a_lockstep_client(Config) ->
+    Counts = [{Mode, setopts_calls(Config, Mode, 400)} || Mode <- [10, adaptive]],
+    ct:log("inet:setopts/2 calls over 400 lock-step round trips: ~p", [Counts]),
+    [{10, Fixed}, {adaptive, Adaptive}] = Counts,
+    ?assert(Fixed >= 60, Counts),
+    ?assert(Adaptive * 3 =< Fixed, Counts).
+
+setopts_calls(Config, Mode, RoundTrips) ->
+    Name = {?config(name, Config), Mode},
+    sluice_test_lib:start_listener(Name, #{active => Mode,
+                                           handler => {sluice_proto_ack, #{ack => each}}}),
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    ok = gen_tcp:send(S, sluice_test_lib:frame(<<"warmup00">>, <<>>)),
+    {ok, <<"warmup00">>} = gen_tcp:recv(S, 8, 2000),
+    [Conn] = sluice_test_lib:conn_pids(Name),
+    erlang:trace_pattern({inet, setopts, 2}, true, [global]),
+    1 = erlang:trace(Conn, true, [call]),
+    [begin
+         Id = <<I:64>>,
+         ok = gen_tcp:send(S, sluice_test_lib:frame(Id, <<"x">>)),
+         {ok, Id} = gen_tcp:recv(S, 8, 2000)
+     end || I <- lists:seq(1, RoundTrips)],
+    _ = (catch erlang:trace(Conn, false, [call])),
+    erlang:trace_pattern({inet, setopts, 2}, false, [global]),
+    ok = gen_tcp:close(S),
+    count_calls(Conn, 0).
+
+count_calls(Conn, N) ->
+    receive {trace, Conn, call, {inet, setopts, _}} -> count_calls(Conn, N + 1)
+    after 200 -> N
+    end.
 
 -define(FRAMES_PER_CHUNK, 15420).   % 17-byte frames in a 256 KiB read
 -define(WINDOW_CHUNKS, 24).
