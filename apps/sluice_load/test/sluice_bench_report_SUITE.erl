@@ -7,6 +7,7 @@
 
 -include_lib("stdlib/include/assert.hrl").
 
+-export([tls_cells_run_sluice_and_c_with_the_same_certificate/1]).
 -export([all/0]).
 -export([plan_shares_each_c_run_between_two_cells/1,
          cells_pair_each_run_with_its_c_run/1,
@@ -20,7 +21,8 @@
 all() ->
     [plan_shares_each_c_run_between_two_cells, cells_pair_each_run_with_its_c_run,
      spread_warning_for_wide_cells_only, targets_are_per_round_ratios, text_table_is_aligned,
-     json_report_decodes, html_has_what_it_claims, storm_cells_need_an_engine_with_storm].
+     json_report_decodes, html_has_what_it_claims, storm_cells_need_an_engine_with_storm,
+     tls_cells_run_sluice_and_c_with_the_same_certificate].
 
 
 %% Three rounds, in the order plan/2 gives (C runs shared by two cells):
@@ -275,3 +277,38 @@ storm_cells_need_an_engine_with_storm(_) ->
                  sluice_bench_matrix:scenario(storm)),
     ?assert(lists:member({storm, handwritten}, sluice_bench_matrix:default())),
     ?assertEqual(ok, sluice_bench_matrix:check_cell(storm, 'gen_tcp-socket')).
+
+%% The TLS cells: sluice and the C reference both serve TLS with the same
+%% certificate from `make certs'' directory and the engine speaks TLS;
+%% the peers and the seed (no TLS) are refused with a reason; each TLS
+%% cell has its target.
+tls_cells_run_sluice_and_c_with_the_same_certificate(_) ->
+    Paths = #{root => "/r", priv => "/r/priv", erl => "erl", seed_ebin => "/e"},
+    Cert = fun(Sc, Sv) ->
+                   {_, Args} = sluice_bench_matrix:server_command(Sv, Sc, each, Paths),
+                   ?assert(lists:member("--tls", Args), {Sc, Sv, Args}),
+                   [F || {"--certfile", F} <- lists:zip(lists:droplast(Args), tl(Args))]
+           end,
+    ?assertEqual(["/r/_build/certs/server.pem"], Cert('tls-lockstep', sluice)),
+    ?assertEqual(Cert('tls-lockstep', sluice), Cert('tls-lockstep', c)),
+    ?assertEqual(["/r/_build/certs/server-rsa.pem"], Cert('tls-handshakes', c)),
+    ?assertEqual(Cert('tls-handshakes', c), Cert('tls-handshakes', sluice)),
+    {_, Plain} = sluice_bench_matrix:server_command(c, lockstep, each, Paths),
+    ?assertNot(lists:member("--tls", Plain)),
+    [?assert(lists:member("--tls", sluice_bench_matrix:engine_args(
+                                     Sc, sluice_bench_matrix:ack(Sc, sluice),
+                                     #{port => 1, json => "x", warmup => 1, duration => 1})))
+     || Sc <- ['tls-lockstep', 'tls-pipeline', 'tls-handshakes']],
+    ?assertMatch({error, "handwritten speaks no TLS" ++ _},
+                 sluice_bench_matrix:check_cell('tls-pipeline', handwritten)),
+    ?assertMatch({error, _}, sluice_bench_matrix:check_cell('tls-lockstep', seed)),
+    ?assertEqual(ok, sluice_bench_matrix:check_cell('tls-lockstep', 'sluice-active-once')),
+    Default = sluice_bench_matrix:default(),
+    [?assert(lists:member({Sc, sluice}, Default)) || Sc <- ['tls-lockstep', 'tls-pipeline',
+                                                            'tls-handshakes']],
+    Cells = [#{scenario => Sc, server => sluice, rounds => 1,
+               vs_c => #{median => 0.6, min => 0.6, max => 0.6}}
+             || Sc <- ['tls-lockstep', 'tls-pipeline', 'tls-handshakes']],
+    Judged = [{Sc, P} || #{scenario := Sc, pass := P} <- sluice_bench_targets:targets(Cells)],
+    ?assertEqual([{'tls-lockstep', false}, {'tls-pipeline', true}, {'tls-handshakes', true}],
+                 Judged).

@@ -26,7 +26,9 @@ bench(#{cells := Cells0, rounds := Rounds} = Config0) ->
         {error, _} = E -> E;
         {ok, Env0 = #{paths := Paths, engine_scenarios := EngineScenarios}} ->
             Env = Env0#{paths := Paths#{backend => maps:get(backend, Config0, inet)}},
-            {Cells, Notes} = sluice_bench_matrix:available(Cells0, EngineScenarios),
+            {Cells1, Notes1} = sluice_bench_matrix:available(Cells0, EngineScenarios),
+            {Cells, Notes2} = certs(Cells1, Paths),
+            Notes = Notes1 ++ Notes2,
             Config = Config0#{cells := Cells, notes => Notes},
             [io:format(standard_error, "sluice bench: ~s~n", [N]) || N <- Notes],
             Plan = plan(Cells, Rounds),
@@ -101,6 +103,23 @@ environment() ->
                    taskset => Taskset, clk_tck => sluice_procfs:clk_tck()}}
     end.
 
+%% The TLS cells need the throwaway certificates of `make certs': made
+%% here if missing (bench/certs.sh keeps valid ones), else those cells are
+%% left out with a note.
+certs(Cells, #{root := Root}) ->
+    case [C || {Sc, _} = C <- Cells, sluice_bench_matrix:tls(Sc) =/= none] of
+        [] -> {Cells, []};
+        Tls ->
+            Script = filename:join([Root, "bench", "certs.sh"]),
+            case sluice_cprog:output(Script, [sluice_bench_matrix:certs_dir(Root)]) of
+                {0, _} -> {Cells, []};
+                {Code, Out} ->
+                    {Cells -- Tls,
+                     [lists:flatten(io_lib:format("TLS cells skipped: bench/certs.sh exited ~p: ~ts",
+                                                  [Code, string:trim(Out)]))]}
+            end
+    end.
+
 %% The engine's --scenario choices, from its own option table.
 engine_scenarios(Engine) ->
     {_, Out} = sluice_cprog:output(Engine, ["--options-json"]),
@@ -130,6 +149,7 @@ estimate(Plan, #{warmup := W, duration := D}) ->
                    {connrate, c} -> 1.5;
                    {connrate, _} -> 2.8;
                    {storm, _} -> 3.0;
+                   {'tls-handshakes', _} -> 2.0;
                    {_, c} -> W + D + 0.05;
                    _ -> W + D + 0.25
                end || {_, Sc, Sv, _} <- Plan]).
@@ -175,6 +195,8 @@ progress(I, N, Rd, Rounds, #{scenario := Sc, server := Sv, wall_s := Wall} = R) 
               [W, I, N, Rd, Rounds, Sc, Sv, What, float(Wall)]).
 
 msg_word(connrate) -> "conn";
+msg_word(storm) -> "conn";
+msg_word('tls-handshakes') -> "conn";
 msg_word(_) -> "msg".
 
 %%% ------------------------------------------------------------------

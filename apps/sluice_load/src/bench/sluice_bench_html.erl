@@ -12,7 +12,7 @@
 
 %% The scenarios whose latency the page shows: one request in flight, and
 %% the connection scenarios (where the engine's latency is the connect's).
--define(LATENCY, [lockstep, conns200, connrate, storm]).
+-define(LATENCY, [lockstep, conns200, connrate, storm, 'tls-lockstep', 'tls-handshakes']).
 
 %% @doc The page for a result document (see sluice_bench:bench/1).
 -spec page(map()) -> iodata().
@@ -212,6 +212,7 @@ scenario_section(Sc, Cells) ->
 axis_title(flood) -> "echoed 6-byte messages per second (msg/s)";
 axis_title(storm) -> "connections back per second in the reconnect wave (conn/s)";
 axis_title(connrate) -> "connections established per second (conn/s)";
+axis_title('tls-handshakes') -> "full TLS handshakes per second (conn/s)";
 axis_title(_) -> "frames acked per second (msg/s)".
 
 machine(M) ->

@@ -22,12 +22,12 @@
 
 -export([scenarios/0, servers/0, peers/0, default/0, quick/0, check_cell/2,
          default_active/0, scenario/1, ack/2, server_command/4, engine_args/3,
-         describe_scenario/1, engine_scenario/1, available/2]).
+         describe_scenario/1, engine_scenario/1, available/2, tls/1, certs_dir/1]).
 
 -export_type([scenario/0, server/0, cell/0, paths/0]).
 
 -type scenario() :: lockstep | pipeline | 'pipeline-counted' | conns200 | flood | connrate
-                  | storm.
+                  | storm | 'tls-lockstep' | 'tls-pipeline' | 'tls-handshakes'.
 -type server() :: sluice | 'sluice-active-false' | 'sluice-active-once'
                 | 'sluice-active-10' | 'sluice-active-100' | 'sluice-active-1000'
                 | 'sluice-active-true' | 'sluice-socket' | 'sluice-poll2'
@@ -42,14 +42,21 @@
 -define(ACTIVE_MODES, ['sluice-active-false', 'sluice-active-once', 'sluice-active-10',
                        'sluice-active-100', 'sluice-active-1000', 'sluice-active-true']).
 
+%% TLS (issue 13): sluice's `transport => ssl' beside the C reference
+%% server with OpenSSL, both with the certificates of `make certs'. No
+%% peer or seed row: neither terminates TLS.
+-define(TLS_SCENARIOS, ['tls-lockstep', 'tls-pipeline', 'tls-handshakes']).
+
 -spec scenarios() -> [scenario()].
-scenarios() -> [lockstep, pipeline, 'pipeline-counted', conns200, flood, connrate, storm].
+scenarios() -> [lockstep, pipeline, 'pipeline-counted', conns200, flood, connrate, storm]
+               ++ ?TLS_SCENARIOS.
 
 %% The socket backend, and 2 poll threads with 2 poll sets (+IOt 2 +IOp 2)
 %% on each backend (issue 5, seed 003).
 -define(IO_VARIANTS, ['sluice-socket', 'sluice-poll2', 'sluice-socket-poll2']).
 
 -define(PEERS, [handwritten, 'gen_tcp-socket']).
+
 
 -spec servers() -> [server()].
 servers() -> [sluice | ?ACTIVE_MODES] ++ ?IO_VARIANTS ++ ?PEERS ++ [seed, c].
@@ -83,13 +90,15 @@ default() ->
            ++ [{conns200, S} || S <- Front]
            ++ [{flood, S} || S <- Front ++ ?ACTIVE_MODES]
            ++ [{connrate, sluice}, {connrate, 'sluice-socket'}]
-           ++ [{storm, S} || S <- [sluice | ?PEERS]]).
+           ++ [{storm, S} || S <- [sluice | ?PEERS]]
+           ++ [{Sc, sluice} || Sc <- ?TLS_SCENARIOS]).
 
 %% @doc The quick matrix (`make bench QUICK=1'): sluice's defaults on every
 %% scenario, the hand-written peer on lock-step, pipeline, conns200 and the
 %% flood (gen_tcp-socket and the storm's peers only in the full matrix, to
 %% stay under 2 minutes), on the flood two other active modes, and the
-%% socket backend on lock-step and pipeline.
+%% socket backend on lock-step and pipeline. The TLS cells only in the
+%% full matrix.
 -spec quick() -> [cell()].
 quick() ->
     dedupe([{lockstep, sluice}, {lockstep, handwritten}, {lockstep, 'sluice-socket'},
@@ -138,15 +147,31 @@ active(_) -> none.
 %% @doc Whether a server can run a scenario (the peers speak every
 %% protocol; the seed only the ack protocol).
 -spec check_cell(scenario(), server()) -> ok | {error, string()}.
-check_cell(Sc, seed) ->
+check_cell(Sc, seed) when Sc =/= 'tls-lockstep', Sc =/= 'tls-pipeline',
+                          Sc =/= 'tls-handshakes' ->
     case maps:get(protocol, scenario(Sc)) of
         ack -> ok;
         P -> {error, lists:flatten(
                        io_lib:format("the seed server speaks only the ack protocol; "
                                      "scenario ~s needs ~s", [Sc, P]))}
     end;
-check_cell(_, _) ->
-    ok.
+check_cell(Sc, Sv) ->
+    case tls(Sc) =/= none andalso (Sv =:= seed orelse lists:member(Sv, ?PEERS)) of
+        true -> {error, lists:flatten(
+                          io_lib:format("~s speaks no TLS; scenario ~s needs it", [Sv, Sc]))};
+        false -> ok
+    end.
+
+%% @doc The certificate a TLS scenario's servers use (`none': no TLS).
+%% ECDSA P-256 for the traffic; RSA 2048 for the handshakes, as most web
+%% servers have (with ECDSA the engine's own half of each handshake bounds
+%% the rate, bench/README.md "TLS").
+-spec tls(scenario()) -> none | ecdsa | rsa.
+tls(Sc) -> maps:get(tls, scenario(Sc), none).
+
+%% @doc Where `make certs' (bench/certs.sh) writes the certificates.
+-spec certs_dir(file:filename()) -> file:filename().
+certs_dir(Root) -> filename:join([Root, "_build", "certs"]).
 
 %% @doc What a scenario runs. `figure', where present, is the path in the
 %% engine's JSON of the rate to report instead of its headline `rate'.
@@ -190,6 +215,20 @@ scenario(storm) ->
       figure => [<<"storm">>, <<"reopen">>, <<"rate_per_s">>],
       engine => ["--scenario", "storm", "--conns", "5000",
                  "--source-ips", "127.0.0.10-127.0.0.25", "--threads", "1"]};
+scenario('tls-lockstep') ->
+    with_tls(scenario(lockstep), ecdsa);
+scenario('tls-pipeline') ->
+    with_tls(scenario(pipeline), ecdsa);
+scenario('tls-handshakes') ->
+    %% Full handshakes (the engine offers no session to resume), each
+    %% connection established when Ping got Pong over TLS; 1,000 of them
+    %% from addresses of their own (TIME_WAIT, as for storm).
+    #{protocol => ping, server_core => "0", engine_core => "1", tls => rsa,
+      cpu_window => whole_run, unit => <<"conn/s">>,
+      warmup => 0, duration => 0,
+      engine => ["--scenario", "connect", "--conns", "1000",
+                 "--source-ips", "127.0.0.30-127.0.0.33", "--probe", "ping",
+                 "--rate", "0", "--threads", "1", "--tls"]};
 scenario(connrate) ->
     %% 15,000 connects over 8 source addresses (the ephemeral ports of one
     %% address would last only ~2 runs in TIME_WAIT); the connections are
@@ -200,6 +239,9 @@ scenario(connrate) ->
       engine => ["--scenario", "connect", "--conns", "15000",
                  "--source-ips", "127.0.0.2-127.0.0.9", "--probe", "ping",
                  "--rate", "0", "--threads", "1"]}.
+
+with_tls(S = #{engine := E}, Cert) ->
+    S#{tls => Cert, engine => E ++ ["--tls"]}.
 
 %% @doc One line saying what a scenario measures, for the reports.
 -spec describe_scenario(scenario()) -> binary().
@@ -218,6 +260,14 @@ describe_scenario(flood) ->
 describe_scenario(storm) ->
     <<"5,000 connections open, held 0.5 s, closed by the client, then all reopened at once; "
       "rate = wave 2's connections back (Ping answered) per second; "
+      "server core 0, engine core 1">>;
+describe_scenario('tls-lockstep') ->
+    <<"as lockstep, over TLS (1.3, ECDSA P-256 certificate)">>;
+describe_scenario('tls-pipeline') ->
+    <<"as pipeline, over TLS (1.3, ECDSA P-256 certificate)">>;
+describe_scenario('tls-handshakes') ->
+    <<"1,000 TLS connects from 127.0.0.30-33, each a full handshake (1.3, RSA 2048 "
+      "certificate) established when Ping got Pong; rate = handshakes/s; "
       "server core 0, engine core 1">>;
 describe_scenario(connrate) ->
     <<"15,000 connects from 127.0.0.2-9, each established when Ping got Pong; "
@@ -239,9 +289,10 @@ ack(Sc, Sv) ->
 %% `taskset -c Core' in front.
 -spec server_command(server(), scenario(), each | last | counted | none, paths()) ->
           {file:filename(), [string()]}.
-server_command(c, Sc, Ack, #{priv := Priv}) ->
+server_command(c, Sc, Ack, #{priv := Priv} = Paths) ->
     {filename:join(Priv, "sluice-ref"),
-     ["--threads", "1", "--ip", "127.0.0.1", "--port", "0" | proto_args(Sc, Ack)]};
+     ["--threads", "1", "--ip", "127.0.0.1", "--port", "0" | proto_args(Sc, Ack)]
+     ++ tls_args(Sc, Paths)};
 server_command(seed, _Sc, _Ack, Paths) ->
     own_vm("sluice_bench_seed_server", ["0"], Paths);
 server_command(Peer, Sc, Ack, Paths) when Peer =:= handwritten; Peer =:= 'gen_tcp-socket' ->
@@ -255,7 +306,19 @@ server_command(Sv, Sc, Ack, #{root := Root} = Paths) ->
              end,
     {filename:join([Root, "bin", "sluice"]),
      ["serve", "--ip", "127.0.0.1", "--port", "0" | proto_args(Sc, Ack)] ++ Active
-     ++ io_args(Sv, maps:get(backend, Paths, inet))}.
+     ++ io_args(Sv, maps:get(backend, Paths, inet)) ++ tls_args(Sc, Paths)}.
+
+%% The same options for bin/sluice serve and sluice-ref.
+tls_args(Sc, #{root := Root}) ->
+    case tls(Sc) of
+        none -> [];
+        Cert ->
+            Base = filename:join(certs_dir(Root), case Cert of
+                                                     ecdsa -> "server";
+                                                     rsa -> "server-rsa"
+                                                 end),
+            ["--tls", "--certfile", Base ++ ".pem", "--keyfile", Base ++ ".key"]
+    end.
 
 %% A server module in a VM of its own, with the same VM and the same
 %% extra flags as bin/sluice serve gets.

@@ -25,7 +25,10 @@ targets(Cells) ->
     Ratio = [{<<"pipelined, one connection: sluice/C">>, pipeline, 0.95},
              {<<"lock-step on one core: sluice/C">>, lockstep, 0.95},
              {<<"200 connections: sluice/C">>, conns200, 0.85},
-             {<<"connection rate: sluice/C">>, connrate, 0.5}],
+             {<<"connection rate: sluice/C">>, connrate, 0.5},
+             {<<"TLS lock-step: sluice/C+OpenSSL">>, 'tls-lockstep', 0.8},
+             {<<"TLS pipelined: sluice/C+OpenSSL">>, 'tls-pipeline', 0.5},
+             {<<"TLS handshakes: sluice/C+OpenSSL">>, 'tls-handshakes', 0.5}],
     [ratio_target(Name, Sc, Min, C) || {Name, Sc, Min} <- Ratio,
                                        C <- [find(Sc, sluice, Cells)], C =/= none]
         ++ flood_target(Cells)
@@ -134,6 +137,16 @@ meaning(conns200) ->
 meaning(connrate) ->
     <<"How fast new connections are accepted and answered (clients reconnecting after a "
       "deploy): at 0.5 a burst of reconnects takes at most twice as long as with C.">>;
+meaning('tls-lockstep') ->
+    <<"Request-response over TLS: round trips per second relative to a C server with OpenSSL "
+      "on the same core. OTP's ssl passes every record through its own processes, so any "
+      "Erlang server pays the same (docs/backends.md, \"TLS\").">>;
+meaning('tls-pipeline') ->
+    <<"Pipelined frames over TLS on one connection, relative to C with OpenSSL: the share of "
+      "the decryption and framing throughput an Erlang server on OTP's ssl gets.">>;
+meaning('tls-handshakes') ->
+    <<"Full TLS handshakes per second (clients reconnecting without resumption), relative to "
+      "C with OpenSSL: at 0.5 a reconnect wave over TLS takes at most twice as long.">>;
 meaning(flood) ->
     <<"Clients that write without waiting for answers: sluice's default delivery mode costs "
       "no more server CPU per message than the best mode a user could pick by hand, so "

@@ -11,6 +11,7 @@
 %% line, stands for) until a signal; the exit code or an error.
 -spec run(map(), map()) -> sluice_cli:result().
 run(O, ListenerOpts) ->
+    ok = tune_ssl(ListenerOpts),
     {ok, _} = application:ensure_all_started(sluice),
     ok = sluice_signal:install(self()),
     %% A failed start (eaddrinuse, ...) is reported on one line; the
@@ -31,6 +32,22 @@ run(O, ListenerOpts) ->
                                                                                maps:get(port, O)),
                                                     describe_error(Reason)]))}
     end.
+
+%% This VM serves one listener: over TLS, let `ssl' arm its TCP socket for
+%% 10 reads at a time instead of 100 (`internal_active_n', documented for
+%% tuning), so that sluice's TLS transport can read whole buffers within
+%% the same bound on what a flooding client parks in `ssl''s mailbox
+%% (docs/backends.md, "TLS": about twice the pipelined throughput). The
+%% library leaves the setting to the application, being VM-wide; here the
+%% VM is ours. `-ssl internal_active_n N' in SLUICE_ERL_FLAGS wins.
+tune_ssl(#{transport := ssl}) ->
+    _ = application:load(ssl),
+    case application:get_env(ssl, internal_active_n) of
+        undefined -> application:set_env(ssl, internal_active_n, 10);
+        {ok, _} -> ok
+    end;
+tune_ssl(_) ->
+    ok.
 
 serve(O, IP, Port) ->
     io:format("listening on ~s~n", [sluice_opts:format_address(IP, Port)]),
