@@ -24,6 +24,7 @@
 %% the driver's answers to the sends in flight.
 -define(SLACK, 10).
 -define(FLOOD_MS, 1000).
+-define(FRAMES_PER_CHUNK, 15420).   % 17-byte frames in a 256 KiB read
 
 suite() -> [{timetrap, {seconds, 60}}].
 
@@ -42,7 +43,7 @@ groups() ->
     [{inet, [], Modes ++ [{group, active_true_unbounded},
                           adaptive_grant_stops_running_out_while_the_client_reads,
                           adaptive_grant_grows_for_a_lockstep_client]},
-     {socket, [], Modes ++ [{group, active_true}]},
+     {socket, [], Modes ++ [{group, active_true}, adaptive_grant_grows_for_a_lockstep_client]},
      {active_false, [], InOrder ++ Bounded},
      {active_once, [], InOrder ++ Bounded},
      {active_1, [], InOrder ++ Bounded},
@@ -124,18 +125,20 @@ adaptive_grant_stops_running_out_while_the_client_reads(Config) ->
 
 %% A lock-step client (one frame, wait for its ack, repeat) never makes the
 %% transport run out, but each top-up of the grant is a call into the
-%% driver on the round trip's path. Its reads are small, so the adaptive
+%% transport on the round trip's path. Its reads are small, so the adaptive
 %% grant grows for it and tops up far less often than a fixed 10 (every
-%% 5 round trips). Counted: the connection's calls to inet:setopts/2 over
-%% the same 400 round trips.
+%% 5 round trips). Counted: the connection's calls to the transport's
+%% activate/2 over the same 400 round trips, on both backends.
 adaptive_grant_grows_for_a_lockstep_client(Config) ->
-    Counts = [{Mode, setopts_calls(Config, Mode, 400)} || Mode <- [10, adaptive]],
-    ct:log("inet:setopts/2 calls over 400 lock-step round trips: ~p", [Counts]),
+    Counts = [{Mode, length(activations(Config, Mode, 400, <<>>))} || Mode <- [10, adaptive]],
+    ct:log("activate/2 calls over 400 lock-step round trips: ~p", [Counts]),
     [{10, Fixed}, {adaptive, Adaptive}] = Counts,
     ?assert(Fixed >= 60, Counts),
     ?assert(Adaptive * 3 =< Fixed, Counts).
 
-setopts_calls(Config, Mode, RoundTrips) ->
+%% The modes the connection asked of its transport (activate/2) over
+%% RoundTrips lock-step round trips, then Burst written at once.
+activations(Config, Mode, RoundTrips, Burst) ->
     Name = {?config(name, Config), Mode},
     sluice_test_lib:start_listener(Name, #{active => Mode,
                                            handler => {sluice_proto_ack, #{ack => each}}}),
@@ -143,24 +146,32 @@ setopts_calls(Config, Mode, RoundTrips) ->
     ok = gen_tcp:send(S, sluice_test_lib:frame(<<"warmup00">>, <<>>)),
     {ok, <<"warmup00">>} = gen_tcp:recv(S, 8, 2000),
     [Conn] = sluice_test_lib:conn_pids(Name),
-    erlang:trace_pattern({inet, setopts, 2}, true, [global]),
+    T = sluice_transport:module(sluice_test_lib:transport()),
+    erlang:trace_pattern({T, activate, 2}, true, [global]),
     1 = erlang:trace(Conn, true, [call]),
     [begin
          Id = <<I:64>>,
          ok = gen_tcp:send(S, sluice_test_lib:frame(Id, <<"x">>)),
          {ok, Id} = gen_tcp:recv(S, 8, 2000)
      end || I <- lists:seq(1, RoundTrips)],
+    case Burst of
+        <<>> -> ok;
+        _ ->
+            ok = gen_tcp:send(S, Burst),
+            {ok, _} = gen_tcp:recv(S, 8 * ?FRAMES_PER_CHUNK, 5000),
+            ok = gen_tcp:send(S, sluice_test_lib:frame(<<"after000">>, <<"x">>)),
+            {ok, <<"after000">>} = gen_tcp:recv(S, 8, 2000)
+    end,
     _ = (catch erlang:trace(Conn, false, [call])),
-    erlang:trace_pattern({inet, setopts, 2}, false, [global]),
+    erlang:trace_pattern({T, activate, 2}, false, [global]),
     ok = gen_tcp:close(S),
-    count_calls(Conn, 0).
+    modes(Conn, T, []).
 
-count_calls(Conn, N) ->
-    receive {trace, Conn, call, {inet, setopts, _}} -> count_calls(Conn, N + 1)
-    after 200 -> N
+modes(Conn, T, Acc) ->
+    receive {trace, Conn, call, {T, activate, [_, M]}} -> modes(Conn, T, [M | Acc])
+    after 200 -> lists:reverse(Acc)
     end.
 
--define(FRAMES_PER_CHUNK, 15420).   % 17-byte frames in a 256 KiB read
 -define(WINDOW_CHUNKS, 24).
 -define(CHUNKS, 400).
 
