@@ -54,7 +54,7 @@ template(L = #{name := Name, transport := T, stats := Stats,
     {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
     {Min, Max} = grant_bounds(Active, Buffer),
     {#s{t = T, handler = H, active = Active, stats = Stats, listener = Name,
-        grant = Min, grant_min = Min, grant_max = Max, small_read = Buffer div 4,
+        grant = Min, grant_min = Min, grant_max = Max, small_read = small_read(T, Buffer),
         has = maps:from_list([{F, erlang:function_exported(H, F, A)} || {F, A} <- ?OPTIONAL])},
      L}.
 
@@ -68,6 +68,14 @@ grant_bounds(adaptive, Buffer) ->
     {Min, max(Min, Bytes div max(1, Buffer))};
 grant_bounds(N, _Buffer) when is_integer(N) -> {N, N};
 grant_bounds(_Mode, _Buffer) -> {0, 0}.
+
+%% Below what size a chunk is a small read, for which an adaptive grant
+%% grows (top_up/3): a quarter of a read on the transports whose chunks
+%% are reads of up to `buffer'. Never on TLS: `ssl' delivers a record
+%% (16 KiB at most) at a time, so a flooding client's chunks would look
+%% small and its grant would grow past the mailbox bound.
+small_read(sluice_transport_ssl, _Buffer) -> 0;
+small_read(_T, Buffer) -> Buffer div 4.
 
 %% @doc Entry point, spawned (linked) by sluice_conns_sup, which hands the
 %% socket over and then sends `{sluice_go, Sock}' (if it dies first, the
