@@ -55,6 +55,7 @@ template(L = #{name := Name, transport := T, stats := Stats,
     {Min, Max} = grant_bounds(Active, Buffer),
     {#s{t = T, handler = H, active = Active, stats = Stats, listener = Name,
         grant = Min, grant_min = Min, grant_max = Max, small_read = small_read(T, Buffer),
+        single_read = single_read(Active, T),
         has = maps:from_list([{F, erlang:function_exported(H, F, A)} || {F, A} <- ?OPTIONAL])},
      L}.
 
@@ -76,6 +77,16 @@ grant_bounds(_Mode, _Buffer) -> {0, 0}.
 %% small and its grant would grow past the mailbox bound.
 small_read(sluice_transport_ssl, _Buffer) -> 0;
 small_read(_T, Buffer) -> Buffer div 4.
+
+%% `adaptive' grants a client whose reads are short one read at a time,
+%% where the transport says that is cheaper (next/2).
+single_read(adaptive, T) ->
+    {module, T} = code:ensure_loaded(T),
+    case erlang:function_exported(T, single_read_limit, 0) of
+        true -> T:single_read_limit();
+        false -> 0
+    end;
+single_read(_Active, _T) -> 0.
 
 %% @doc Entry point, spawned (linked) by sluice_conns_sup, which hands the
 %% socket over and then sends `{sluice_go, Sock}' (if it dies first, the
@@ -161,7 +172,7 @@ first_grant(#s{active = Mode, grant = G}) when is_integer(Mode); Mode =:= adapti
 first_grant(#s{active = Mode}) -> Mode.
 
 armed(S = #s{active = Mode, grant = G}) when is_integer(Mode); Mode =:= adaptive ->
-    S#s{credit = G};
+    S#s{credit = G, single = false};
 armed(S) -> S.
 
 frame(#{framing := none}) -> none;
@@ -304,6 +315,19 @@ drain(Deadline, S) ->
 %% After a chunk of Size bytes, `once' and `false' need a new grant to get
 %% the next one; `N' and `adaptive' top the grant up once half of it is
 %% used; `true' never.
+%%
+%% `adaptive' with a chunk shorter than the transport's single_read_limit
+%% (a client that waits for its answer, or sends little): the next read is
+%% granted alone, `once', which replaces what was left of a grant. On the
+%% inet driver re-arming a passive socket reads at once if the client's
+%% next request is there, so a lock-step round trip costs no poll (two
+%% system calls instead of five). A longer chunk puts a grant of chunks
+%% back (top_up/3): a client that sends more than one short read at a time
+%% is served by the running grant, which needs no call per read.
+next(Size, S = #s{active = adaptive, single_read = Limit}) when Size < Limit ->
+    rearm(once, S#s{single = true});
+next(Size, S = #s{active = adaptive, single = true}) ->
+    top_up(0, Size, S#s{single = false});
 next(Size, S = #s{active = Mode, credit = C, grant = G}) when is_integer(Mode); Mode =:= adaptive ->
     case C - 1 of
         Left when Left > G div 2 -> loop(S#s{credit = Left});
@@ -316,6 +340,9 @@ next(_Size, S = #s{active = Mode}) -> rearm(Mode, S).
 %% been handled by now, so the credit left is what a top-up granted after
 %% it went passive: it is active again with it. Only when none is left
 %% must it re-arm.
+passive(S = #s{single = true}) ->
+    %% The end of a grant that `once' has replaced since.
+    loop(S);
 passive(S = #s{active = Mode, credit = 0}) when is_integer(Mode); Mode =:= adaptive ->
     top_up(0, 0, S#s{exhausted = true});
 passive(S) ->

@@ -18,6 +18,11 @@
             exhausted = false :: boolean(),
             %% a read this much smaller than a full buffer is a small one
             small_read = 0 :: non_neg_integer(),
+            %% adaptive: reads shorter than this are granted one at a time
+            %% (0: never; sluice_transport:single_read_limit/0), and
+            %% whether the transport is armed that way now
+            single_read = 0 :: non_neg_integer(),
+            single = false :: boolean(),
             stats :: sluice_stats:stats(),
             %% unset in a template (sluice_conn:template/1)
             parent :: pid() | undefined,

@@ -24,7 +24,7 @@
          shutdown/2, close/1, info/1, socket/1]).
 -export([queued/1]).
 -export([handover/2, park/1, parked_event/1, unpark/1]).
--export([listen_options/1]).
+-export([listen_options/1, single_read_limit/0]).
 
 %% SOL_SOCKET / SO_REUSEPORT on Linux; OTP 25's gen_tcp has no option for it.
 -define(SOL_SOCKET, 1).
@@ -48,7 +48,10 @@
                %% whether the driver has grant left as far as this state
                %% has seen (no `tcp_passive' since the last arming): adding
                %% to a running grant allocates nothing
-               armed = false :: boolean()}).
+               armed = false :: boolean(),
+               %% the driver's read buffer setting now: `buffer', or the
+               %% small one while armed `once' for small reads
+               cur :: pos_integer()}).
 
 %%% Listening
 
@@ -153,10 +156,10 @@ handshake(Sock, #{socket_opts := SocketOpts}) ->
     {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
     case lists:keyfind(priority, 1, SocketOpts) of
         false ->
-            {ok, #inet{sock = Sock, buffer = Buffer}};
+            {ok, #inet{sock = Sock, buffer = Buffer, cur = Buffer}};
         Priority ->
             case inet:setopts(Sock, [Priority]) of
-                ok -> {ok, #inet{sock = Sock, buffer = Buffer}};
+                ok -> {ok, #inet{sock = Sock, buffer = Buffer, cur = Buffer}};
                 Error -> Error
             end
     end.
@@ -171,18 +174,46 @@ activate(T = #inet{sock = Sock}, false) ->
         {ok, _Ref} -> {ok, T};
         Error -> Error
     end;
-activate(T = #inet{sock = Sock}, once) ->
-    %% Re-armed after every chunk: one port call, whatever the buffer.
-    ok_or_error(inet:setopts(Sock, [{active, once}]), T);
+activate(T = #inet{sock = Sock, busy = Busy, buffer = Buffer, cur = Cur}, once) ->
+    %% Re-armed after every chunk, in one port call: with the small buffer
+    %% (what the driver allocates now and holds until data comes) unless
+    %% the last read filled the buffer it had. The driver keeps the
+    %% setting, so a socket that keeps reading small chunks changes it
+    %% only once. Arming a passive socket reads at once when data is
+    %% there: see single_read_limit/0.
+    Want = case Busy of
+               true -> Buffer;
+               false -> min(Buffer, ?ARM_BUFFER)
+           end,
+    Opts = case Want of
+               Cur -> [{active, once}];
+               _ -> [{buffer, Want}, {active, once}]
+           end,
+    ok_or_error(inet:setopts(Sock, Opts), T#inet{cur = Want, armed = false});
 activate(T = #inet{armed = true, sock = Sock}, N) when is_integer(N) ->
     %% A top-up of a grant still running: the driver allocates no buffer.
     ok_or_error(inet:setopts(Sock, [{active, N}]), T);
-activate(T = #inet{busy = true, sock = Sock}, Mode) ->
+activate(T = #inet{busy = true, sock = Sock, buffer = Buffer, cur = Cur}, Mode) ->
     %% The next read finds data: nothing is held for long.
-    ok_or_error(inet:setopts(Sock, [{active, Mode}]), T#inet{armed = is_integer(Mode)});
+    Opts = case Cur of
+               Buffer -> [{active, Mode}];
+               _ -> [{buffer, Buffer}, {active, Mode}]
+           end,
+    ok_or_error(inet:setopts(Sock, Opts), T#inet{armed = is_integer(Mode), cur = Buffer});
 activate(T = #inet{sock = Sock, buffer = Buffer}, Mode) ->
     ok_or_error(arm(Sock, Mode, min(Buffer, ?ARM_BUFFER), Buffer),
-                T#inet{armed = is_integer(Mode)}).
+                T#inet{armed = is_integer(Mode), cur = Buffer}).
+
+%% @doc Reads shorter than the small arming buffer are granted one at a
+%% time by the adaptive mode (sluice_transport:single_read_limit/0): a
+%% lock-step round trip then costs the VM two system calls (the read,
+%% found ready when the socket is re-armed, and the reply's write) instead
+%% of five (a running grant's read waits for the poll: epoll_wait and two
+%% timerfd_settime around the scheduler's sleep). bench/README.md,
+%% "Lock-step", has the measurements.
+-spec single_read_limit() -> pos_integer().
+single_read_limit() ->
+    ?ARM_BUFFER.
 
 %% Set the active mode with the read buffer at Small for the arming (the
 %% driver allocates it then), and put the real size back for later reads:
@@ -200,7 +231,7 @@ ok_or_error(ok, T) -> {ok, T};
 ok_or_error({error, _} = E, _T) -> E.
 
 -spec classify(term(), #inet{}) -> sluice_transport:classified().
-classify({tcp, Sock, Data}, T = #inet{sock = Sock, buffer = B, busy = Busy}) ->
+classify({tcp, Sock, Data}, T = #inet{sock = Sock, cur = B, busy = Busy}) ->
     case byte_size(Data) >= B of
         Busy -> {data, Data, T};
         Full -> {data, Data, T#inet{busy = Full}}
@@ -312,5 +343,6 @@ handover(Sock, Pid) ->
     end.
 
 -spec unpark(#inet{}) -> #inet{}.
-unpark(T) ->
-    T#inet{busy = false, armed = false}.
+unpark(T = #inet{buffer = Buffer}) ->
+    %% park/1 left the driver's buffer setting at `buffer'
+    T#inet{busy = false, armed = false, cur = Buffer}.
