@@ -3,8 +3,14 @@
 %%
 %% The limit is one atomic per listener: increment first, then compare, so
 %% that a burst of accepts on many acceptors can never admit more than the
-%% limit. A connection over the limit is accepted and closed at once (and
-%% counted as rejected) instead of being left in the kernel's backlog.
+%% limit. A connection over the limit waits up to `max_connections_wait'
+%% for a slot, this acceptor accepting nothing meanwhile (the kernel's
+%% backlog holds the next): in a reconnect storm the clients are back
+%% before their old connections have closed here, and without the wait the
+%% newcomers were closed while slots were freeing by the thousand. After
+%% that it is closed at once (and counted as rejected) instead of being
+%% left in the kernel's backlog, as is every newcomer while the listener
+%% stays full.
 %%
 %% Out of descriptors (emfile, enfile) a connection cannot even be accepted
 %% to be refused: it would wait in the backlog until the client gives up.
@@ -135,8 +141,9 @@ shed_waiting(T, LSock, Stats, N) ->
             ok
     end.
 
-admit(#{stats := Stats, transport := T, name := Name}, Sock, SupIndex) ->
-    case sluice_stats:admit(Stats) of
+admit(#{stats := Stats, transport := T, name := Name,
+        opts := #{max_connections_wait := Wait}}, Sock, SupIndex) ->
+    case sluice_stats:admit_within(Stats, Wait) of
         admitted -> start(Name, Stats, T, Sock, SupIndex);
         _ -> reject(Stats, T, Sock)
     end.

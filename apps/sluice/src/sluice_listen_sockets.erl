@@ -28,6 +28,12 @@ init(#{name := Name, transport := T, opts := Opts = #{num_listen_sockets := N}})
                 {ok, #{port := P}} when is_integer(P) -> P;
                 _ -> maps:get(port, Opts)
             end,
+    case probe(Port0, Opts) of
+        ok -> open(Name, T, Port0, N, Opts);
+        {error, Reason} -> {stop, Reason}
+    end.
+
+open(Name, T, Port0, N, Opts) ->
     case T:listen(Port0, Opts) of
         {ok, First} ->
             {ok, Port} = T:listen_port(First),
@@ -42,6 +48,24 @@ init(#{name := Name, transport := T, opts := Opts = #{num_listen_sockets := N}})
         {error, Reason} ->
             {stop, Reason}
     end.
+
+%% Several sockets of one listener share the port through SO_REUSEPORT,
+%% which would also let them join another process's (or listener's)
+%% sockets that have it: the clients would then be split between two
+%% servers without a word. A port named by the user is first bound once
+%% without it, which any listener already there makes fail with
+%% eaddrinuse, as a single socket would. (Unless the user asked for
+%% reuseport: then sharing is the point, as for bin/sluice serve --nodes.)
+probe(0, _Opts) ->
+    ok;
+probe(Port, #{own_port := true, num_listen_sockets := N, ip := IP}) when N > 1 ->
+    Family = case tuple_size(IP) of 4 -> inet; 8 -> inet6 end,
+    case gen_tcp:listen(Port, [Family, {ip, IP}, {reuseaddr, true}, {backlog, 1}]) of
+        {ok, S} -> gen_tcp:close(S);
+        {error, _} = Error -> Error
+    end;
+probe(_Port, _Opts) ->
+    ok.
 
 open_more(_T, _Port, 0, _Opts, Acc) ->
     {ok, lists:reverse(Acc)};

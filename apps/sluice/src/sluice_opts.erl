@@ -19,6 +19,7 @@
                   reuseport := boolean(),
                   backlog := pos_integer(),
                   max_connections := non_neg_integer() | infinity,
+                  max_connections_wait := non_neg_integer(),
                   active := false | once | true | pos_integer() | adaptive,
                   socket_opts := [gen_tcp:option()],
                   idle_timeout := timeout(),
@@ -70,11 +71,22 @@ defaults() ->
       port => 0,
       transport => inet,
       num_acceptors => 10,
-      num_listen_sockets => 1,
+      %% Two listen sockets on the port (SO_REUSEPORT, among this
+      %% listener's own sockets only: sluice_listen_sockets) hold two
+      %% accept queues of net.core.somaxconn each: in a reconnect storm of
+      %% 15,000 on this 2-core machine one queue of 4096 overflowed in two
+      %% runs of three (SYN drops, clients back a second or more later),
+      %% two in none or a few of 15,000 (docs/listener-options.md, "Accept
+      %% storms").
+      num_listen_sockets => 2,
       num_conns_sups => erlang:system_info(schedulers),
       reuseport => false,
       backlog => default_backlog(),
       max_connections => default_max_connections(),
+      %% A connection over the limit waits this long (ms) for a slot before
+      %% it is closed: in a reconnect storm the old connections are still
+      %% closing when their clients are back (sluice_acceptor).
+      max_connections_wait => 1000,
       %% A grant of reads that grows while the client reads its replies
       %% and stays small when it does not (sluice_conn: top_up/2;
       %% bench/README.md, "Defaults").
@@ -169,10 +181,19 @@ validate(_) ->
 
 normalize(Opts = #{socket_opts := SO}) when is_map(SO) ->
     normalize(Opts#{socket_opts := maps:to_list(SO)});
-normalize(Opts = #{socket_opts := SO, num_listen_sockets := N}) ->
+normalize(Opts = #{socket_opts := SO, num_listen_sockets := NL, num_acceptors := NA}) ->
     Defaults = [D || D = {K, _} <- ?SOCKET_DEFAULTS, not lists:keymember(K, 1, SO)],
+    Shared = maps:get(reuseport, Opts),
+    %% Every listen socket needs an acceptor of its own (the kernel hands
+    %% a connection to one socket of the port): no more sockets than
+    %% acceptors.
+    N = min(NL, NA),
+    %% `own_port': the port is this listener's alone (its sockets share it
+    %% only with each other), unless the user asked for reuseport.
     Opts#{socket_opts := SO ++ Defaults,
-          reuseport := N > 1 orelse maps:get(reuseport, Opts)}.
+          num_listen_sockets := N,
+          reuseport := N > 1 orelse Shared,
+          own_port => not Shared}.
 
 check(ip, IP) ->
     is_ip(IP) orelse bad(ip, IP);
@@ -196,6 +217,8 @@ check(max_connections, infinity) ->
     true;
 check(max_connections, N) ->
     (is_integer(N) andalso N >= 0) orelse bad(max_connections, N);
+check(max_connections_wait, N) ->
+    (is_integer(N) andalso N >= 0 andalso N =< 3600000) orelse bad(max_connections_wait, N);
 check(active, A) ->
     A =:= false orelse A =:= once orelse A =:= true orelse A =:= adaptive
         orelse (is_integer(A) andalso A > 0 andalso A =< 32767)
@@ -312,6 +335,7 @@ expected(transport) -> "inet (gen_tcp, the inet driver), socket (OTP's socket NI
                          "(TLS) or a module implementing the sluice_transport behaviour";
 expected(reuseport) -> "a boolean";
 expected(max_connections) -> "a non-negative integer or infinity";
+expected(max_connections_wait) -> "an integer 0..3600000 (ms; 0: close at once)";
 expected(active) -> "adaptive, false, once, true or an integer 1..32767";
 expected(socket_opts) -> "a list of {Key, Value} with Key one of " ++
                              lists:flatten(io_lib:format("~w", [?SOCKET_OPTS]));

@@ -21,7 +21,7 @@
 %% connections
 -export([received/2, sent/2, ended/2, crashed/1]).
 %% admission (acceptors)
--export([admit/1, release/1, rejected/1, shedding/1, set_shedding/2,
+-export([admit/1, admit_within/2, release/1, rejected/1, shedding/1, set_shedding/2,
          set_max_connections/2, log_due/4]).
 %% connection supervisors
 -export([sup_claim/2, sup_unclaim/3, sup_reset/2, sup_gone/2, parked/3, parked_reset/2]).
@@ -66,7 +66,10 @@
 %% last line was written, and how many were not written since.
 -define(LAST_LOG(Kind), case Kind of accept -> 4; refused -> 6 end).
 -define(SUPPRESSED(Kind), (?LAST_LOG(Kind) + 1)).
--define(FIXED_ATOMICS, 7).
+%% monotonic ms since when the listener has admitted nothing over its
+%% limit (0: it is not full)
+-define(FULL_SINCE, 8).
+-define(FIXED_ATOMICS, 8).
 -define(COUNT_BITS, 32).
 -define(COUNT_MASK, ((1 bsl ?COUNT_BITS) - 1)).
 %% atomics are signed 64-bit; `infinity' is stored as the largest.
@@ -152,6 +155,42 @@ admit(#stats{a = A, c = C}) ->
             end;
         _ ->
             shedding
+    end.
+
+%% @doc admit/1, and over the limit, retry every millisecond for up to
+%% Wait ms counted from when the listener became full: in a reconnect
+%% storm the clients are back before their old connections have closed on
+%% this side, and a slot frees within moments. A listener that has stayed
+%% full for longer than Wait closes newcomers at once again (so a
+%% sustained overload costs no waiting acceptors); any admission ends it.
+-spec admit_within(stats(), non_neg_integer()) -> admitted | over_limit | shedding.
+admit_within(St = #stats{a = A}, Wait) ->
+    case admit(St) of
+        admitted ->
+            _ = atomics:get(A, ?FULL_SINCE) =:= 0 orelse atomics:put(A, ?FULL_SINCE, 0),
+            admitted;
+        over_limit when Wait > 0 ->
+            Now = erlang:monotonic_time(millisecond),
+            Since = case atomics:compare_exchange(A, ?FULL_SINCE, 0, Now) of
+                        ok -> Now;
+                        Earlier -> Earlier
+                    end,
+            retry_admit(St, Since + Wait);
+        Other ->
+            Other
+    end.
+
+retry_admit(St = #stats{a = A}, Deadline) ->
+    case erlang:monotonic_time(millisecond) >= Deadline of
+        true ->
+            over_limit;
+        false ->
+            receive after 1 -> ok end,
+            case admit(St) of
+                admitted -> atomics:put(A, ?FULL_SINCE, 0), admitted;
+                over_limit -> retry_admit(St, Deadline);
+                shedding -> shedding
+            end
     end.
 
 %% @doc Give back an admitted connection that never reached a connection

@@ -13,6 +13,9 @@
          init_per_group/2, end_per_group/2,
          init_per_testcase/2, end_per_testcase/2]).
 -export([burst_admits_exactly_max_connections/1,
+         over_limit_connection_waits_for_a_slot/1,
+         listener_full_for_longer_than_the_wait_closes_newcomers_at_once/1,
+         named_port_shared_by_another_socket_is_refused/1,
          set_max_connections_at_run_time/1,
          stalled_reader_is_held_back/1,
          killed_connections_give_their_slots_back/1,
@@ -31,6 +34,9 @@ all() -> [{group, inet}, {group, socket}].
 
 groups() ->
     [{limits, [], [burst_admits_exactly_max_connections, set_max_connections_at_run_time,
+                   over_limit_connection_waits_for_a_slot,
+                   listener_full_for_longer_than_the_wait_closes_newcomers_at_once,
+                   named_port_shared_by_another_socket_is_refused,
                    stalled_reader_is_held_back]},
      {kills, [], [killed_connections_give_their_slots_back,
                   killed_conns_sup_is_restarted_and_count_stays_right,
@@ -153,6 +159,90 @@ burst_admits_exactly_max_connections(Config) ->
     close_all(Admitted),
     wait_info(Name, connections, 0, 5000),
     ?assertMatch(#{closed := 100}, sluice:info(Name)).
+
+%% A reconnect storm's clients are back before their old connections have
+%% closed on the server. A connection over the limit therefore waits up to
+%% max_connections_wait for a slot (its acceptor accepts nothing
+%% meanwhile) instead of being closed at once: here the third client of a
+%% listener limited to two is answered once one of the first two leaves,
+%% 300 ms later, and nothing is rejected. With max_connections_wait 0 the
+%% same third client is closed at once, as before the option existed.
+over_limit_connection_waits_for_a_slot(Config) ->
+    Name = ?config(name, Config),
+    Port = ping_listener(Name, #{max_connections => 2, max_connections_wait => 3000}),
+    [A, B] = admitted(ping_results(Port, 2)),
+    Self = self(),
+    Leaver = spawn_link(fun() -> receive go -> timer:sleep(300), gen_tcp:close(A), Self ! left end end),
+    ok = gen_tcp:controlling_process(A, Leaver),
+    Leaver ! go,
+    T0 = erlang:monotonic_time(millisecond),
+    [Third] = ping_results(Port, 1),
+    Waited = erlang:monotonic_time(millisecond) - T0,
+    receive left -> ok end,
+    ct:log("third client: ~p after ~b ms; info ~p", [Third, Waited, sluice:info(Name)]),
+    ?assertMatch({admitted, _}, Third),
+    ?assert(Waited >= 250, Waited),
+    ?assertMatch(#{accepted := 3, rejected := 0, connections := 2}, sluice:info(Name)),
+    close_all([B, element(2, Third)]),
+    ok = sluice:stop_listener(Name),
+    Name0 = {Name, no_wait},
+    Port0 = ping_listener(Name0, #{max_connections => 2, max_connections_wait => 0}),
+    Two = admitted(ping_results(Port0, 2)),
+    T1 = erlang:monotonic_time(millisecond),
+    ?assertMatch([{rejected, _}], ping_results(Port0, 1)),
+    ?assert(erlang:monotonic_time(millisecond) - T1 < 250),
+    close_all(Two),
+    ok = sluice:stop_listener(Name0).
+
+%% A listener that stays full does not keep newcomers waiting one after
+%% another: once it has been full for longer than max_connections_wait,
+%% every connection over the limit is closed at once, until one is
+%% admitted again.
+listener_full_for_longer_than_the_wait_closes_newcomers_at_once(Config) ->
+    Name = ?config(name, Config),
+    Port = ping_listener(Name, #{max_connections => 1, max_connections_wait => 400}),
+    [A] = admitted(ping_results(Port, 1)),
+    T0 = erlang:monotonic_time(millisecond),
+    %% the first over the limit waits for the whole 400 ms
+    ?assertMatch([{rejected, _}], ping_results(Port, 1)),
+    First = erlang:monotonic_time(millisecond) - T0,
+    T1 = erlang:monotonic_time(millisecond),
+    Later = ping_results(Port, 5),
+    Rest = erlang:monotonic_time(millisecond) - T1,
+    ct:log("first rejected after ~b ms, five more in ~b ms: ~p", [First, Rest, Later]),
+    ?assert(First >= 350, First),
+    ?assertEqual(5, length(rejected(Later))),
+    ?assert(Rest < 350, Rest),
+    %% a slot frees: the next is admitted, and the wait starts anew after it
+    ok = gen_tcp:close(A),
+    wait_info(Name, connections, 0, 5000),
+    [{admitted, B}] = ping_results(Port, 1),
+    T2 = erlang:monotonic_time(millisecond),
+    ?assertMatch([{rejected, _}], ping_results(Port, 1)),
+    ?assert(erlang:monotonic_time(millisecond) - T2 >= 350),
+    close_all([B]).
+
+%% A listener's listen sockets share their port with each other
+%% (SO_REUSEPORT, two by default), never with a socket of someone else that
+%% has the option too: a named port already bound that way is refused with
+%% eaddrinuse, as one socket would be. A listener that asks for reuseport
+%% itself shares it.
+named_port_shared_by_another_socket_is_refused(Config) ->
+    Name = ?config(name, Config),
+    ReusePort = {raw, 1, 15, <<1:32/native>>},
+    {ok, Other} = gen_tcp:listen(0, [{ip, {127, 0, 0, 1}}, ReusePort]),
+    {ok, Port} = inet:port(Other),
+    ?assertMatch(#{num_listen_sockets := 2}, sluice_opts:defaults()),
+    ?assertEqual({error, eaddrinuse},
+                 sluice:start_listener(Name, #{ip => {127, 0, 0, 1}, port => Port,
+                                               handler => {sluice_proto_ping, []},
+                                               transport => sluice_test_lib:transport()})),
+    {ok, _} = sluice:start_listener(Name, #{ip => {127, 0, 0, 1}, port => Port,
+                                            reuseport => true,
+                                            handler => {sluice_proto_ping, []},
+                                            transport => sluice_test_lib:transport()}),
+    ok = sluice:stop_listener(Name),
+    ok = gen_tcp:close(Other).
 
 %% set_max_connections/2 takes effect for the next connection: raising the
 %% limit admits more; lowering it below the current count closes nothing

@@ -32,6 +32,10 @@ specs() ->
         "connection limit for the listener"))
          #{shown => integer_to_list(maps:get(max_connections, D))
                     ++ ", the VM's descriptor limit less a reserve"},
+     (O(max_connections_wait, {integer, 0, 3600000}, maps:get(max_connections_wait, D),
+        "how long a connection over the limit waits for a slot before it is closed "
+        "(a reconnect storm's clients are back before their old connections have closed)"))
+         #{meta => "MS"},
      O(idle_timeout, timeout, maps:get(idle_timeout, D),
        "close a connection that receives nothing for this long"),
      O(backlog, {integer, 1, 65535}, maps:get(backlog, D), "listen backlog"),
@@ -120,6 +124,7 @@ listener_opts(O) ->
       active => maps:get(active, O), num_acceptors => maps:get(acceptors, O),
       num_listen_sockets => maps:get(listen_sockets, O),
       max_connections => maps:get(max_connections, O),
+      max_connections_wait => maps:get(max_connections_wait, O),
       idle_timeout => maps:get(idle_timeout, O), backlog => maps:get(backlog, O),
       hibernate_after => maps:get(hibernate_after, O),
       park_after => maps:get(park_after, O),
