@@ -238,6 +238,7 @@ finish(#{cells := Cells} = Config, #{paths := #{root := Root}}, {Status, Runs}, 
             failed_runs => Failed, elapsed_s => round(Elapsed)},
     Table = sluice_bench_report:table(Summaries),
     io:put_chars([Table, "\n", sluice_bench_report:legend(), "\n",
+                  sluice_bench_storm:text(Runs),
                   sluice_bench_targets:text(Targets, Warnings),
                   [["note: ", N, "\n"] || N <- maps:get(notes, Config, [])]]),
     case write_files(maps:get(out, Config), Doc) of

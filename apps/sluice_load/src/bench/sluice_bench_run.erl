@@ -196,6 +196,7 @@ figures(#{clk_tck := Hz}, S, R, Samples, Base) ->
           server_ns_per_msg => NsPerMsg,
           cpu_window => maps:get(cpu_window, S),
           cpu_samples => length(Samples)}
+        #{storm => sluice_bench_storm:figures(R)}
         #{error => if Ok -> null;
                       not is_number(Rate) ->
                           iolist_to_binary(io_lib:format("engine's JSON has no ~s",

@@ -1,0 +1,55 @@
+%% @doc The reconnect storm's own figures in a benchmark (issue 15): what a
+%% rate alone does not say. For each storm run, wave 2 (every client back
+%% at once): the time until all were back, connect latency p50, p99 and
+%% max (a SYN dropped by a full accept queue shows as a second or more),
+%% the kernel's ListenOverflows during the wave, and failures by reason.
+-module(sluice_bench_storm).
+
+-export([figures/1, text/1]).
+
+%% @doc The storm figures of one run from the engine's JSON (`none' for
+%% other scenarios, or a JSON without them).
+-spec figures(map()) -> map() | none.
+figures(#{<<"storm">> := #{<<"reopen">> := Reopen} = Storm}) ->
+    Latency = maps:get(<<"connect_latency_us">>, Reopen, #{}),
+    Kernel = maps:get(<<"reopen_kernel">>, Storm, #{}),
+    #{back => maps:get(<<"back">>, Reopen, null),
+      attempts => maps:get(<<"attempts">>, Reopen, null),
+      time_s => maps:get(<<"time_s">>, Reopen, null),
+      connect_us => maps:with([<<"p50">>, <<"p99">>, <<"max">>], Latency),
+      listen_overflows => maps:get(<<"listen_overflows">>, Kernel, null),
+      failures => maps:get(<<"failures">>, Reopen, #{})};
+figures(_) ->
+    none.
+
+%% @doc Per storm run, one line (empty when no run has storm figures).
+-spec text([map()]) -> iolist().
+text(Runs) ->
+    case [R || #{storm := #{}} = R <- Runs] of
+        [] -> [];
+        Storms ->
+            ["reconnect storm, wave 2 (every client back at once), per run:\n",
+             [line(R) || R <- Storms], "\n"]
+    end.
+
+line(#{server := Sv, round := Round, storm := S}) ->
+    #{back := Back, attempts := N, time_s := T, connect_us := L,
+      listen_overflows := Over, failures := F} = S,
+    io_lib:format("  ~-16s round ~b  ~s of ~s back in ~s s  connect p50 ~s p99 ~s max ~s ms"
+                  "  ListenOverflows +~s~s~n",
+                  [Sv, Round, num(Back), num(N), num(T), ms(L, <<"p50">>), ms(L, <<"p99">>),
+                   ms(L, <<"max">>), num(Over), failures(F)]).
+
+ms(L, K) ->
+    case maps:get(K, L, null) of
+        null -> "-";
+        Us -> io_lib:format("~.1f", [Us / 1000])
+    end.
+
+num(null) -> "-";
+num(N) when is_integer(N) -> integer_to_list(N);
+num(X) when is_float(X) -> io_lib:format("~.2f", [X]).
+
+failures(F) when map_size(F) =:= 0 -> "";
+failures(F) ->
+    ["  failures:", [io_lib:format(" ~s ~p", [K, V]) || {K, V} <- lists:sort(maps:to_list(F))]].
