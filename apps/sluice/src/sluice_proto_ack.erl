@@ -147,6 +147,11 @@ decode(each, Buf, Max, Acc) -> each(Buf, Max, Acc);
 decode(last, Buf, Max, Acc) -> last(Buf, Max, Acc, 0, 0, 0);
 decode(counted, Buf, Max, Acc) -> counted(Buf, Max, Acc, 0, 0, 0).
 
+each(<<H:32, L:32, Len:32, _:Len/binary, R/binary>>, Max, <<>>) when Len =< Max ->
+    %% The first ack is made, not appended to <<>>: an appended binary is
+    %% a writable one, which the port must make read-only (and trim) when
+    %% it is sent; one made here is a small heap binary.
+    each(R, Max, <<H:32, L:32>>);
 each(<<H:32, L:32, Len:32, _:Len/binary, R/binary>>, Max, Acc) when Len =< Max ->
     each(R, Max, <<Acc/binary, H:32, L:32>>);
 each(Buf, Max, Acc) ->
@@ -167,8 +172,13 @@ last(Buf, Max, Acc, Hi, Lo, N0) ->
         {LastLen, R} ->
             At = byte_size(Buf) - byte_size(R) - 12 - LastLen,
             <<_:At/binary, Id:8/binary, _/binary>> = Buf,
-            tail(R, Max, <<Acc/binary, Id/binary>>)
+            tail(R, Max, append(Acc, Id))
     end.
+
+%% The one ack of a read is the frame's id as it is (see each/3: no
+%% writable binary for the port to convert).
+append(<<>>, Id) -> Id;
+append(Acc, Id) -> <<Acc/binary, Id/binary>>.
 
 counted(Buf, Max, Acc, Hi, Lo, N0) ->
     case walk_count(Buf, Max, -1, 0) of
@@ -177,7 +187,10 @@ counted(Buf, Max, Acc, Hi, Lo, N0) ->
         {LastLen, N, R} ->
             At = byte_size(Buf) - byte_size(R) - 12 - LastLen,
             <<_:At/binary, Id:8/binary, _/binary>> = Buf,
-            tail(R, Max, <<Acc/binary, Id/binary, (N0 + N):32>>)
+            tail(R, Max, case Acc of
+                             <<>> -> <<Id/binary, (N0 + N):32>>;
+                             _ -> <<Acc/binary, Id/binary, (N0 + N):32>>
+                         end)
     end.
 
 %% Returns the Len of the last whole frame (-1: none) and what follows the
