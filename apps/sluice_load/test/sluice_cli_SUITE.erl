@@ -28,7 +28,7 @@
          more_poll_sets_than_threads_exits_2_with_one_line/1]).
 
 -define(LOOPBACK, "127.0.0.1").
-%% Every option of `serve', as documented in the README and DESIGN.
+%% Every option of `serve'; `serve --help' must document each (help_mentions_every_option).
 -define(SERVE_OPTIONS, ["ip", "port", "protocol", "ack", "max-frame", "active", "acceptors",
                         "listen-sockets", "max-connections", "idle-timeout", "backlog",
                         "buffer", "drain-timeout", "backend", "io-poll-threads",

@@ -1,21 +1,40 @@
-%% EUnit checks of the repository's Markdown: every relative link in
-%% README.md, docs/, the apps' and the examples' pages and the other *.md
-%% files points to a file that exists and, with `#anchor', to a heading of
-%% that file; README's index links to every page under docs/. The pages
-%% link to one another a lot since the README was split up, and a renamed
-%% heading or file breaks links silently.
+%% EUnit checks of the repository's Markdown: every relative link in every
+%% Markdown file of the repository (`git ls-files', or a walk of the tree
+%% without build output where there is no git) points to a file that exists
+%% and, with `#anchor', to a heading of that file; a foo.md named in a
+%% page's text exists too; README's index links to every page under docs/.
+%% The pages link to one another a lot, and a renamed heading or file breaks
+%% links silently.
 -module(sluice_docs_tests).
 -include_lib("eunit/include/eunit.hrl").
+-include_lib("kernel/include/file.hrl").
 
--define(FILES, ["README.md", "docs/*.md", "bench/*.md", "apps/*/*.md", "apps/*/c_src/*.md",
-                "examples/*/*.md"]).
+%% Directories a walk of the tree skips: build output, fetched
+%% dependencies, generated API docs, version control.
+-define(SKIP_DIRS, ["_build", "deps", "doc", ".git", ".elixir_ls", "node_modules"]).
 
 links_resolve_test() ->
     Root = root(),
-    Files = lists:usort(lists:append([filelib:wildcard(W, Root) || W <- ?FILES])),
+    Files = markdown_files(Root),
+    ?assert(lists:member("README.md", Files)),
+    ?assert(lists:member("bench/frame/README.md", Files)),
     Links = [{F, L} || F <- Files, L <- links(read(Root, F))],
     ?assert(length(Links) > 10),
     ?assertEqual([], [{F, L, Why} || {F, L} <- Links, {error, Why} <- [resolve(Root, F, L)]]).
+
+%% A Markdown file named in a page's text but not linked (bench/README.md
+%% once sent readers to a DESIGN.md that is not in the repository) must
+%% exist too: from the page, from the root, or as the name of one of the
+%% repository's Markdown files ("c_src/README.md").
+markdown_names_exist_test() ->
+    Root = root(),
+    Files = markdown_files(Root),
+    Names = [filename:basename(F) || F <- Files],
+    Missing = [{F, M} || F <- Files, M <- md_names(read(Root, F)),
+                         not filelib:is_regular(filename:join(Root, M)),
+                         not filelib:is_regular(filename:join([Root, filename:dirname(F), M])),
+                         not lists:member(filename:basename(M), Names)],
+    ?assertEqual([], lists:usort(Missing)).
 
 readme_indexes_every_docs_page_test() ->
     Root = root(),
@@ -44,11 +63,79 @@ slugs_follow_github_test() ->
                            "## What `make bench` shows on this machine\n"
                            "```sh\n# not a heading\n```\n## Options\n### Options\n">>)).
 
+%% A walk finds what git lists (both skip build output), so the check does
+%% not depend on how the tree was obtained.
+markdown_files_test() ->
+    Root = root(),
+    case git_markdown_files(Root) of
+        {ok, Tracked} -> ?assertEqual([], Tracked -- walk_markdown_files(Root));
+        error -> ok
+    end.
+
 %%% ------------------------------------------------------------------
 
 root() ->
     {ok, Root} = sluice_load_test_lib:repo_root(),
     Root.
+
+%% Every Markdown file of the repository, relative to Root: the tracked
+%% ones when Root is a git checkout (a worktree's .git is a file), else
+%% every *.md under Root outside ?SKIP_DIRS.
+markdown_files(Root) ->
+    case git_markdown_files(Root) of
+        {ok, Files} -> Files;
+        error -> walk_markdown_files(Root)
+    end.
+
+git_markdown_files(Root) ->
+    Git = os:find_executable("git"),
+    case Git =/= false andalso filelib:is_file(filename:join(Root, ".git")) of
+        false -> error;
+        true ->
+            Port = open_port({spawn_executable, Git},
+                             [{args, ["-C", Root, "ls-files", "-z", "--", "*.md"]},
+                              binary, exit_status, hide, stderr_to_stdout]),
+            case collect(Port, <<>>) of
+                {0, Out} ->
+                    {ok, lists:usort([unicode:characters_to_list(F)
+                                      || F <- binary:split(Out, <<0>>, [global, trim_all]),
+                                         filelib:is_regular(filename:join(Root, F))])};
+                {_, _} -> error
+            end
+    end.
+
+collect(Port, Acc) ->
+    receive
+        {Port, {data, D}} -> collect(Port, <<Acc/binary, D/binary>>);
+        {Port, {exit_status, S}} -> {S, Acc}
+    after 30000 -> port_close(Port), {timeout, Acc}
+    end.
+
+walk_markdown_files(Root) ->
+    lists:usort(walk(Root, "")).
+
+walk(Root, Rel) ->
+    {ok, Names} = file:list_dir(filename:join(Root, Rel)),
+    lists:append([entry(Root, join(Rel, N), N) || N <- Names]).
+
+entry(Root, Rel, Name) ->
+    Abs = filename:join(Root, Rel),
+    case file:read_link_info(Abs) of
+        {ok, #file_info{type = directory}} ->
+            case lists:member(Name, ?SKIP_DIRS) of
+                true -> [];
+                false -> walk(Root, Rel)
+            end;
+        {ok, #file_info{type = regular}} ->
+            case filename:extension(Name) of
+                ".md" -> [Rel];
+                _ -> []
+            end;
+        _ -> []
+    end.
+
+join("", Name) -> Name;
+join(Dir, Name) -> filename:join(Dir, Name).
 
 read(Root, File) ->
     {ok, Bin} = file:read_file(filename:join(Root, File)),
@@ -60,6 +147,16 @@ links(Md) ->
                                             || L <- prose_lines(Md)])),
     case re:run(Text, "\\]\\(([^)\\s]+)\\)", [global, unicode, {capture, all_but_first, list}]) of
         {match, Ms} -> [T || [T] <- Ms, not external(T)];
+        nomatch -> []
+    end.
+
+%% Every foo.md or dir/foo.md in a page's text, code included; links are
+%% left out whole (links_resolve_test checks their targets, and the text of
+%% a link elsewhere may name a file there).
+md_names(Md) ->
+    Text = re:replace(Md, "\\[[^]]*\\]\\([^)]*\\)", "", [global, unicode]),
+    case re:run(Text, "[A-Za-z0-9_./-]+\\.md\\b", [global, unicode, {capture, all, list}]) of
+        {match, Ms} -> lists:usort([M || [M] <- Ms, not external(M)]);
         nomatch -> []
     end.
 

@@ -13,7 +13,7 @@
 %% Every server listens on 127.0.0.1 only: a benchmark opens nothing to
 %% the network.
 %%
-%% Pinning (DESIGN.md, "Measuring on these machines"): the VM wakes a
+%% Pinning (bench/README.md, "What runs"): the VM wakes a
 %% process on the other core slowly, so a lock-step round trip between
 %% cores measures the hypervisor. Lock-step pins server and engine to the
 %% same core; every throughput scenario pins the server to core 0 and the
