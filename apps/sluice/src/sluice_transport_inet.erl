@@ -51,7 +51,11 @@
                armed = false :: boolean(),
                %% the driver's read buffer setting now: `buffer', or the
                %% small one while armed `once' for small reads
-               cur :: pos_integer()}).
+               cur :: pos_integer(),
+               %% the buffer the next `once' arms with when the last read
+               %% did not fill its own: twice that read, in powers of two
+               %% from ?ARM_BUFFER up to `buffer' (once_buffer/3)
+               once_buf :: pos_integer()}).
 
 %%% Listening
 
@@ -156,13 +160,16 @@ handshake(Sock, #{socket_opts := SocketOpts}) ->
     {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
     case lists:keyfind(priority, 1, SocketOpts) of
         false ->
-            {ok, #inet{sock = Sock, buffer = Buffer, cur = Buffer}};
+            {ok, new(Sock, Buffer)};
         Priority ->
             case inet:setopts(Sock, [Priority]) of
-                ok -> {ok, #inet{sock = Sock, buffer = Buffer, cur = Buffer}};
+                ok -> {ok, new(Sock, Buffer)};
                 Error -> Error
             end
     end.
+
+new(Sock, Buffer) ->
+    #inet{sock = Sock, buffer = Buffer, cur = Buffer, once_buf = min(Buffer, ?ARM_BUFFER)}.
 
 %% @doc `false' starts one asynchronous read (gen_tcp:recv/2 is this call
 %% and a blocking receive; the connection loop does the receive, so it
@@ -174,16 +181,18 @@ activate(T = #inet{sock = Sock}, false) ->
         {ok, _Ref} -> {ok, T};
         Error -> Error
     end;
-activate(T = #inet{sock = Sock, busy = Busy, buffer = Buffer, cur = Cur}, once) ->
-    %% Re-armed after every chunk, in one port call: with the small buffer
-    %% (what the driver allocates now and holds until data comes) unless
-    %% the last read filled the buffer it had. The driver keeps the
-    %% setting, so a socket that keeps reading small chunks changes it
-    %% only once. Arming a passive socket reads at once when data is
-    %% there: see single_read_limit/0.
+activate(T = #inet{sock = Sock, busy = Busy, buffer = Buffer, cur = Cur, once_buf = OB},
+         once) ->
+    %% Re-armed after every chunk, in one port call: with a buffer sized
+    %% to the last read (what the driver allocates now and holds until
+    %% data comes, so an idle connection holds that, not a whole `buffer')
+    %% unless that read filled the buffer it had. The driver keeps the
+    %% setting, so a client whose reads keep their size changes it only
+    %% once. Arming a passive socket reads at once when data is there: see
+    %% single_read_limit/0.
     Want = case Busy of
                true -> Buffer;
-               false -> min(Buffer, ?ARM_BUFFER)
+               false -> OB
            end,
     Opts = case Want of
                Cur -> [{active, once}];
@@ -231,10 +240,17 @@ ok_or_error(ok, T) -> {ok, T};
 ok_or_error({error, _} = E, _T) -> E.
 
 -spec classify(term(), #inet{}) -> sluice_transport:classified().
-classify({tcp, Sock, Data}, T = #inet{sock = Sock, cur = B, busy = Busy}) ->
-    case byte_size(Data) >= B of
-        Busy -> {data, Data, T};
-        Full -> {data, Data, T#inet{busy = Full}}
+classify({tcp, Sock, Data}, T = #inet{sock = Sock, cur = B, busy = Busy, once_buf = OB,
+                                      buffer = Buffer}) ->
+    N = byte_size(Data),
+    if
+        N >= B, Busy -> {data, Data, T};
+        N >= B -> {data, Data, T#inet{busy = true}};
+        true ->
+            case once_buffer(N, Buffer, ?ARM_BUFFER) of
+                OB when not Busy -> {data, Data, T};
+                OB2 -> {data, Data, T#inet{busy = false, once_buf = OB2}}
+            end
     end;
 classify({inet_reply, Sock, ok}, T = #inet{sock = Sock}) ->
     {ignore, T};
@@ -345,4 +361,13 @@ handover(Sock, Pid) ->
 -spec unpark(#inet{}) -> #inet{}.
 unpark(T = #inet{buffer = Buffer}) ->
     %% park/1 left the driver's buffer setting at `buffer'
-    T#inet{busy = false, armed = false, cur = Buffer}.
+    T#inet{busy = false, armed = false, cur = Buffer, once_buf = min(Buffer, ?ARM_BUFFER)}.
+
+%% The buffer for the next `once' after a read of N bytes that did not
+%% fill its buffer: the smallest power of two from ?ARM_BUFFER that holds
+%% twice N, at most `buffer'. A request/response client's next request
+%% then fits in one read, and the size class moves only when its requests
+%% change size by about twice.
+once_buffer(_N, Buffer, C) when C >= Buffer -> Buffer;
+once_buffer(N, _Buffer, C) when 2 * N =< C -> C;
+once_buffer(N, Buffer, C) -> once_buffer(N, Buffer, 2 * C).

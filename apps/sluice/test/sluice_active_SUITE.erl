@@ -17,7 +17,8 @@
          flood_ack_keeps_mailbox_bounded/1,
          flood_without_flow_control_grows_mailbox/1,
          adaptive_grant_stops_running_out_while_the_client_reads/1,
-         adaptive_grant_suits_a_lockstep_client/1]).
+         adaptive_grant_suits_a_lockstep_client/1,
+         once_sizes_its_buffer_to_the_reads/1]).
 
 -define(STREAM_BYTES, 2 * 1024 * 1024).
 %% Messages a connection may hold beyond its active count: tcp_passive and
@@ -41,6 +42,7 @@ groups() ->
     Modes = [{group, G} || G <- [active_false, active_once, active_1, active_100,
                                  active_adaptive]],
     [{inet, [], Modes ++ [{group, active_true_unbounded},
+                          once_sizes_its_buffer_to_the_reads,
                           adaptive_grant_stops_running_out_while_the_client_reads,
                           adaptive_grant_suits_a_lockstep_client]},
      {socket, [], Modes ++ [{group, active_true}, adaptive_grant_suits_a_lockstep_client]},
@@ -76,7 +78,8 @@ mode(active_true) -> true;
 mode(active_true_unbounded) -> true.
 
 init_per_testcase(Case, Config) when Case =:= adaptive_grant_stops_running_out_while_the_client_reads;
-                                    Case =:= adaptive_grant_suits_a_lockstep_client ->
+                                    Case =:= adaptive_grant_suits_a_lockstep_client;
+                                    Case =:= once_sizes_its_buffer_to_the_reads ->
     [{name, {?MODULE, Case}} | Config];
 init_per_testcase(Case, Config) ->
     Seed = sluice_test_lib:seed_rand(),
@@ -159,6 +162,39 @@ adaptive_grant_suits_a_lockstep_client(Config) ->
             ?assert(Fixed >= 60, Counts),
             ?assert(Adaptive * 3 =< Fixed, Counts)
     end.
+
+%% `once' on inet re-arms after every read with a buffer sized to the last
+%% read (twice it, in powers of two from 512 bytes): a client's 3,000-byte
+%% requests are read whole (one chunk each after the first), and an idle
+%% connection holds that buffer in the driver, not the whole 256 KiB read
+%% buffer it used to (262,209 bytes of binary per idle connection before).
+once_sizes_its_buffer_to_the_reads(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{active => once, handler => {sluice_proto_echo, []}}),
+    Port = sluice_test_lib:port(Name),
+    {ok, S} = sluice_test_lib:connect(Port),
+    Msg = binary:copy(<<"x">>, 3000),
+    [begin ok = gen_tcp:send(S, Msg), {ok, _} = gen_tcp:recv(S, 3000, 2000) end
+     || _ <- lists:seq(1, 100)],
+    #{messages := Chunks} = sluice:info(Name),
+    ct:log("chunks for 100 requests of 3,000 bytes: ~b", [Chunks]),
+    ?assert(Chunks =< 102, Chunks),
+    ok = gen_tcp:close(S),
+    sluice_test_lib:wait_info(Name, connections, 0, 5000),
+    erlang:garbage_collect(),
+    Before = erlang:memory(binary),
+    Idle = [begin
+                {ok, C} = sluice_test_lib:connect(Port),
+                ok = gen_tcp:send(C, <<"hello">>),
+                {ok, <<"hello">>} = gen_tcp:recv(C, 5, 2000),
+                C
+            end || _ <- lists:seq(1, 50)],
+    timer:sleep(200),
+    PerConn = (erlang:memory(binary) - Before) div 50,
+    ct:log("binary memory per idle active-once connection: ~b bytes", [PerConn]),
+    ?assert(PerConn < 8192, PerConn),
+    [gen_tcp:close(C) || C <- Idle],
+    ok.
 
 %% The modes the connection asked of its transport (activate/2) over
 %% RoundTrips lock-step round trips, then Burst written at once.
