@@ -246,11 +246,9 @@ classify({tcp, Sock, Data}, T = #inet{sock = Sock, cur = B, busy = Busy, once_bu
     if
         N >= B, Busy -> {data, Data, T};
         N >= B -> {data, Data, T#inet{busy = true}};
-        true ->
-            case once_buffer(N, Buffer, ?ARM_BUFFER) of
-                OB when not Busy -> {data, Data, T};
-                OB2 -> {data, Data, T#inet{busy = false, once_buf = OB2}}
-            end
+        not Busy, 2 * N =< OB, 4 * N > OB -> {data, Data, T};   % the same size class
+        not Busy, OB =:= ?ARM_BUFFER, 2 * N =< OB -> {data, Data, T};
+        true -> {data, Data, T#inet{busy = false, once_buf = once_buffer(N, Buffer, ?ARM_BUFFER)}}
     end;
 classify({inet_reply, Sock, ok}, T = #inet{sock = Sock}) ->
     {ignore, T};
