@@ -17,6 +17,9 @@
                   num_listen_sockets := pos_integer(),
                   num_conns_sups := pos_integer(),
                   reuseport := boolean(),
+                  %% set by validate/1: the port is this listener's alone
+                  %% (reuseport was not asked for)
+                  own_port => boolean(),
                   backlog := pos_integer(),
                   max_connections := non_neg_integer() | infinity,
                   max_connections_wait := non_neg_integer(),
