@@ -206,11 +206,25 @@ rejected(#stats{c = C}) ->
 
 -spec shedding(stats()) -> boolean().
 shedding(#stats{a = A}) ->
-    atomics:get(A, ?SHEDDING) =/= 0.
+    atomics:get(A, ?SHEDDING) > 0.
 
+%% @doc One acceptor starts (true) or stops (false) shedding. A count, not
+%% a flag: each listen socket has an acceptor that sheds its queue, and
+%% one that is done must not end the shedding of another still reopening
+%% its spare descriptor (the others' closes are what free one for it).
 -spec set_shedding(stats(), boolean()) -> ok.
-set_shedding(#stats{a = A}, On) ->
-    atomics:put(A, ?SHEDDING, case On of true -> 1; false -> 0 end).
+set_shedding(#stats{a = A}, true) ->
+    atomics:add(A, ?SHEDDING, 1);
+set_shedding(#stats{a = A}, false) ->
+    stop_shedding(A, atomics:get(A, ?SHEDDING)).
+
+stop_shedding(_A, N) when N =< 0 ->
+    ok;
+stop_shedding(A, N) ->
+    case atomics:compare_exchange(A, ?SHEDDING, N, N - 1) of
+        ok -> ok;
+        Now -> stop_shedding(A, Now)
+    end.
 
 -spec set_max_connections(stats(), non_neg_integer() | infinity) -> ok.
 set_max_connections(#stats{a = A}, infinity) -> atomics:put(A, ?MAX_CONNS, ?INFINITY);

@@ -46,6 +46,7 @@ page(#{cells := AllCells, machine := M, date := Date, command := Cmd} = Doc) ->
      "<h2>Results</h2>\n", table(Cells), empty(Empty),
      "<p class=\"note\">", notes(), "</p>\n",
      latency([C || #{scenario := Sc} = C <- Cells, lists:member(Sc, ?LATENCY)]),
+     storm(maps:get(runs, Doc, [])),
      [scenario_section(Sc, [C || #{scenario := S} = C <- Cells, S =:= Sc]) || Sc <- Scenarios],
      "<h2>Machine</h2>\n", machine(M),
      "</body>\n</html>\n"].
@@ -193,6 +194,19 @@ latency(Cells) ->
      "frame's send to its ack, 1,000 frames in flight per connection (queueing, not service "
      "time); connrate and storm, a connect until Ping got Pong. C: the C runs paired with "
      "the cell.</p>\n"].
+
+storm(Runs) ->
+    case sluice_bench_storm:rows(Runs) of
+        [] -> [];
+        Rows ->
+            ["<h2>Reconnect storm, wave 2</h2>\n",
+             html_table(["server", "round", "back", "in (s)", "connect p50 (ms)", "p99", "max",
+                         "ListenOverflows", "failures"], Rows, 1),
+             "<p class=\"note\">Every client reconnects at once: how long until all were "
+             "back (Ping answered), their connect latencies, and the SYNs the kernel dropped "
+             "because the listen queue was full (host-wide, during the wave): each costs its "
+             "client a retransmit a second or more later.</p>\n"]
+    end.
 
 us(null) -> "-";
 us(V) when V >= 10000 -> integer_to_list(round(V));

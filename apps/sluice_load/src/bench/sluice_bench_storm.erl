@@ -5,7 +5,7 @@
 %% the kernel's ListenOverflows during the wave, and failures by reason.
 -module(sluice_bench_storm).
 
--export([figures/1, text/1]).
+-export([figures/1, text/1, rows/1]).
 
 %% @doc The storm figures of one run from the engine's JSON (`none' for
 %% other scenarios, or a JSON without them).
@@ -31,6 +31,19 @@ text(Runs) ->
             ["reconnect storm, wave 2 (every client back at once), per run:\n",
              [line(R) || R <- Storms], "\n"]
     end.
+
+%% @doc The same per run as table rows (server, round, back, time, connect
+%% p50/p99/max in ms, ListenOverflows, failures), for the HTML report.
+-spec rows([map()]) -> [[string()]].
+rows(Runs) ->
+    [[atom_to_list(Sv), integer_to_list(Round),
+      lists:flatten([num(Back), " of ", num(N)]), lists:flatten(num(T)),
+      lists:flatten(ms(L, <<"p50">>)), lists:flatten(ms(L, <<"p99">>)),
+      lists:flatten(ms(L, <<"max">>)), lists:flatten(num(Over)),
+      case lists:flatten(failures(F)) of "" -> "none"; "  failures: " ++ Fs -> Fs; Fs -> Fs end]
+     || #{server := Sv, round := Round,
+          storm := #{back := Back, attempts := N, time_s := T, connect_us := L,
+                     listen_overflows := Over, failures := F}} <- Runs].
 
 line(#{server := Sv, round := Round, storm := S}) ->
     #{back := Back, attempts := N, time_s := T, connect_us := L,
