@@ -65,7 +65,15 @@ can_listen(Name, Opts = #{transport := T, port := Port, ip := IP}) ->
             ok;
         false ->
             Mod = sluice_transport:module(T),
-            case Mod:listen(Port, Opts) of
+            %% Without SO_REUSEPORT unless sharing was asked for: with it the
+            %% bind would succeed beside another listener that has it too
+            %% (sluice_listen_sockets:probe/2 refuses that later, with the
+            %% supervisor's report).
+            Probe = case Opts of
+                        #{own_port := true} -> Opts#{reuseport := false};
+                        _ -> Opts
+                    end,
+            case Mod:listen(Port, Probe) of
                 {ok, LSock} ->
                     Mod:close_listener(LSock);
                 {error, Reason} ->

@@ -242,7 +242,14 @@ named_port_shared_by_another_socket_is_refused(Config) ->
                                             handler => {sluice_proto_ping, []},
                                             transport => sluice_test_lib:transport()}),
     ok = sluice:stop_listener(Name),
-    ok = gen_tcp:close(Other).
+    ok = gen_tcp:close(Other),
+    %% Nor does a second listener join a first one's two sockets.
+    Port2 = ping_listener(Name, #{}),
+    ?assertEqual({error, eaddrinuse},
+                 sluice:start_listener({Name, second}, #{ip => {127, 0, 0, 1}, port => Port2,
+                                                         handler => {sluice_proto_ping, []},
+                                                         transport => sluice_test_lib:transport()})),
+    ok = sluice:stop_listener(Name).
 
 %% set_max_connections/2 takes effect for the next connection: raising the
 %% limit admits more; lowering it below the current count closes nothing
