@@ -64,18 +64,9 @@ can_listen(Name, Opts = #{transport := T, port := Port, ip := IP}) ->
         true ->
             ok;
         false ->
-            Mod = sluice_transport:module(T),
-            %% Without SO_REUSEPORT unless sharing was asked for: with it the
-            %% bind would succeed beside another listener that has it too
-            %% (sluice_listen_sockets:probe/2 refuses that later, with the
-            %% supervisor's report).
-            Probe = case Opts of
-                        #{own_port := true} -> Opts#{reuseport := false};
-                        _ -> Opts
-                    end,
-            case Mod:listen(Port, Probe) of
-                {ok, LSock} ->
-                    Mod:close_listener(LSock);
+            case sluice_listen_sockets:try_port(sluice_transport:module(T), Port, Opts) of
+                ok ->
+                    ok;
                 {error, Reason} ->
                     ?LOG_WARNING("sluice listener ~0p: cannot listen on ~s: ~s",
                                  [Name, sluice_opts:format_address(IP, Port),

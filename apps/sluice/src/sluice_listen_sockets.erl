@@ -8,7 +8,7 @@
 -module(sluice_listen_sockets).
 -behaviour(gen_server).
 
--export([start_link/1]).
+-export([start_link/1, try_port/3]).
 -export([init/1, handle_call/3, handle_cast/2, terminate/2]).
 
 -spec start_link(sluice_listener_sup:listener()) -> {ok, pid()} | ignore | {error, term()}.
@@ -28,9 +28,12 @@ init(#{name := Name, transport := T, opts := Opts = #{num_listen_sockets := N}})
                 {ok, #{port := P}} when is_integer(P) -> P;
                 _ -> maps:get(port, Opts)
             end,
-    case probe(Port0, Opts) of
-        ok -> open(Name, T, Port0, N, Opts);
-        {error, Reason} -> {stop, Reason}
+    %% Several sockets share the port through SO_REUSEPORT, which would also
+    %% let them join another listener's sockets that have it: try it alone
+    %% first (a single socket's own bind does that by itself).
+    case N > 1 andalso try_port(T, Port0, Opts) of
+        {error, Reason} -> {stop, Reason};
+        _ -> open(Name, T, Port0, N, Opts)
     end.
 
 open(Name, T, Port0, N, Opts) ->
@@ -49,23 +52,24 @@ open(Name, T, Port0, N, Opts) ->
             {stop, Reason}
     end.
 
-%% Several sockets of one listener share the port through SO_REUSEPORT,
-%% which would also let them join another process's (or listener's)
-%% sockets that have it: the clients would then be split between two
-%% servers without a word. A port named by the user is first bound once
-%% without it, which any listener already there makes fail with
-%% eaddrinuse, as a single socket would. (Unless the user asked for
-%% reuseport: then sharing is the point, as for bin/sluice serve --nodes.)
-probe(0, _Opts) ->
+%% @doc Bind the port once and let it go, to learn whether the listener
+%% can have it (taken, privileged). Without SO_REUSEPORT unless the user
+%% asked to share the port (`own_port' false: bin/sluice serve --nodes):
+%% with it the bind would succeed beside another listener's sockets that
+%% have it too, and the clients would be split between two servers
+%% without a word. Port 0 is always free.
+-spec try_port(module(), inet:port_number(), sluice_opts:opts()) -> ok | {error, term()}.
+try_port(_T, 0, _Opts) ->
     ok;
-probe(Port, #{own_port := true, num_listen_sockets := N, ip := IP}) when N > 1 ->
-    Family = case tuple_size(IP) of 4 -> inet; 8 -> inet6 end,
-    case gen_tcp:listen(Port, [Family, {ip, IP}, {reuseaddr, true}, {backlog, 1}]) of
-        {ok, S} -> gen_tcp:close(S);
+try_port(T, Port, Opts) ->
+    Alone = case Opts of
+                #{own_port := true} -> Opts#{reuseport := false};
+                _ -> Opts
+            end,
+    case T:listen(Port, Alone) of
+        {ok, LSock} -> T:close_listener(LSock);
         {error, _} = Error -> Error
-    end;
-probe(_Port, _Opts) ->
-    ok.
+    end.
 
 open_more(_T, _Port, 0, _Opts, Acc) ->
     {ok, lists:reverse(Acc)};

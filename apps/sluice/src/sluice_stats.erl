@@ -166,18 +166,8 @@ admit(#stats{a = A, c = C}) ->
 -spec admit_within(stats(), non_neg_integer()) -> admitted | over_limit | shedding.
 admit_within(St = #stats{a = A}, Wait) ->
     case admit(St) of
-        admitted ->
-            _ = atomics:get(A, ?FULL_SINCE) =:= 0 orelse atomics:put(A, ?FULL_SINCE, 0),
-            admitted;
-        over_limit when Wait > 0 ->
-            Now = erlang:monotonic_time(millisecond),
-            Since = case atomics:compare_exchange(A, ?FULL_SINCE, 0, Now) of
-                        ok -> Now;
-                        Earlier -> Earlier
-                    end,
-            retry_admit(St, Since + Wait);
-        Other ->
-            Other
+        over_limit when Wait > 0 -> retry_admit(St, full_since(A) + Wait);
+        Result -> not_full(A, Result)
     end.
 
 retry_admit(St = #stats{a = A}, Deadline) ->
@@ -187,11 +177,26 @@ retry_admit(St = #stats{a = A}, Deadline) ->
         false ->
             receive after 1 -> ok end,
             case admit(St) of
-                admitted -> atomics:put(A, ?FULL_SINCE, 0), admitted;
                 over_limit -> retry_admit(St, Deadline);
-                shedding -> shedding
+                Result -> not_full(A, Result)
             end
     end.
+
+%% When the listener became full: now, unless an earlier newcomer found it
+%% full already.
+full_since(A) ->
+    Now = erlang:monotonic_time(millisecond),
+    case atomics:compare_exchange(A, ?FULL_SINCE, 0, Now) of
+        ok -> Now;
+        Earlier -> Earlier
+    end.
+
+%% An admission ends the full spell.
+not_full(A, admitted) ->
+    _ = atomics:get(A, ?FULL_SINCE) =:= 0 orelse atomics:put(A, ?FULL_SINCE, 0),
+    admitted;
+not_full(_A, Result) ->
+    Result.
 
 %% @doc Give back an admitted connection that never reached a connection
 %% supervisor.

@@ -194,24 +194,23 @@ activate(T = #inet{sock = Sock, busy = Busy, buffer = Buffer, cur = Cur, once_bu
                true -> Buffer;
                false -> OB
            end,
-    Opts = case Want of
-               Cur -> [{active, once}];
-               _ -> [{buffer, Want}, {active, once}]
-           end,
-    ok_or_error(inet:setopts(Sock, Opts), T#inet{cur = Want, armed = false});
+    ok_or_error(inet:setopts(Sock, with_buffer(Want, Cur, once)),
+                T#inet{cur = Want, armed = false});
 activate(T = #inet{armed = true, sock = Sock}, N) when is_integer(N) ->
     %% A top-up of a grant still running: the driver allocates no buffer.
     ok_or_error(inet:setopts(Sock, [{active, N}]), T);
 activate(T = #inet{busy = true, sock = Sock, buffer = Buffer, cur = Cur}, Mode) ->
     %% The next read finds data: nothing is held for long.
-    Opts = case Cur of
-               Buffer -> [{active, Mode}];
-               _ -> [{buffer, Buffer}, {active, Mode}]
-           end,
-    ok_or_error(inet:setopts(Sock, Opts), T#inet{armed = is_integer(Mode), cur = Buffer});
+    ok_or_error(inet:setopts(Sock, with_buffer(Buffer, Cur, Mode)),
+                T#inet{armed = is_integer(Mode), cur = Buffer});
 activate(T = #inet{sock = Sock, buffer = Buffer}, Mode) ->
     ok_or_error(arm(Sock, Mode, min(Buffer, ?ARM_BUFFER), Buffer),
                 T#inet{armed = is_integer(Mode), cur = Buffer}).
+
+%% The options that arm Mode with the driver's buffer at Want, which is
+%% Cur now: the buffer is set only when it changes.
+with_buffer(Cur, Cur, Mode) -> [{active, Mode}];
+with_buffer(Want, _Cur, Mode) -> [{buffer, Want}, {active, Mode}].
 
 %% @doc Reads shorter than the small arming buffer are granted one at a
 %% time by the adaptive mode (sluice_transport:single_read_limit/0): a
@@ -246,8 +245,8 @@ classify({tcp, Sock, Data}, T = #inet{sock = Sock, cur = B, busy = Busy, once_bu
     if
         N >= B, Busy -> {data, Data, T};
         N >= B -> {data, Data, T#inet{busy = true}};
-        not Busy, 2 * N =< OB, 4 * N > OB -> {data, Data, T};   % the same size class
-        not Busy, OB =:= ?ARM_BUFFER, 2 * N =< OB -> {data, Data, T};
+        %% still in the size class of once_buffer/3: nothing to change
+        not Busy, 2 * N =< OB, (OB =:= ?ARM_BUFFER orelse 4 * N > OB) -> {data, Data, T};
         true -> {data, Data, T#inet{busy = false, once_buf = once_buffer(N, Buffer, ?ARM_BUFFER)}}
     end;
 classify({inet_reply, Sock, ok}, T = #inet{sock = Sock}) ->
@@ -357,9 +356,9 @@ handover(Sock, Pid) ->
     end.
 
 -spec unpark(#inet{}) -> #inet{}.
-unpark(T = #inet{buffer = Buffer}) ->
-    %% park/1 left the driver's buffer setting at `buffer'
-    T#inet{busy = false, armed = false, cur = Buffer, once_buf = min(Buffer, ?ARM_BUFFER)}.
+unpark(#inet{sock = Sock, buffer = Buffer}) ->
+    %% park/1 left the driver's buffer setting at `buffer', as a new socket has it
+    new(Sock, Buffer).
 
 %% The buffer for the next `once' after a read of N bytes that did not
 %% fill its buffer: the smallest power of two from ?ARM_BUFFER that holds

@@ -25,44 +25,36 @@ figures(_) ->
 %% @doc Per storm run, one line (empty when no run has storm figures).
 -spec text([map()]) -> iolist().
 text(Runs) ->
-    case [R || #{storm := #{}} = R <- Runs] of
+    case rows(Runs) of
         [] -> [];
-        Storms ->
+        Rows ->
             ["reconnect storm, wave 2 (every client back at once), per run:\n",
-             [line(R) || R <- Storms], "\n"]
+             [io_lib:format("  ~-16s round ~s  ~s back in ~s s  connect p50 ~s p99 ~s max ~s ms"
+                            "  ListenOverflows +~s  failures: ~s~n", Row) || Row <- Rows],
+             "\n"]
     end.
 
 %% @doc The same per run as table rows (server, round, back, time, connect
 %% p50/p99/max in ms, ListenOverflows, failures), for the HTML report.
 -spec rows([map()]) -> [[string()]].
 rows(Runs) ->
-    [[atom_to_list(Sv), integer_to_list(Round),
-      lists:flatten([num(Back), " of ", num(N)]), lists:flatten(num(T)),
-      lists:flatten(ms(L, <<"p50">>)), lists:flatten(ms(L, <<"p99">>)),
-      lists:flatten(ms(L, <<"max">>)), lists:flatten(num(Over)),
-      case lists:flatten(failures(F)) of "" -> "none"; "  failures: " ++ Fs -> Fs; Fs -> Fs end]
+    [[atom_to_list(Sv), integer_to_list(Round), num(Back) ++ " of " ++ num(N), num(T),
+      ms(L, <<"p50">>), ms(L, <<"p99">>), ms(L, <<"max">>), num(Over), failures(F)]
      || #{server := Sv, round := Round,
           storm := #{back := Back, attempts := N, time_s := T, connect_us := L,
                      listen_overflows := Over, failures := F}} <- Runs].
 
-line(#{server := Sv, round := Round, storm := S}) ->
-    #{back := Back, attempts := N, time_s := T, connect_us := L,
-      listen_overflows := Over, failures := F} = S,
-    io_lib:format("  ~-16s round ~b  ~s of ~s back in ~s s  connect p50 ~s p99 ~s max ~s ms"
-                  "  ListenOverflows +~s~s~n",
-                  [Sv, Round, num(Back), num(N), num(T), ms(L, <<"p50">>), ms(L, <<"p99">>),
-                   ms(L, <<"max">>), num(Over), failures(F)]).
-
 ms(L, K) ->
     case maps:get(K, L, null) of
         null -> "-";
-        Us -> io_lib:format("~.1f", [Us / 1000])
+        Us -> lists:flatten(io_lib:format("~.1f", [Us / 1000]))
     end.
 
 num(null) -> "-";
 num(N) when is_integer(N) -> integer_to_list(N);
-num(X) when is_float(X) -> io_lib:format("~.2f", [X]).
+num(X) when is_float(X) -> lists:flatten(io_lib:format("~.2f", [X])).
 
-failures(F) when map_size(F) =:= 0 -> "";
+failures(F) when map_size(F) =:= 0 -> "none";
 failures(F) ->
-    ["  failures:", [io_lib:format(" ~s ~p", [K, V]) || {K, V} <- lists:sort(maps:to_list(F))]].
+    lists:flatten(lists:join(", ", [io_lib:format("~s ~p", [K, V])
+                                    || {K, V} <- lists:sort(maps:to_list(F))])).
