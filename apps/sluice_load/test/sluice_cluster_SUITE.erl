@@ -67,6 +67,7 @@ serve_on_two_nodes_spreads_reports_and_drains(Config) ->
     {Port, OsPid, TcpPort, MetricsUrl, Lines} = serve(Config, ["--nodes", "2"]),
     ?assertEqual(1, length([L || L <- Lines, binary:match(L, <<"listening on">>) =/= nomatch])),
     Socks = [ping_connect(TcpPort) || _ <- lists:seq(1, 40)],
+    Kernel = sluice_kernel:listen_drops(),
     Metrics = scrape(MetricsUrl),
     Nodes = lists:usort([N || {_, #{"node" := N}, _} <- Metrics, N =/= "all"]),
     ct:log("nodes ~p~nmetrics:~n~p", [Nodes, Metrics]),
@@ -79,6 +80,11 @@ serve_on_two_nodes_spreads_reports_and_drains(Config) ->
      || S <- ?SERIES],
     [?assert(value(Metrics, S, N) > 1000000, {S, N})
      || S <- ["sluice_beam_memory_bytes", "sluice_resident_memory_bytes"], N <- Nodes],
+    %% The host's kernel counters, on every node and `all' alike: at least
+    %% what this host's /proc/net/netstat said just before (they only grow).
+    [?assert(value(Metrics, S, N) >= maps:get(K, Kernel), {S, N, Kernel})
+     || {S, K} <- [{"sluice_listen_overflows_total", listen_overflows},
+                   {"sluice_listen_drops_total", listen_drops}], N <- ["all" | Nodes]],
     signal("TERM", OsPid),
     [?assertEqual({error, closed}, gen_tcp:recv(S, 0, 5000)) || S <- Socks],
     [gen_tcp:close(S) || S <- Socks],

@@ -5,6 +5,8 @@
 %% Every series carries `node="<node name>"', and once more `node="all"'
 %% with the sum. `sluice_accept_errors_total' also has `reason': one series
 %% per reason seen and `reason="all"' with their sum (present even at 0).
+%% `sluice_listen_overflows_total' and `sluice_listen_drops_total' are the
+%% host's kernel counters (sluice_kernel), the same on every node of a host.
 -module(sluice_prometheus).
 
 -export([series/0, format/1, scrape/1]).
@@ -45,7 +47,24 @@ format(All = #{nodes := PerNode}) ->
                || {R, C} <- lists:sort(maps:to_list(maps:get(accept_errors, I, #{})))],
               sample("sluice_accept_errors_total", [{"node", Node}, {"reason", "all"}],
                      lists:sum(maps:values(maps:get(accept_errors, I, #{}))))]
-             || {Node, I} <- Rows]].
+             || {Node, I} <- Rows]]
+        ++ [[header(Metric, counter, Help),
+             [sample(Metric, [{"node", Node}], maps:get(Key, maps:get(kernel, I, #{}), 0))
+              || {Node, I} <- Rows]]
+            || {Metric, Key, Help} <- kernel_series()].
+
+%% The host's listen-queue drops (info/1's `kernel', sluice_kernel): what
+%% the clients saw that the listener never did. Host-wide and since boot,
+%% so every node of a host shows the same figure, and `all' is that figure,
+%% not a sum.
+kernel_series() ->
+    [{"sluice_listen_overflows_total", listen_overflows,
+      "Connections the host's kernel dropped because an accept queue was full "
+      "(ListenOverflows, every listener of the host, since boot): each such client "
+      "waits a second or more for a SYN retransmit."},
+     {"sluice_listen_drops_total", listen_drops,
+      "Connections the host's kernel dropped at a listen socket, overflows included "
+      "(ListenDrops, every listener of the host, since boot)."}].
 
 %% @doc The text for listener `Name' over the nodes that serve it, gathered
 %% now.
