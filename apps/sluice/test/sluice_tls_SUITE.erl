@@ -360,13 +360,19 @@ flood(Config, Peer) ->
     %% the kernel's buffers with acks later), so the adaptive grant may
     %% reach its cap in chunks first (64 at the default buffer: 1.7 MiB of
     %% 26 KiB TLS reads).
+    %% Beyond the chunks a few other messages: ssl_passive, a send's
+    %% reply, the sweep's hibernate nudge to a connection that has not run
+    %% for a second because it waits in ssl's send to a client that reads
+    %% nothing. Seen: up to 68 at the adaptive cap of 64 (67 and 68 failed a
+    %% bound of 66 in loaded runs); which messages make the last ones is not
+    %% pinned down (issue 16's note). Unbounded delivery reaches thousands.
     {Grant, MaxChunks} =
         case Active of
             adaptive ->
                 #{min := Min, max_bytes := MaxBytes} = sluice_opts:adaptive_grant(),
-                {Min, MaxBytes div 262144 + 2};
+                {Min, MaxBytes div 262144 + 8};
             N ->
-                {N, 2 * N + 2}
+                {N, 2 * N + 8}
         end,
     Bound = Clients * 2 * Grant * 262144 + 64 * 1024 * 1024,
     #{bytes_in := In, bytes_out := Out} = During,
