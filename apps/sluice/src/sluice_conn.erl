@@ -324,17 +324,51 @@ drain(Deadline, S) ->
 %% system calls instead of five). A longer chunk puts a grant of chunks
 %% back (top_up/3): a client that sends more than one short read at a time
 %% is served by the running grant, which needs no call per read.
-next(Size, S = #s{active = adaptive, single_read = Limit}) when Size < Limit ->
-    rearm(once, S#s{single = true});
-next(Size, S = #s{active = adaptive, single = true}) ->
+%%
+%% A read granted alone that finds no data waits for a poll thread, which
+%% costs more than a grant: sluice_eager counts those misses and turns the
+%% single reads off for a while when they are frequent (a client on
+%% another core or host, whose next request comes after the re-arm).
+next(Size, S = #s{active = adaptive, single_read = Limit, eager = E}) when Size < Limit ->
+    case sluice_eager:on(E) of
+        true -> single(S);
+        false -> granted(Size, S#s{eager = sluice_eager:skipped(E)})
+    end;
+next(Size, S) ->
+    granted(Size, S).
+
+granted(Size, S = #s{active = adaptive, single = true}) ->
     top_up(0, Size, S#s{single = false});
-next(Size, S = #s{active = Mode, credit = C, grant = G}) when is_integer(Mode); Mode =:= adaptive ->
+granted(Size, S = #s{active = Mode, credit = C, grant = G}) when is_integer(Mode); Mode =:= adaptive ->
     case C - 1 of
         Left when Left > G div 2 -> loop(S#s{credit = Left});
         Left -> top_up(Left, Size, S)
     end;
-next(_Size, S = #s{active = true}) -> loop(S);
-next(_Size, S = #s{active = Mode}) -> rearm(Mode, S).
+granted(_Size, S = #s{active = true}) -> loop(S);
+granted(_Size, S = #s{active = Mode}) -> rearm(Mode, S).
+
+%% Arm one read. When it read at once, its message is in the mailbox by
+%% the time the port call returns (the driver sent it from the call): a
+%% hit. What the transport ignores (the reply's send acknowledgement) is
+%% passed over; any other message counts as a hit, which is rare and errs
+%% towards single reads.
+single(S) ->
+    case activate(once, S#s{single = true}) of
+        {ok, S2} -> ready(S2);
+        {error, Reason} -> sluice_conn_close:finish({error, Reason}, S)
+    end.
+
+ready(S = #s{t = T, ts = TS, eager = E}) ->
+    receive
+        Msg ->
+            case T:classify(Msg, TS) of
+                {ignore, TS} -> ready(S);
+                {ignore, TS2} -> ready(S#s{ts = TS2});
+                Classified -> dispatch(Classified, Msg, S#s{eager = sluice_eager:hit(E)})
+            end
+    after 0 ->
+        loop(S#s{eager = sluice_eager:miss(E)})
+    end.
 
 %% The transport ran out of grant. Every chunk sent before `passive' has
 %% been handled by now, so the credit left is what a top-up granted after

@@ -23,6 +23,9 @@
             %% whether the transport is armed that way now
             single_read = 0 :: non_neg_integer(),
             single = false :: boolean(),
+            %% whether granting short reads alone is paying off (it is
+            %% not when the client's next request is seldom there yet)
+            eager = sluice_eager:new() :: sluice_eager:eager(),
             stats :: sluice_stats:stats(),
             %% unset in a template (sluice_conn:template/1)
             parent :: pid() | undefined,
