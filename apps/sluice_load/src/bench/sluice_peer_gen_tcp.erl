@@ -65,8 +65,9 @@
 %% supervision, a frame timeout, memory kept small for idle connections.
 %% That makes it an upper bound for a server on gen_tcp, which is what the
 %% comparison is for. Frames above 1 MiB close the connection, as in
-%% sluice (the same guard also lets the compiler treat the length as a
-%% small integer, which the walk's speed depends on).
+%% sluice; as there, a chunk no longer than that limit + 12 bytes (every
+%% read: the buffer is 256 KiB) cannot hold a whole frame above it, and is
+%% walked without comparing each length to the limit.
 -module(sluice_peer_gen_tcp).
 
 -export([main/1, start/1, stop/1, handle/2, init_state/2]).
@@ -310,20 +311,30 @@ skip(Mode, Id, Left, Data) ->
 frames(each, Buf, Prev, _) ->
     each(Buf, case Prev of none -> <<>>; _ -> Prev end);
 frames(last, Buf, Prev, _) ->
-    case walk(Buf, -1) of
+    case walk(Buf) of
         {-1, R} -> tail(R, case Prev of none -> <<>>; _ -> Prev end);
         {Len, R} -> tail(R, last_id(Buf, R, Len))
     end;
 frames(counted, Buf, Prev, PrevN) ->
-    case walk_count(Buf, -1, 0) of
+    case walk_count(Buf) of
         {_, 0, R} when PrevN =:= 0 -> tail(R, <<>>);
         {_, 0, R} -> tail(R, <<Prev/binary, PrevN:32>>);
         {Len, N, R} -> tail(R, <<(last_id(Buf, R, Len))/binary, (N + PrevN):32>>)
     end.
 
-each(<<Hi:32, Lo:32, Len:32, _:Len/binary, R/binary>>, Acc) when Len =< ?MAX_FRAME ->
-    each(R, <<Acc/binary, Hi:32, Lo:32>>);
-each(R, Acc) ->
+each(Buf, Acc) when byte_size(Buf) - 12 =< ?MAX_FRAME ->
+    each_all(Buf, Acc);
+each(Buf, Acc) ->
+    each_max(Buf, Acc).
+
+each_all(<<Hi:32, Lo:32, Len:32, _:Len/binary, R/binary>>, Acc) ->
+    each_all(R, <<Acc/binary, Hi:32, Lo:32>>);
+each_all(R, Acc) ->
+    tail(R, Acc).
+
+each_max(<<Hi:32, Lo:32, Len:32, _:Len/binary, R/binary>>, Acc) when Len =< ?MAX_FRAME ->
+    each_max(R, <<Acc/binary, Hi:32, Lo:32>>);
+each_max(R, Acc) ->
     tail(R, Acc).
 
 %% The last whole frame ends where R begins and is 12 + Len bytes long.
@@ -333,20 +344,40 @@ last_id(Buf, R, Len) ->
     Id.
 
 %% {Len of the last whole frame (-1: none), what follows the whole frames}
-walk(<<_:64, A:32, _:A/binary, _:64, B:32, _:B/binary, R/binary>>, _)
-  when A =< ?MAX_FRAME, B =< ?MAX_FRAME ->
-    walk(R, B);
-walk(<<_:64, A:32, _:A/binary, R/binary>>, _) when A =< ?MAX_FRAME ->
+walk(Buf) when byte_size(Buf) - 12 =< ?MAX_FRAME -> walk_all(Buf, -1);
+walk(Buf) -> walk_max(Buf, -1).
+
+walk_all(<<_:64, A:32, _:A/binary, _:64, B:32, _:B/binary, R/binary>>, _) ->
+    walk_all(R, B);
+walk_all(<<_:64, A:32, _:A/binary, R/binary>>, _) ->
     {A, R};
-walk(R, Last) ->
+walk_all(R, Last) ->
     {Last, R}.
 
-walk_count(<<_:64, A:32, _:A/binary, _:64, B:32, _:B/binary, R/binary>>, _, N)
+walk_max(<<_:64, A:32, _:A/binary, _:64, B:32, _:B/binary, R/binary>>, _)
   when A =< ?MAX_FRAME, B =< ?MAX_FRAME ->
-    walk_count(R, B, N + 2);
-walk_count(<<_:64, A:32, _:A/binary, R/binary>>, _, N) when A =< ?MAX_FRAME ->
+    walk_max(R, B);
+walk_max(<<_:64, A:32, _:A/binary, R/binary>>, _) when A =< ?MAX_FRAME ->
+    {A, R};
+walk_max(R, Last) ->
+    {Last, R}.
+
+walk_count(Buf) when byte_size(Buf) - 12 =< ?MAX_FRAME -> walk_count_all(Buf, -1, 0);
+walk_count(Buf) -> walk_count_max(Buf, -1, 0).
+
+walk_count_all(<<_:64, A:32, _:A/binary, _:64, B:32, _:B/binary, R/binary>>, _, N) ->
+    walk_count_all(R, B, N + 2);
+walk_count_all(<<_:64, A:32, _:A/binary, R/binary>>, _, N) ->
     {A, N + 1, R};
-walk_count(R, Last, N) ->
+walk_count_all(R, Last, N) ->
+    {Last, N, R}.
+
+walk_count_max(<<_:64, A:32, _:A/binary, _:64, B:32, _:B/binary, R/binary>>, _, N)
+  when A =< ?MAX_FRAME, B =< ?MAX_FRAME ->
+    walk_count_max(R, B, N + 2);
+walk_count_max(<<_:64, A:32, _:A/binary, R/binary>>, _, N) when A =< ?MAX_FRAME ->
+    {A, N + 1, R};
+walk_count_max(R, Last, N) ->
     {Last, N, R}.
 
 %% What is left after the whole frames: nothing, a split frame to keep
