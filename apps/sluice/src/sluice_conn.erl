@@ -54,6 +54,8 @@ template(L = #{name := Name, transport := T, stats := Stats,
     {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
     {Min, Max} = grant_bounds(Active, Buffer),
     {#s{t = T, handler = H, active = Active, stats = Stats, listener = Name,
+        classify = fun T:classify/2, send = fun T:send/2, activate = fun T:activate/2,
+        handle_data = fun H:handle_data/2,
         grant = Min, grant_min = Min, grant_max = Max, small_read = small_read(T, Buffer),
         single_read = single_read(Active, T),
         has = maps:from_list([{F, erlang:function_exported(H, F, A)} || {F, A} <- ?OPTIONAL])},
@@ -211,9 +213,9 @@ resumed(Reason, S) ->
 
 %%% The loop -----------------------------------------------------------
 
-loop(S = #s{t = T, ts = TS}) ->
+loop(S = #s{classify = Classify, ts = TS}) ->
     receive
-        Msg -> dispatch(T:classify(Msg, TS), Msg, S)
+        Msg -> dispatch(Classify(Msg, TS), Msg, S)
     end.
 
 %% A transport whose state did not change returns the same term: matching
@@ -358,10 +360,10 @@ single(S) ->
         {error, Reason} -> sluice_conn_close:finish({error, Reason}, S)
     end.
 
-ready(S = #s{t = T, ts = TS, eager = E}) ->
+ready(S = #s{classify = Classify, ts = TS, eager = E}) ->
     receive
         Msg ->
-            case T:classify(Msg, TS) of
+            case Classify(Msg, TS) of
                 {ignore, TS} -> ready(S);
                 {ignore, TS2} -> ready(S#s{ts = TS2});
                 Classified -> dispatch(Classified, Msg, S#s{eager = sluice_eager:hit(E)})
@@ -418,8 +420,8 @@ rearm(Mode, S) ->
         {error, Reason} -> sluice_conn_close:finish({error, Reason}, S)
     end.
 
-activate(Mode, S = #s{t = T, ts = TS}) ->
-    case T:activate(TS, Mode) of
+activate(Mode, S = #s{activate = Activate, ts = TS}) ->
+    case Activate(TS, Mode) of
         {ok, TS} -> {ok, S};
         {ok, TS2} -> {ok, S#s{ts = TS2}};
         Error -> Error

@@ -5,6 +5,14 @@
 -record(s, {t :: module(),
             ts :: sluice_transport:tstate() | undefined,
             handler :: module(),
+            %% the calls made on every read, as funs of `t' and `handler':
+            %% a call through a fun goes straight to the function, where
+            %% Module:F(...) looks the function up in the export table
+            classify :: fun((term(), sluice_transport:tstate()) -> sluice_transport:classified()),
+            send :: fun((sluice_transport:tstate(), iodata()) -> ok | {error, term()}),
+            activate :: fun((sluice_transport:tstate(), sluice_transport:mode()) ->
+                                   {ok, sluice_transport:tstate()} | {error, term()}),
+            handle_data :: fun((binary(), term()) -> sluice_handler:result(term())),
             hstate :: term(),
             active :: sluice_transport:mode() | adaptive,
             %% active=N or adaptive: the grant the credit is topped up to

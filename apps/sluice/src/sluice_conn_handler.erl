@@ -18,6 +18,10 @@
 
 -export_type([outcome/0]).
 
+%% The small steps of every read, inlined where they are used (each was a
+%% call on the per-read path).
+-compile({inline, [add/2, size_of/1, outcome/1, timer/2]}).
+
 %% @doc init/2. The reply of a server that speaks first is sent at once.
 -spec init(sluice:conn(), term(), #s{}) -> outcome().
 init(Conn, HOpts, S = #s{handler = H}) ->
@@ -31,9 +35,9 @@ init(Conn, HOpts, S = #s{handler = H}) ->
 %% framing, as the whole frames it completes. The replies to the frames of
 %% one chunk go out in one send.
 -spec data(binary(), #s{}) -> outcome().
-data(Data, S = #s{stats = Stats, frame = none, handler = H, hstate = HState}) ->
+data(Data, S = #s{stats = Stats, frame = none, handle_data = HandleData, hstate = HState}) ->
     sluice_stats:received(Stats, byte_size(Data)),
-    try H:handle_data(Data, HState) of
+    try HandleData(Data, HState) of
         Result -> outcome(read(handle_data, Result, [], S))
     catch Class:Reason:Stack -> sluice_conn_close:crash(Class, Reason, Stack, S)
     end;
@@ -51,8 +55,8 @@ data(Data, S = #s{stats = Stats, frame = F}) ->
 
 frames([], Out, S) ->
     {continue, Out, S};
-frames([Frame | Rest], Out, S = #s{handler = H, hstate = HState}) ->
-    try H:handle_data(Frame, HState) of
+frames([Frame | Rest], Out, S = #s{handle_data = HandleData, hstate = HState}) ->
+    try HandleData(Frame, HState) of
         Result ->
             case read(handle_data, Result, Out, S) of
                 {continue, Out2, S2} -> frames(Rest, Out2, S2);
@@ -135,11 +139,16 @@ quietly(Fun) ->
 
 %% @doc Queue Out on the socket; what was queued counts as written.
 -spec send(iodata(), #s{}) -> ok | {error, term()}.
-send(Out, #s{t = T, ts = TS, stats = Stats}) ->
-    case T:send(TS, Out) of
-        ok -> sluice_stats:sent(Stats, iolist_size(Out));
+send(Out, #s{send = Send, ts = TS, stats = Stats}) ->
+    case Send(TS, Out) of
+        ok -> sluice_stats:sent(Stats, size_of(Out));
         Error -> Error
     end.
+
+%% A reply is most often one binary, whose size is a field: iolist_size/1
+%% is a call.
+size_of(Out) when is_binary(Out) -> byte_size(Out);
+size_of(Out) -> iolist_size(Out).
 
 %% The one reader of a handler's return value. Out is what earlier results
 %% of the same chunk asked to send; the caller sends it once (outcome/1).

@@ -36,6 +36,9 @@
 
 -export_type([mode/0]).
 
+%% The small steps of every read, inlined (each was a call per read).
+-compile({inline, [timed/2, result/2, partial/1, append/2, tail/2]}).
+
 -type mode() :: each | last | counted.
 -type partial() :: none
                  | {header, binary()}
