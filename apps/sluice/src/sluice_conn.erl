@@ -331,11 +331,10 @@ drain(Deadline, S) ->
 %% costs more than a grant: sluice_eager counts those misses and turns the
 %% single reads off for a while when they are frequent (a client on
 %% another core or host, whose next request comes after the re-arm).
-next(Size, S = #s{active = adaptive, single_read = Limit, eager = E}) when Size < Limit ->
-    case sluice_eager:on(E) of
-        true -> single(S);
-        false -> granted(Size, S#s{eager = sluice_eager:skipped(E)})
-    end;
+%% The reads while single reads are off are counted down at each top-up
+%% (top_up/3), not one by one: nothing is added to the read's own path.
+next(Size, S = #s{active = adaptive, single_read = Limit, eager_off = 0}) when Size < Limit ->
+    single(S);
 next(Size, S) ->
     granted(Size, S).
 
@@ -369,7 +368,10 @@ ready(S = #s{classify = Classify, ts = TS, eager = E}) ->
                 Classified -> dispatch(Classified, Msg, S#s{eager = sluice_eager:hit(E)})
             end
     after 0 ->
-        loop(S#s{eager = sluice_eager:miss(E)})
+        case sluice_eager:miss(E) of
+            {on, E2} -> loop(S#s{eager = E2});
+            {off, Reads, E2} -> loop(S#s{eager = E2, eager_off = Reads})
+        end
     end.
 
 %% The transport ran out of grant. Every chunk sent before `passive' has
@@ -405,13 +407,15 @@ top_up(Left, Size, S = #s{t = T, ts = TS, grant = G, grant_min = Min, grant_max 
                      false -> G
                  end
          end,
+    %% less the reads handled since the grant was last topped up to G
+    Off = max(0, S#s.eager_off - (G - Left)),
     case G2 > Left of
         true ->
-            rearm(G2 - Left, S#s{credit = G2, grant = G2, exhausted = false});
+            rearm(G2 - Left, S#s{credit = G2, grant = G2, exhausted = false, eager_off = Off});
         false ->
             %% Shrunk below what is still outstanding: grant nothing until
             %% the credit falls under the new grant's half.
-            loop(S#s{credit = Left, grant = G2, exhausted = false})
+            loop(S#s{credit = Left, grant = G2, exhausted = false, eager_off = Off})
     end.
 
 rearm(Mode, S) ->

@@ -32,8 +32,10 @@
             single_read = 0 :: non_neg_integer(),
             single = false :: boolean(),
             %% whether granting short reads alone is paying off (it is
-            %% not when the client's next request is seldom there yet)
+            %% not when the client's next request is seldom there yet),
+            %% and while it is not, the reads left before trying again
             eager = sluice_eager:new() :: sluice_eager:eager(),
+            eager_off = 0 :: non_neg_integer(),
             stats :: sluice_stats:stats(),
             %% unset in a template (sluice_conn:template/1)
             parent :: pid() | undefined,

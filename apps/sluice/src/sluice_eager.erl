@@ -16,17 +16,18 @@
 %%
 %% So: count the misses of each window of ?WINDOW single reads. At
 %% ?MISS_LIMIT misses in a window the connection goes back to a grant for
-%% the next `backoff' short reads, then tries again; each failed try
-%% doubles the backoff (up to ?BACKOFF_MAX), a window that passes resets
-%% it. A client that always misses is tried for ?MISS_LIMIT reads in every
-%% backoff's worth: 16 in 4,096 at first, 16 in 65,536 after four tries.
-%% The limit (one miss in 16) is a choice, not a measured optimum: far
-%% below what a client on another core misses, far above what a client
-%% whose requests wait for the handler does (none; sluice_active_SUITE).
+%% the next `backoff' reads (counted at the grant's top-ups, so about that
+%% many), then tries again; each failed try doubles the backoff (up to
+%% ?BACKOFF_MAX), a window that passes resets it. A client that always
+%% misses is tried for ?MISS_LIMIT reads in every backoff's worth: 16 in
+%% 4,096 at first, 16 in 65,536 after four tries. The limit (one miss in
+%% 16) is a choice, not a measured optimum: far below what a client on
+%% another core misses, far above what a client whose requests wait for
+%% the handler does (none; sluice_active_SUITE).
 %% @private
 -module(sluice_eager).
 
--export([new/0, on/1, hit/1, miss/1, skipped/1]).
+-export([new/0, hit/1, miss/1]).
 
 -export_type([eager/0]).
 
@@ -35,38 +36,28 @@
 -define(BACKOFF_MIN, 4096).
 -define(BACKOFF_MAX, 65536).
 
-%% {single reads in this window, misses in it, short reads left to grant
-%% before trying again (0: trying), backoff of the next failed try}
--opaque eager() :: {non_neg_integer(), non_neg_integer(), non_neg_integer(),
-                    pos_integer()}.
+%% {single reads in this window, misses in it, backoff of the next failed
+%% try}
+-opaque eager() :: {non_neg_integer(), non_neg_integer(), pos_integer()}.
 
 %% @doc A connection starts trying.
 -spec new() -> eager().
 new() ->
-    {0, 0, 0, ?BACKOFF_MIN}.
-
-%% @doc Whether the next short read is granted alone.
--spec on(eager()) -> boolean().
-on({_, _, Off, _}) ->
-    Off =:= 0.
+    {0, 0, ?BACKOFF_MIN}.
 
 %% @doc A single read found its data there.
 -spec hit(eager()) -> eager().
-hit({Tries, _, 0, _}) when Tries + 1 >= ?WINDOW ->
+hit({Tries, _, _}) when Tries + 1 >= ?WINDOW ->
     new();
-hit({Tries, Misses, 0, Backoff}) ->
-    {Tries + 1, Misses, 0, Backoff}.
+hit({Tries, Misses, Backoff}) ->
+    {Tries + 1, Misses, Backoff}.
 
-%% @doc A single read found nothing there and waits for a poll.
--spec miss(eager()) -> eager().
-miss({_, Misses, 0, Backoff}) when Misses + 1 >= ?MISS_LIMIT ->
-    {0, 0, Backoff, min(2 * Backoff, ?BACKOFF_MAX)};
-miss({Tries, _, 0, _}) when Tries + 1 >= ?WINDOW ->
-    new();
-miss({Tries, Misses, 0, Backoff}) ->
-    {Tries + 1, Misses + 1, 0, Backoff}.
-
-%% @doc A short read served by a grant while not trying.
--spec skipped(eager()) -> eager().
-skipped({Tries, Misses, Off, Backoff}) when Off > 0 ->
-    {Tries, Misses, Off - 1, Backoff}.
+%% @doc A single read found nothing there and waits for a poll: carry on,
+%% or stop single reads for the next `Reads' reads.
+-spec miss(eager()) -> {on, eager()} | {off, Reads :: pos_integer(), eager()}.
+miss({_, Misses, Backoff}) when Misses + 1 >= ?MISS_LIMIT ->
+    {off, Backoff, {0, 0, min(2 * Backoff, ?BACKOFF_MAX)}};
+miss({Tries, _, _}) when Tries + 1 >= ?WINDOW ->
+    {on, new()};
+miss({Tries, Misses, Backoff}) ->
+    {on, {Tries + 1, Misses + 1, Backoff}}.

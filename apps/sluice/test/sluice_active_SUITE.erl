@@ -159,7 +159,7 @@ adaptive_grant_suits_a_lockstep_client(Config) ->
             %% loaded machine may let a few requests in before the re-arm
             ?assert(length(Singles) >= 15 andalso length(Singles) =< 200, Modes),
             %% then a grant, with no single read again (the next try is
-            %% 4,096 short reads away), and top-ups far apart
+            %% about 4,096 reads away), and top-ups far apart
             ?assert(Granted =/= [] andalso lists:all(fun is_integer/1, Granted), Modes),
             ?assert(length(Granted) =< 40, Modes);
         false ->

@@ -1,69 +1,47 @@
 %% The single-read policy (sluice_eager): when a connection's short reads
-%% stop being granted one at a time, and when they are tried again.
+%% stop being granted one at a time, and for how long.
 -module(sluice_eager_tests).
 
 -include_lib("eunit/include/eunit.hrl").
 
-%% Apply N times.
-times(0, _F, E) -> E;
-times(N, F, E) -> times(N - 1, F, F(E)).
+%% Misses in a row from E: {on, E2} after each but the last, what the
+%% last returned.
+misses(1, E) -> sluice_eager:miss(E);
+misses(N, E) ->
+    {on, E2} = sluice_eager:miss(E),
+    misses(N - 1, E2).
 
-new_connection_tries_test() ->
-    ?assert(sluice_eager:on(sluice_eager:new())).
+hits(0, E) -> E;
+hits(N, E) -> hits(N - 1, sluice_eager:hit(E)).
 
-sixteen_misses_turn_it_off_test() ->
-    E15 = times(15, fun sluice_eager:miss/1, sluice_eager:new()),
-    ?assert(sluice_eager:on(E15)),
-    ?assertNot(sluice_eager:on(sluice_eager:miss(E15))).
+sixteen_misses_turn_it_off_for_4096_reads_test() ->
+    ?assertMatch({on, _}, misses(15, sluice_eager:new())),
+    ?assertMatch({off, 4096, _}, misses(16, sluice_eager:new())).
 
 hits_between_misses_do_not_save_a_window_test() ->
-    %% 16 misses among 200 single reads: off
-    E = times(15, fun(X) -> times(12, fun sluice_eager:hit/1, sluice_eager:miss(X)) end,
-              sluice_eager:new()),
-    ?assert(sluice_eager:on(E)),
-    ?assertNot(sluice_eager:on(sluice_eager:miss(E))).
+    %% 16 misses among 196 single reads: off
+    E = lists:foldl(fun(_, Acc) -> {on, A2} = sluice_eager:miss(Acc), hits(12, A2) end,
+                    sluice_eager:new(), lists:seq(1, 15)),
+    ?assertMatch({off, 4096, _}, sluice_eager:miss(E)).
 
 a_window_with_few_misses_starts_afresh_test() ->
     %% 15 misses and 241 hits: a window of 256 passes, and its misses are
-    %% forgotten: 15 more do not turn it off
-    E = times(241, fun sluice_eager:hit/1, times(15, fun sluice_eager:miss/1, sluice_eager:new())),
-    E2 = times(15, fun sluice_eager:miss/1, E),
-    ?assert(sluice_eager:on(E2)),
-    ?assertNot(sluice_eager:on(sluice_eager:miss(E2))).
-
-off_for_the_backoff_then_tried_again_test() ->
-    Off = times(16, fun sluice_eager:miss/1, sluice_eager:new()),
-    ?assertEqual(4096, reads_until_on(Off)).
+    %% forgotten: 15 more do not turn it off, the 16th does
+    {on, E1} = misses(15, sluice_eager:new()),
+    E2 = hits(241, E1),
+    ?assertMatch({on, _}, misses(15, E2)),
+    ?assertMatch({off, 4096, _}, misses(16, E2)).
 
 each_failed_try_doubles_the_backoff_up_to_a_bound_test() ->
-    Backoffs = backoffs(7, sluice_eager:new(), []),
-    ?assertEqual([4096, 8192, 16384, 32768, 65536, 65536, 65536], Backoffs).
+    ?assertEqual([4096, 8192, 16384, 32768, 65536, 65536, 65536],
+                 backoffs(7, sluice_eager:new())).
 
 a_window_that_passes_resets_the_backoff_test() ->
-    Off1 = times(16, fun sluice_eager:miss/1, sluice_eager:new()),
-    Off2 = times(16, fun sluice_eager:miss/1, skip_all(Off1)),
-    ?assertEqual(8192, reads_until_on(Off2)),
-    Passed = times(256, fun sluice_eager:hit/1, skip_all(Off2)),
-    ?assertEqual(4096, reads_until_on(times(16, fun sluice_eager:miss/1, Passed))).
+    {off, 4096, E1} = misses(16, sluice_eager:new()),
+    {off, 8192, E2} = misses(16, E1),
+    ?assertMatch({off, 4096, _}, misses(16, hits(256, E2))).
 
-%% The backoff of each of N failed tries in a row.
-backoffs(0, _E, Acc) ->
-    lists:reverse(Acc);
-backoffs(N, E, Acc) ->
-    Off = times(16, fun sluice_eager:miss/1, E),
-    backoffs(N - 1, skip_all(Off), [reads_until_on(Off) | Acc]).
-
-reads_until_on(E) ->
-    reads_until_on(E, 0).
-
-reads_until_on(E, N) ->
-    case sluice_eager:on(E) of
-        true -> N;
-        false -> reads_until_on(sluice_eager:skipped(E), N + 1)
-    end.
-
-skip_all(E) ->
-    case sluice_eager:on(E) of
-        true -> E;
-        false -> skip_all(sluice_eager:skipped(E))
-    end.
+backoffs(0, _E) -> [];
+backoffs(N, E) ->
+    {off, Reads, E2} = misses(16, E),
+    [Reads | backoffs(N - 1, E2)].
