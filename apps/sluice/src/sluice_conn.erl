@@ -106,13 +106,20 @@ init(Parent, Sock, {S0, L = #{transport := T, opts := Opts}}) ->
         {ok, Proxy, Prefix} ->
             case T:handshake(Sock, Opts#{prefix => Prefix}) of
                 {ok, TS} ->
-                    S = S0#s{parent = Parent, ts = TS, frame = frame(Opts)},
+                    S = S0#s{parent = Parent, ts = TS, frame = frame(Opts),
+                             sent_ack = sent_ack(T, TS)},
                     start(S, L, conn(L, Sock, Proxy, TS), prefix(T, Prefix));
                 {error, Reason} ->
                     refuse(Sock, L, {handshake_error, Reason})
             end;
         {error, Reason} ->
             refuse(Sock, L, {proxy_error, Reason})
+    end.
+
+sent_ack(T, TS) ->
+    case erlang:function_exported(T, sent_ack, 1) of
+        true -> T:sent_ack(TS);
+        false -> make_ref()
     end.
 
 %% What a handler's init/2 is given (sluice:conn()).
@@ -191,8 +198,10 @@ frame(_) -> none.
 unpark(Parent, Sock, {HState, Frame}, TS, {S0 = #s{t = T}, _L}) ->
     receive
         {sluice_go, Sock, Event} ->
-            resumed(Event, S0#s{parent = Parent, ts = T:unpark(TS), hstate = HState,
-                                frame = Frame, started = erlang:monotonic_time()})
+            TS2 = T:unpark(TS),
+            resumed(Event, S0#s{parent = Parent, ts = TS2, hstate = HState, frame = Frame,
+                                started = erlang:monotonic_time(),
+                                sent_ack = sent_ack(T, TS2)})
     end.
 
 resumed({data, Data}, S = #s{active = true}) ->
@@ -213,8 +222,9 @@ resumed(Reason, S) ->
 
 %%% The loop -----------------------------------------------------------
 
-loop(S = #s{classify = Classify, ts = TS}) ->
+loop(S = #s{classify = Classify, ts = TS, sent_ack = Ack}) ->
     receive
+        Ack -> loop(S);
         Msg -> dispatch(Classify(Msg, TS), Msg, S)
     end.
 
@@ -359,8 +369,10 @@ single(S) ->
         {error, Reason} -> sluice_conn_close:finish({error, Reason}, S)
     end.
 
-ready(S = #s{classify = Classify, ts = TS, eager = E}) ->
+ready(S = #s{classify = Classify, ts = TS, eager = E, sent_ack = Ack}) ->
     receive
+        Ack ->
+            ready(S);
         Msg ->
             case Classify(Msg, TS) of
                 {ignore, TS} -> ready(S);

@@ -129,7 +129,12 @@
 %%% returning 0, is always given a grant of chunks by the adaptive mode.
 -callback single_read_limit() -> non_neg_integer().
 
--optional_callbacks([park/1, parked_event/1, unpark/1, single_read_limit/0]).
+%% The message this socket's sends are acknowledged with when they went
+%% well, and which means nothing else (inet: `{inet_reply, Sock, ok}'): the
+%% connection drops it without classifying it. Optional.
+-callback sent_ack(tstate()) -> term().
+
+-optional_callbacks([park/1, parked_event/1, unpark/1, single_read_limit/0, sent_ack/1]).
 
 %% @doc The callback module for a transport name or module.
 -spec module(inet | socket | ssl | module()) -> module().

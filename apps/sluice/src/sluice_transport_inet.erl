@@ -24,7 +24,7 @@
          shutdown/2, close/1, info/1, socket/1]).
 -export([queued/1]).
 -export([handover/2, park/1, parked_event/1, unpark/1]).
--export([listen_options/1, single_read_limit/0]).
+-export([listen_options/1, single_read_limit/0, sent_ack/1]).
 
 %% SOL_SOCKET / SO_REUSEPORT on Linux; OTP 25's gen_tcp has no option for it.
 -define(SOL_SOCKET, 1).
@@ -295,6 +295,12 @@ send(#inet{sock = Sock}, Data) ->
         true -> ok
     catch error:_ -> {error, closed}
     end.
+
+%% @doc Every port_command/2 (send/2) is answered with this message when
+%% the data was queued; classify/2 would ignore it.
+-spec sent_ack(#inet{}) -> {inet_reply, port(), ok}.
+sent_ack(#inet{sock = Sock}) ->
+    {inet_reply, Sock, ok}.
 
 %% @doc The driver queues what the kernel's send buffer cannot take.
 -spec output_queued(#inet{}) -> boolean().
