@@ -82,12 +82,7 @@ small_read(_T, Buffer) -> Buffer div 4.
 
 %% `adaptive' grants a client whose reads are short one read at a time,
 %% where the transport says that is cheaper (next/2).
-single_read(adaptive, T) ->
-    {module, T} = code:ensure_loaded(T),
-    case erlang:function_exported(T, single_read_limit, 0) of
-        true -> T:single_read_limit();
-        false -> 0
-    end;
+single_read(adaptive, T) -> sluice_transport:optional(T, single_read_limit, [], 0);
 single_read(_Active, _T) -> 0.
 
 %% @doc Entry point, spawned (linked) by sluice_conns_sup, which hands the
@@ -116,11 +111,10 @@ init(Parent, Sock, {S0, L = #{transport := T, opts := Opts}}) ->
             refuse(Sock, L, {proxy_error, Reason})
     end.
 
+%% A reference nobody else has never matches: the loop then classifies
+%% every message.
 sent_ack(T, TS) ->
-    case erlang:function_exported(T, sent_ack, 1) of
-        true -> T:sent_ack(TS);
-        false -> make_ref()
-    end.
+    sluice_transport:optional(T, sent_ack, [TS], make_ref()).
 
 %% What a handler's init/2 is given (sluice:conn()).
 conn(#{name := Name, transport := T}, Sock, Proxy, TS) ->
@@ -307,8 +301,9 @@ wake(S = #s{t = T, ts = TS, parent = Parent}) ->
     end.
 
 data(Data, S) ->
-    case sluice_conn_handler:data(Data, S) of
-        {continue, S2} -> next(byte_size(Data), S2);
+    Size = byte_size(Data),
+    case sluice_conn_handler:data(Data, Size, S) of
+        {continue, S2} -> next(Size, S2);
         {stop, Reason, S2} -> sluice_conn_close:finish(Reason, S2);
         {stop_after, Out, Reason, S2} -> sluice_conn_close:linger_close(Out, Reason, S2)
     end.

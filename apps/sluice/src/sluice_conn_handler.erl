@@ -13,7 +13,7 @@
 
 -define(IS_TIMEOUT(T), (T =:= infinity orelse (is_integer(T) andalso T >= 0))).
 
--export([init/3, data/2, info/2, call/3, timeout/1, drain/1, closed/1, failed/2,
+-export([init/3, data/2, data/3, info/2, call/3, timeout/1, drain/1, closed/1, failed/2,
          terminate/2, send/2]).
 
 -export_type([outcome/0]).
@@ -35,14 +35,19 @@ init(Conn, HOpts, S = #s{handler = H}) ->
 %% framing, as the whole frames it completes. The replies to the frames of
 %% one chunk go out in one send.
 -spec data(binary(), #s{}) -> outcome().
-data(Data, S = #s{stats = Stats, frame = none, handle_data = HandleData, hstate = HState}) ->
-    sluice_stats:received(Stats, byte_size(Data)),
+data(Data, S) ->
+    data(Data, byte_size(Data), S).
+
+%% @doc data/2 for a chunk whose size the caller has at hand.
+-spec data(binary(), non_neg_integer(), #s{}) -> outcome().
+data(Data, Size, S = #s{stats = Stats, frame = none, handle_data = HandleData, hstate = HState}) ->
+    sluice_stats:received(Stats, Size),
     try HandleData(Data, HState) of
         Result -> outcome(read(handle_data, Result, [], S))
     catch Class:Reason:Stack -> sluice_conn_close:crash(Class, Reason, Stack, S)
     end;
-data(Data, S = #s{stats = Stats, frame = F}) ->
-    sluice_stats:received(Stats, byte_size(Data)),
+data(Data, Size, S = #s{stats = Stats, frame = F}) ->
+    sluice_stats:received(Stats, Size),
     case sluice_frame:decode(Data, F) of
         {ok, Frames, F2} ->
             outcome(frames(Frames, [], S#s{frame = F2}));

@@ -165,7 +165,7 @@ handle({'$gen_call', From, Req}, St) ->
     gen:reply(From, call(Req, St)),
     St;
 handle(Msg, St = #st{listener = #{transport := T}}) ->
-    case erlang:function_exported(T, parked_event, 1) andalso T:parked_event(Msg) of
+    case sluice_transport:optional(T, parked_event, [Msg], false) of
         {Sock, Event} -> unpark(Sock, Event, St);
         _ -> St
     end.

@@ -26,7 +26,7 @@
 %% themselves; the socket transport counts in its state).
 -module(sluice_transport).
 
--export([module/1, name/1, is_transport/1]).
+-export([module/1, name/1, is_transport/1, optional/4]).
 
 -export_type([socket/0, lsock/0, tstate/0, mode/0, listen_opts/0, conn_opts/0,
               classified/0, awaited/0]).
@@ -149,6 +149,16 @@ name(sluice_transport_inet) -> inet;
 name(sluice_transport_socket) -> socket;
 name(sluice_transport_ssl) -> ssl;
 name(M) -> M.
+
+%% @doc What T's optional callback F returns for Args, or Default where T
+%% does not have it.
+-spec optional(module(), atom(), list(), term()) -> term().
+optional(T, F, Args, Default) ->
+    _ = code:ensure_loaded(T),
+    case erlang:function_exported(T, F, length(Args)) of
+        true -> apply(T, F, Args);
+        false -> Default
+    end.
 
 %% @doc Whether `Name' names a transport: one of the three, or a loaded
 %% module that exports every required callback of this behaviour.

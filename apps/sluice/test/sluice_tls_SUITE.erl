@@ -528,22 +528,14 @@ sample(Peak, MaxQ, N) ->
             sample(max(Peak, erlang:memory(total)), MaxQ2, N + 1)
     end.
 
-%% Messages counted by their first two elements (`{ssl, Sock, Data}' as
-%% `{ssl, port}'...), data left out.
+%% Messages counted by kind: a tuple by its tag (and its second element
+%% when that is an atom, as in `{sluice_sweep, hibernate}'), data left out.
 kinds(Ms) ->
-    Kind = fun(M) when is_tuple(M), tuple_size(M) >= 2 ->
-                   {element(1, M), kind_of(element(2, M))};
-              (M) -> kind_of(M)
+    Kind = fun({Tag, A}) when is_atom(A) -> {Tag, A};
+              (M) when is_tuple(M) -> element(1, M);
+              (M) -> M
            end,
     lists:sort(maps:to_list(lists:foldl(fun(M, Acc) ->
                                                 K = Kind(M),
                                                 Acc#{K => maps:get(K, Acc, 0) + 1}
                                         end, #{}, Ms))).
-
-kind_of(T) when is_atom(T) -> T;
-kind_of(T) when is_port(T) -> port;
-kind_of(T) when is_pid(T) -> pid;
-kind_of(T) when is_reference(T) -> ref;
-kind_of(T) when is_tuple(T) -> {tuple, tuple_size(T)};
-kind_of(T) when is_binary(T) -> binary;
-kind_of(_) -> other.
