@@ -111,10 +111,10 @@ init(Parent, Sock, {S0, L = #{transport := T, opts := Opts}}) ->
             refuse(Sock, L, {proxy_error, Reason})
     end.
 
-%% A reference nobody else has never matches: the loop then classifies
-%% every message.
+%% A reference nobody else has as the tag never matches: the loop then
+%% classifies every message.
 sent_ack(T, TS) ->
-    sluice_transport:optional(T, sent_ack, [TS], make_ref()).
+    sluice_transport:optional(T, sent_ack, [TS], {make_ref(), none}).
 
 %% What a handler's init/2 is given (sluice:conn()).
 conn(#{name := Name, transport := T}, Sock, Proxy, TS) ->
@@ -216,9 +216,9 @@ resumed(Reason, S) ->
 
 %%% The loop -----------------------------------------------------------
 
-loop(S = #s{classify = Classify, ts = TS, sent_ack = Ack}) ->
+loop(S = #s{classify = Classify, ts = TS, sent_ack = {AckTag, AckId}}) ->
     receive
-        Ack -> loop(S);
+        {AckTag, AckId, ok} -> loop(S);
         Msg -> dispatch(Classify(Msg, TS), Msg, S)
     end.
 
@@ -364,9 +364,9 @@ single(S) ->
         {error, Reason} -> sluice_conn_close:finish({error, Reason}, S)
     end.
 
-ready(S = #s{classify = Classify, ts = TS, eager = E, sent_ack = Ack}) ->
+ready(S = #s{classify = Classify, ts = TS, eager = E, sent_ack = {AckTag, AckId}}) ->
     receive
-        Ack ->
+        {AckTag, AckId, ok} ->
             ready(S);
         Msg ->
             case Classify(Msg, TS) of

@@ -13,10 +13,11 @@
             activate :: fun((sluice_transport:tstate(), sluice_transport:mode()) ->
                                    {ok, sluice_transport:tstate()} | {error, term()}),
             handle_data :: fun((binary(), term()) -> sluice_handler:result(term())),
-            %% the transport's sent_ack/1 for this socket (a reference
-            %% nobody has where the transport has none): dropped by the
+            %% the transport's sent_ack/1 for this socket, `{Tag, Id}'
+            %% for the message `{Tag, Id, ok}' (a reference nobody has as
+            %% the Tag where the transport has none): dropped by the
             %% loop's receive itself, one message per reply
-            sent_ack :: term(),
+            sent_ack :: {term(), term()},
             hstate :: term(),
             active :: sluice_transport:mode() | adaptive,
             %% active=N or adaptive: the grant the credit is topped up to

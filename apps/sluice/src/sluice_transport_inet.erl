@@ -296,11 +296,11 @@ send(#inet{sock = Sock}, Data) ->
     catch error:_ -> {error, closed}
     end.
 
-%% @doc Every port_command/2 (send/2) is answered with this message when
-%% the data was queued; classify/2 would ignore it.
--spec sent_ack(#inet{}) -> {inet_reply, port(), ok}.
+%% @doc Every port_command/2 (send/2) is answered with `{inet_reply, Sock,
+%% ok}' when the data was queued; classify/2 would ignore it.
+-spec sent_ack(#inet{}) -> {inet_reply, port()}.
 sent_ack(#inet{sock = Sock}) ->
-    {inet_reply, Sock, ok}.
+    {inet_reply, Sock}.
 
 %% @doc The driver queues what the kernel's send buffer cannot take.
 -spec output_queued(#inet{}) -> boolean().
