@@ -9,14 +9,16 @@
 %%
 %% Delivery follows the listener's `active' option:
 %% <ul>
-%%  <li>`N' (the default): the loop keeps a credit, the chunks granted to
-%%      the transport and not yet handled, and tops it up to N once half
-%%      of it is used, so a connection that keeps up never goes passive
-%%      and one that falls behind stops at N: the mailbox never holds more
-%%      than N chunks, and a flooding client is held back by TCP. (On the
-%%      inet driver a socket that is never deselected moves into the
+%%  <li>`N': the loop keeps a credit, the chunks granted to the
+%%      transport and not yet handled, and tops it up to N once half of it
+%%      is used, so a connection that keeps up never goes passive and one
+%%      that falls behind stops at N: the mailbox never holds more than N
+%%      chunks, and a flooding client is held back by TCP. (On the inet
+%%      driver a socket that is never deselected moves into the
 %%      schedulers' own poll set, which saves a poll-thread wake-up per
 %%      read; re-arming only on `passive' loses that.)</li>
+%%  <li>`adaptive' (the default): as `N', with an N that moves between
+%%      bounds (top_up/3).</li>
 %%  <li>`once': re-armed after every chunk.</li>
 %%  <li>`false': one asynchronous read at a time, answered by a message,
 %%      so the process still sees drain requests and other messages.</li>
@@ -57,7 +59,6 @@ template(L = #{name := Name, transport := T, stats := Stats,
         classify = fun T:classify/2, send = fun T:send/2, activate = fun T:activate/2,
         handle_data = fun H:handle_data/2,
         grant = Min, grant_min = Min, grant_max = Max, small_read = small_read(T, Buffer),
-        single_read = single_read(Active, T),
         has = maps:from_list([{F, erlang:function_exported(H, F, A)} || {F, A} <- ?OPTIONAL])},
      L}.
 
@@ -79,11 +80,6 @@ grant_bounds(_Mode, _Buffer) -> {0, 0}.
 %% small and its grant would grow past the mailbox bound.
 small_read(sluice_transport_ssl, _Buffer) -> 0;
 small_read(_T, Buffer) -> Buffer div 4.
-
-%% `adaptive' grants a client whose reads are short one read at a time,
-%% where the transport says that is cheaper (next/2).
-single_read(adaptive, T) -> sluice_transport:optional(T, single_read_limit, [], 0);
-single_read(_Active, _T) -> 0.
 
 %% @doc Entry point, spawned (linked) by sluice_conns_sup, which hands the
 %% socket over and then sends `{sluice_go, Sock}' (if it dies first, the
@@ -175,7 +171,7 @@ first_grant(#s{active = Mode, grant = G}) when is_integer(Mode); Mode =:= adapti
 first_grant(#s{active = Mode}) -> Mode.
 
 armed(S = #s{active = Mode, grant = G}) when is_integer(Mode); Mode =:= adaptive ->
-    S#s{credit = G, single = false};
+    S#s{credit = G};
 armed(S) -> S.
 
 frame(#{framing := none}) -> none;
@@ -323,71 +319,26 @@ drain(Deadline, S) ->
 %% the next one; `N' and `adaptive' top the grant up once half of it is
 %% used; `true' never.
 %%
-%% `adaptive' with a chunk shorter than the transport's single_read_limit
-%% (a client that waits for its answer, or sends little): the next read is
-%% granted alone, `once', which replaces what was left of a grant. On the
-%% inet driver re-arming a passive socket reads at once if the client's
-%% next request is there, so a lock-step round trip costs no poll (two
-%% system calls instead of five). A longer chunk puts a grant of chunks
-%% back (top_up/3): a client that sends more than one short read at a time
-%% is served by the running grant, which needs no call per read.
-%%
-%% A read granted alone that finds no data waits for a poll thread, which
-%% costs more than a grant: sluice_eager counts those misses and turns the
-%% single reads off for a while when they are frequent (a client on
-%% another core or host, whose next request comes after the re-arm).
-%% The reads while single reads are off are counted down at each top-up
-%% (top_up/3), not one by one: nothing is added to the read's own path.
-next(Size, S = #s{active = adaptive, single_read = Limit, eager_off = 0}) when Size < Limit ->
-    single(S);
-next(Size, S) ->
-    granted(Size, S).
-
-granted(Size, S = #s{active = adaptive, single = true}) ->
-    top_up(0, Size, S#s{single = false});
-granted(Size, S = #s{active = Mode, credit = C, grant = G}) when is_integer(Mode); Mode =:= adaptive ->
+%% (Until 2026-11 `adaptive' granted a chunk shorter than 512 bytes alone,
+%% `once': re-arming a passive inet socket reads at once when the client's
+%% next request is there, which saved a lock-step round trip its poll. It
+%% stopped paying: a client on another core, or in a session of its own
+%% as `make bench' runs it, seldom had its request there, and a read that
+%% waits costs more than a running grant; where requests did wait (the
+%% flood) a grant was as cheap. bench/README.md, "Lock-step: single
+%% reads, removed", has the measurements.)
+next(Size, S = #s{active = Mode, credit = C, grant = G}) when is_integer(Mode); Mode =:= adaptive ->
     case C - 1 of
         Left when Left > G div 2 -> loop(S#s{credit = Left});
         Left -> top_up(Left, Size, S)
     end;
-granted(_Size, S = #s{active = true}) -> loop(S);
-granted(_Size, S = #s{active = Mode}) -> rearm(Mode, S).
-
-%% Arm one read. When it read at once, its message is in the mailbox by
-%% the time the port call returns (the driver sent it from the call): a
-%% hit. What the transport ignores (the reply's send acknowledgement) is
-%% passed over; any other message counts as a hit, which is rare and errs
-%% towards single reads.
-single(S) ->
-    case activate(once, S#s{single = true}) of
-        {ok, S2} -> ready(S2);
-        {error, Reason} -> sluice_conn_close:finish({error, Reason}, S)
-    end.
-
-ready(S = #s{classify = Classify, ts = TS, eager = E, sent_ack = {AckTag, AckId}}) ->
-    receive
-        {AckTag, AckId, ok} ->
-            ready(S);
-        Msg ->
-            case Classify(Msg, TS) of
-                {ignore, TS} -> ready(S);
-                {ignore, TS2} -> ready(S#s{ts = TS2});
-                Classified -> dispatch(Classified, Msg, S#s{eager = sluice_eager:hit(E)})
-            end
-    after 0 ->
-        case sluice_eager:miss(E) of
-            {on, E2} -> loop(S#s{eager = E2});
-            {off, Reads, E2} -> loop(S#s{eager = E2, eager_off = Reads})
-        end
-    end.
+next(_Size, S = #s{active = true}) -> loop(S);
+next(_Size, S = #s{active = Mode}) -> rearm(Mode, S).
 
 %% The transport ran out of grant. Every chunk sent before `passive' has
 %% been handled by now, so the credit left is what a top-up granted after
 %% it went passive: it is active again with it. Only when none is left
 %% must it re-arm.
-passive(S = #s{single = true}) ->
-    %% The end of a grant that `once' has replaced since.
-    loop(S);
 passive(S = #s{active = Mode, credit = 0}) when is_integer(Mode); Mode =:= adaptive ->
     top_up(0, 0, S#s{exhausted = true});
 passive(S) ->
@@ -414,15 +365,13 @@ top_up(Left, Size, S = #s{t = T, ts = TS, grant = G, grant_min = Min, grant_max 
                      false -> G
                  end
          end,
-    %% less the reads handled since the grant was last topped up to G
-    Off = max(0, S#s.eager_off - (G - Left)),
     case G2 > Left of
         true ->
-            rearm(G2 - Left, S#s{credit = G2, grant = G2, exhausted = false, eager_off = Off});
+            rearm(G2 - Left, S#s{credit = G2, grant = G2, exhausted = false});
         false ->
             %% Shrunk below what is still outstanding: grant nothing until
             %% the credit falls under the new grant's half.
-            loop(S#s{credit = Left, grant = G2, exhausted = false, eager_off = Off})
+            loop(S#s{credit = Left, grant = G2, exhausted = false})
     end.
 
 rearm(Mode, S) ->

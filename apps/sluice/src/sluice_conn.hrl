@@ -16,8 +16,9 @@
             %% the transport's sent_ack/1 for this socket, `{Tag, Id}'
             %% for the message `{Tag, Id, ok}' (a reference nobody has as
             %% the Tag where the transport has none): dropped by the
-            %% loop's receive itself, one message per reply
-            sent_ack :: {term(), term()},
+            %% loop's receive itself, one message per reply (unset in a
+            %% template)
+            sent_ack :: {term(), term()} | undefined,
             hstate :: term(),
             active :: sluice_transport:mode() | adaptive,
             %% active=N or adaptive: the grant the credit is topped up to
@@ -31,16 +32,6 @@
             exhausted = false :: boolean(),
             %% a read this much smaller than a full buffer is a small one
             small_read = 0 :: non_neg_integer(),
-            %% adaptive: reads shorter than this are granted one at a time
-            %% (0: never; sluice_transport:single_read_limit/0), and
-            %% whether the transport is armed that way now
-            single_read = 0 :: non_neg_integer(),
-            single = false :: boolean(),
-            %% whether granting short reads alone is paying off (it is
-            %% not when the client's next request is seldom there yet),
-            %% and while it is not, the reads left before trying again
-            eager = sluice_eager:new() :: sluice_eager:eager(),
-            eager_off = 0 :: non_neg_integer(),
             stats :: sluice_stats:stats(),
             %% unset in a template (sluice_conn:template/1)
             parent :: pid() | undefined,

@@ -37,8 +37,7 @@
 %% A grant of chunks: `once' and `false' (one asynchronous read) grant
 %% one; an integer adds that many to what is left (as inet:setopts/2 does
 %% for `{active, N}'); `true' grants without end. (The listener option's
-%% `adaptive' is the connection loop's: it grants integers, or `once' for
-%% short reads where the transport has single_read_limit/0.)
+%% `adaptive' is the connection loop's: it grants integers.)
 -type mode() :: false | once | true | pos_integer().
 -type listen_opts() :: #{ip := inet:ip_address(), backlog := pos_integer(),
                          reuseport := boolean(), socket_opts := list(),
@@ -121,14 +120,6 @@
 -callback parked_event(term()) -> {socket(), {data, binary()} | closed | {error, term()}} | other.
 %% The state a woken connection resumes with, from the state it parked.
 -callback unpark(tstate()) -> tstate().
-%%% One read at a time (optional): reads shorter than this many bytes are
-%%% cheaper granted `once' each than with a running grant. On the inet
-%%% driver, arming a passive socket reads at once if data is there, so a
-%%% client that waits for each answer costs no poll for its next request
-%%% (bench/README.md, "Lock-step"); a transport without this callback, or
-%%% returning 0, is always given a grant of chunks by the adaptive mode.
--callback single_read_limit() -> non_neg_integer().
-
 %% The message this socket's sends are acknowledged with when they went
 %% well, and which means nothing else, as `{Tag, Id}' for the message
 %% `{Tag, Id, ok}' (inet: `{inet_reply, Sock}'): the connection drops it
@@ -138,7 +129,7 @@
 %% instructions a lock-step round trip). Optional.
 -callback sent_ack(tstate()) -> {atom(), term()}.
 
--optional_callbacks([park/1, parked_event/1, unpark/1, single_read_limit/0, sent_ack/1]).
+-optional_callbacks([park/1, parked_event/1, unpark/1, sent_ack/1]).
 
 %% @doc The callback module for a transport name or module.
 -spec module(inet | socket | ssl | module()) -> module().

@@ -24,7 +24,7 @@
          shutdown/2, close/1, info/1, socket/1]).
 -export([queued/1]).
 -export([handover/2, park/1, parked_event/1, unpark/1]).
--export([listen_options/1, single_read_limit/0, sent_ack/1]).
+-export([listen_options/1, sent_ack/1]).
 
 %% SOL_SOCKET / SO_REUSEPORT on Linux; OTP 25's gen_tcp has no option for it.
 -define(SOL_SOCKET, 1).
@@ -188,8 +188,7 @@ activate(T = #inet{sock = Sock, busy = Busy, buffer = Buffer, cur = Cur, once_bu
     %% data comes, so an idle connection holds that, not a whole `buffer')
     %% unless that read filled the buffer it had. The driver keeps the
     %% setting, so a client whose reads keep their size changes it only
-    %% once. Arming a passive socket reads at once when data is there: see
-    %% single_read_limit/0.
+    %% once.
     Want = case Busy of
                true -> Buffer;
                false -> OB
@@ -211,17 +210,6 @@ activate(T = #inet{sock = Sock, buffer = Buffer}, Mode) ->
 %% Cur now: the buffer is set only when it changes.
 with_buffer(Cur, Cur, Mode) -> [{active, Mode}];
 with_buffer(Want, _Cur, Mode) -> [{buffer, Want}, {active, Mode}].
-
-%% @doc Reads shorter than the small arming buffer are granted one at a
-%% time by the adaptive mode (sluice_transport:single_read_limit/0): a
-%% lock-step round trip then costs the VM two system calls (the read,
-%% found ready when the socket is re-armed, and the reply's write) instead
-%% of five (a running grant's read waits for the poll: epoll_wait and two
-%% timerfd_settime around the scheduler's sleep). bench/README.md,
-%% "Lock-step", has the measurements.
--spec single_read_limit() -> pos_integer().
-single_read_limit() ->
-    ?ARM_BUFFER.
 
 %% Set the active mode with the read buffer at Small for the arming (the
 %% driver allocates it then), and put the real size back for later reads:

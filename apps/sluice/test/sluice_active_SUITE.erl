@@ -17,7 +17,7 @@
          flood_ack_keeps_mailbox_bounded/1,
          flood_without_flow_control_grows_mailbox/1,
          adaptive_grant_stops_running_out_while_the_client_reads/1,
-         adaptive_grant_suits_a_lockstep_client/1, single_reads_stay_while_requests_wait/1,
+         adaptive_grant_suits_a_lockstep_client/1,
          once_sizes_its_buffer_to_the_reads/1]).
 
 -define(STREAM_BYTES, 2 * 1024 * 1024).
@@ -44,8 +44,7 @@ groups() ->
     [{inet, [], Modes ++ [{group, active_true_unbounded},
                           once_sizes_its_buffer_to_the_reads,
                           adaptive_grant_stops_running_out_while_the_client_reads,
-                          adaptive_grant_suits_a_lockstep_client,
-                          single_reads_stay_while_requests_wait]},
+                          adaptive_grant_suits_a_lockstep_client]},
      {socket, [], Modes ++ [{group, active_true}, adaptive_grant_suits_a_lockstep_client]},
      {active_false, [], InOrder ++ Bounded},
      {active_once, [], InOrder ++ Bounded},
@@ -80,7 +79,6 @@ mode(active_true_unbounded) -> true.
 
 init_per_testcase(Case, Config) when Case =:= adaptive_grant_stops_running_out_while_the_client_reads;
                                     Case =:= adaptive_grant_suits_a_lockstep_client;
-                                    Case =:= single_reads_stay_while_requests_wait;
                                     Case =:= once_sizes_its_buffer_to_the_reads ->
     [{name, {?MODULE, Case}} | Config];
 init_per_testcase(Case, Config) ->
@@ -131,75 +129,20 @@ adaptive_grant_stops_running_out_while_the_client_reads(Config) ->
     ?assert(Adaptive * 4 =< Fixed, Counts).
 
 %% A lock-step client (one frame, wait for its ack, repeat) sends short
-%% reads. Where the transport has a single_read_limit/0 (inet), the
-%% adaptive mode first grants each of them alone (`once'): re-arming a
-%% passive inet socket reads the next request at once when it is there
-%% (bench/README.md, "Lock-step"). This client is in the test's VM and
-%% sends its next request only once the ack has come through its own
-%% socket: when the server re-arms, the request is not there yet, the read
-%% waits for a poll thread, and after 16 such misses (sluice_eager) the
-%% connection goes back to a grant of chunks for the rest of the round
-%% trips, whose top-ups come every many of them. Full reads (a burst) use
-%% a grant too. Where the transport has none (socket), the grant grows
-%% for short reads instead and is topped up far less often than a fixed
-%% 10 (every 5 round trips). Counted: the connection's calls to the
-%% transport's activate/2 over the same 400 round trips.
+%% reads: the adaptive grant grows for them (sluice_conn:top_up/3) and is
+%% topped up far less often than a fixed 10 (every 5 round trips), always
+%% with a grant of chunks: no read is granted alone (`once'), which the
+%% adaptive mode did on inet until single reads stopped paying
+%% (bench/README.md, "Lock-step: single reads, removed"). Counted: the
+%% connection's calls to the transport's activate/2 over the same 400
+%% round trips.
 adaptive_grant_suits_a_lockstep_client(Config) ->
-    T = sluice_transport:module(sluice_test_lib:transport()),
-    {module, T} = code:ensure_loaded(T),
-    case erlang:function_exported(T, single_read_limit, 0) of
-        true ->
-            Burst = binary:copy(sluice_test_lib:frame(<<"burst000">>, <<"abcde">>),
-                                ?FRAMES_PER_CHUNK),
-            Modes = activations(Config, adaptive, 400, Burst),
-            ct:log("activate/2 modes over 400 lock-step round trips, a burst and one "
-                   "more round trip: ~p", [Modes]),
-            {Singles, Granted} = lists:splitwith(fun(M) -> M =:= once end, Modes),
-            %% the warmup's round trip may have been the first miss; a
-            %% loaded machine may let a few requests in before the re-arm
-            ?assert(length(Singles) >= 15 andalso length(Singles) =< 200, Modes),
-            %% then a grant, with no single read again (the next try is
-            %% about 4,096 reads away), and top-ups far apart
-            ?assert(Granted =/= [] andalso lists:all(fun is_integer/1, Granted), Modes),
-            ?assert(length(Granted) =< 40, Modes);
-        false ->
-            Counts = [{Mode, length(activations(Config, Mode, 400, <<>>))}
-                      || Mode <- [10, adaptive]],
-            ct:log("activate/2 calls over 400 lock-step round trips: ~p", [Counts]),
-            [{10, Fixed}, {adaptive, Adaptive}] = Counts,
-            ?assert(Fixed >= 60, Counts),
-            ?assert(Adaptive * 3 =< Fixed, Counts)
-    end.
-
-%% The other side of sluice_eager: a client whose next bytes are there
-%% when the connection re-arms keeps its reads granted one at a time. The
-%% handler takes 3 ms per read while the client writes two short messages
-%% every millisecond, so every re-arm finds a few waiting (well under the
-%% 512-byte limit of a single read): every activation after the first
-%% grant is `once', far more of them than the 16 misses that would end it.
-single_reads_stay_while_requests_wait(Config) ->
-    Name = ?config(name, Config),
-    sluice_test_lib:start_listener(Name, #{active => adaptive,
-                                           handler => {sluice_test_handler, #{delay => 3}}}),
-    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
-    ok = gen_tcp:send(S, <<"warmup">>),
-    {ok, <<"warmup">>} = gen_tcp:recv(S, 6, 2000),
-    [Conn] = sluice_test_lib:conn_pids(Name),
-    T = sluice_transport:module(sluice_test_lib:transport()),
-    erlang:trace_pattern({T, activate, 2}, true, [global]),
-    1 = erlang:trace(Conn, true, [call]),
-    Msg = <<"0123456789">>,
-    [begin ok = gen_tcp:send(S, Msg), ok = gen_tcp:send(S, Msg), timer:sleep(1) end
-     || _ <- lists:seq(1, 100)],
-    {ok, _} = gen_tcp:recv(S, 200 * byte_size(Msg), 10000),
-    _ = (catch erlang:trace(Conn, false, [call])),
-    erlang:trace_pattern({T, activate, 2}, false, [global]),
-    Modes = modes(Conn, T, []),
-    ct:log("activate/2 modes while 200 messages came faster than handled: ~p", [Modes]),
-    ok = gen_tcp:close(S),
-    %% the client's last bytes may be read before the last re-arm: one miss
-    ?assert(length(Modes) >= 20, Modes),
-    ?assertEqual([once], lists:usort(Modes)).
+    Modes = [{Mode, activations(Config, Mode, 400)} || Mode <- [10, adaptive]],
+    ct:log("activate/2 modes over 400 lock-step round trips: ~p", [Modes]),
+    [{10, Fixed}, {adaptive, Adaptive}] = Modes,
+    ?assert(length(Fixed) >= 60, Modes),
+    ?assert(length(Adaptive) * 3 =< length(Fixed), Modes),
+    ?assert(lists:all(fun is_integer/1, Adaptive), Modes).
 
 %% `once' on inet re-arms after every read with a buffer sized to the last
 %% read (twice it, in powers of two from 512 bytes): a client's 3,000-byte
@@ -236,7 +179,7 @@ once_sizes_its_buffer_to_the_reads(Config) ->
 
 %% The modes the connection asked of its transport (activate/2) over
 %% RoundTrips lock-step round trips, then Burst written at once.
-activations(Config, Mode, RoundTrips, Burst) ->
+activations(Config, Mode, RoundTrips) ->
     Name = {?config(name, Config), Mode},
     sluice_test_lib:start_listener(Name, #{active => Mode,
                                            handler => {sluice_proto_ack, #{ack => each}}}),
@@ -252,14 +195,6 @@ activations(Config, Mode, RoundTrips, Burst) ->
          ok = gen_tcp:send(S, sluice_test_lib:frame(Id, <<"x">>)),
          {ok, Id} = gen_tcp:recv(S, 8, 2000)
      end || I <- lists:seq(1, RoundTrips)],
-    case Burst of
-        <<>> -> ok;
-        _ ->
-            ok = gen_tcp:send(S, Burst),
-            {ok, _} = gen_tcp:recv(S, 8 * ?FRAMES_PER_CHUNK, 5000),
-            ok = gen_tcp:send(S, sluice_test_lib:frame(<<"after000">>, <<"x">>)),
-            {ok, <<"after000">>} = gen_tcp:recv(S, 8, 2000)
-    end,
     _ = (catch erlang:trace(Conn, false, [call])),
     erlang:trace_pattern({T, activate, 2}, false, [global]),
     ok = gen_tcp:close(S),
