@@ -13,6 +13,7 @@
          cells_pair_each_run_with_its_c_run/1,
          spread_warning_for_wide_cells_only/1,
          targets_are_per_round_ratios/1,
+         defaults_are_judged_against_the_best_mode_on_the_pipeline/1,
          text_table_is_aligned/1,
          json_report_decodes/1,
          html_has_what_it_claims/1,
@@ -20,7 +21,8 @@
 
 all() ->
     [plan_shares_each_c_run_between_two_cells, cells_pair_each_run_with_its_c_run,
-     spread_warning_for_wide_cells_only, targets_are_per_round_ratios, text_table_is_aligned,
+     spread_warning_for_wide_cells_only, targets_are_per_round_ratios,
+     defaults_are_judged_against_the_best_mode_on_the_pipeline, text_table_is_aligned,
      json_report_decodes, html_has_what_it_claims, storm_cells_need_an_engine_with_storm,
      tls_cells_run_sluice_and_c_with_the_same_certificate].
 
@@ -178,6 +180,43 @@ targets_are_per_round_ratios(_) ->
                                           "sluice 3.10, sluice-active-once 3.60")),
     ?assertMatch({match, _}, re:run(Text, "FAIL  pipeline: sluice / best peer \\(handwritten\\): "
                                           "0.95 >= 1.00  \\(rounds 0.95-1.10\\)")).
+
+%% The defaults against the best active mode wherever the modes were
+%% measured, here the pipelined connection, by rate relative to C round by
+%% round: sluice 0.60, 0.70, 0.66 against the best mode's (active 100, the
+%% highest median) 0.62, 0.64, 0.66, so 0.97, 1.09 and 1.00, whose median
+%% passes; the detail lists every mode's median, best first; the mode
+%% chosen is the best by median even where another won a round (active
+%% 1000's round 1).
+defaults_are_judged_against_the_best_mode_on_the_pipeline(_) ->
+    Cell = fun(Sv, Rounds) ->
+                   #{scenario => pipeline, server => Sv,
+                     vs_c => sluice_bench_stats:summary(Rounds),
+                     per_round => [#{round => Rd, vs_c => V}
+                                   || {Rd, V} <- lists:zip([1, 2, 3], Rounds)]}
+           end,
+    Cells = [Cell(sluice, [0.60, 0.70, 0.66]), Cell('sluice-active-10', [0.40, 0.50, 0.45]),
+             Cell('sluice-active-100', [0.62, 0.64, 0.66]),
+             Cell('sluice-active-1000', [0.70, 0.50, 0.55])],
+    [VsC, Modes] = sluice_bench_targets:targets(Cells),
+    ?assertMatch(#{scenario := pipeline, against := c}, VsC),
+    ?assertMatch(#{scenario := pipeline, against := 'sluice-active-100', pass := true,
+                   threshold := 0.95}, Modes),
+    ?assert(abs(maps:get(value, Modes) - 0.66 / 0.66) < 1.0e-9),
+    #{min := Min, max := Max} = maps:get(spread, Modes),
+    ?assert(abs(Min - 0.60 / 0.62) + abs(Max - 0.70 / 0.64) < 1.0e-9),
+    ?assertEqual({"rate relative to C", [{sluice, 0.66}, {'sluice-active-100', 0.64},
+                                         {'sluice-active-1000', 0.55},
+                                         {'sluice-active-10', 0.45}]},
+                 sluice_bench_targets:mode_detail(Modes)),
+    Text = lists:flatten(io_lib:format("~s", [sluice_bench_targets:text([Modes], [])])),
+    ?assertMatch({match, _}, re:run(Text, "PASS  pipeline: sluice defaults / best active mode "
+                                          "\\(sluice-active-100\\), rate vs C: 1.00 >= 0.95  "
+                                          "\\(rounds 0.97-1.09\\)")),
+    ?assertMatch({match, _}, re:run(Text, "\\(rate relative to C: sluice 0.66, "
+                                          "sluice-active-100 0.64, sluice-active-1000 0.55, "
+                                          "sluice-active-10 0.45\\)")),
+    ?assertEqual(none, sluice_bench_targets:mode_detail(VsC)).
 
 %% Every line of the table is as wide as the header's columns: each column
 %% starts at the same offset on every line.

@@ -107,13 +107,12 @@ targets(Ts) ->
            true -> " <span class=\"warn\">spread too wide to judge</span>";
            false -> ""
        end,
-       case Tg of
-           #{cpu_vs_c := VsC} ->
-               ["<br><span class=\"note\">server CPU per message relative to C: ",
-                esc(lists:join(", ", [[atom_to_list(Sv), " ", ratio_v(R)]
-                                      || {Sv, R} <- lists:keysort(2, maps:to_list(VsC)),
-                                         is_number(R)])), "</span>"];
-           _ -> []
+       case sluice_bench_targets:mode_detail(Tg) of
+           {What, Known} ->
+               ["<br><span class=\"note\">", What, ": ",
+                esc(lists:join(", ", [[atom_to_list(Sv), " ", ratio_v(R)] || {Sv, R} <- Known])),
+                "</span>"];
+           none -> []
        end,
        "<p class=\"meaning\">", esc(maps:get(meaning, Tg, <<>>)), "</p></li>\n"]
       || #{pass := P, name := Name, value := V, rule := Rule, threshold := T} = Tg <- Ts],
