@@ -9,15 +9,23 @@
 %% @private
 -module(sluice_kernel).
 
--export([listen_drops/0]).
+-export([listen_drops/0, parse_netstat/1]).
 
--spec listen_drops() -> #{listen_overflows => non_neg_integer(),
-                          listen_drops => non_neg_integer()}.
+-type drops() :: #{listen_overflows => non_neg_integer(),
+                   listen_drops => non_neg_integer()}.
+
+-spec listen_drops() -> drops().
 listen_drops() ->
     case file:read_file("/proc/net/netstat") of
-        {ok, Text} -> tcp_ext(binary:split(Text, <<"\n">>, [global]));
+        {ok, Text} -> parse_netstat(Text);
         {error, _} -> #{}
     end.
+
+%% @doc The two counters in the text of /proc/net/netstat (exported to be
+%% tested on fixed text).
+-spec parse_netstat(binary()) -> drops().
+parse_netstat(Text) ->
+    tcp_ext(binary:split(Text, <<"\n">>, [global])).
 
 %% Two lines: "TcpExt: Name Name ..." then "TcpExt: Value Value ...".
 tcp_ext([<<"TcpExt:", Names/binary>>, <<"TcpExt:", Values/binary>> | _]) ->

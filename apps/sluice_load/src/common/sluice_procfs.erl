@@ -1,7 +1,8 @@
 %% @doc Everything the tooling reads from Linux's /proc, in one place, with
 %% typed results: this VM's resident memory and descriptors, a process
-%% tree's CPU time (the benchmark's server CPU), the machine's description,
-%% and the kernel's TCP counters (listen queue overflows). Elsewhere (no
+%% tree's CPU time (the benchmark's server CPU) and the machine's
+%% description. (The kernel's listen-queue counters are the library's own
+%% reader, sluice_kernel, which `sluice:info/1' reports.) Elsewhere (no
 %% /proc) every reader returns its empty value (0, [], `unknown') instead of
 %% failing: the figures are reports, not preconditions.
 %%
@@ -10,9 +11,8 @@
 
 -export([rss_bytes/0, open_fds/0, stderr_is_tty/0,
          process_tree/1, cpu_ticks/1, clk_tck/0,
-         cpu_model/0, kernel_release/0, open_file_limit/0,
-         tcp_ext/0, listen_overflows/0]).
--export([parse_status_kb/2, parse_stat/1, parse_limit/2, parse_netstat/2]).
+         cpu_model/0, kernel_release/0, open_file_limit/0]).
+-export([parse_status_kb/2, parse_stat/1, parse_limit/2]).
 
 -export_type([stat/0]).
 
@@ -172,40 +172,6 @@ parse_limit(Bin, Name) ->
                 [] -> error
             end;
         [] -> error
-    end.
-
-%%% ------------------------------------------------------------------
-%%% TCP counters
-%%% ------------------------------------------------------------------
-
-%% @doc The kernel's `TcpExt' counters (/proc/net/netstat), by name.
--spec tcp_ext() -> #{binary() => non_neg_integer()}.
-tcp_ext() ->
-    case read("/proc/net/netstat") of
-        {ok, Bin} -> parse_netstat(Bin, <<"TcpExt">>);
-        error -> #{}
-    end.
-
-%% @doc Connections the kernel dropped because a listen queue was full
-%% (`ListenOverflows') and all listen drops (`ListenDrops', which includes
-%% the overflows), since boot, for the whole host.
--spec listen_overflows() -> #{listen_overflows := non_neg_integer(),
-                              listen_drops := non_neg_integer()}.
-listen_overflows() ->
-    T = tcp_ext(),
-    #{listen_overflows => maps:get(<<"ListenOverflows">>, T, 0),
-      listen_drops => maps:get(<<"ListenDrops">>, T, 0)}.
-
-%% @doc One section of /proc/net/netstat: a line of names then a line of
-%% values, both starting with `Section:'.
--spec parse_netstat(binary(), binary()) -> #{binary() => non_neg_integer()}.
-parse_netstat(Bin, Section) ->
-    Prefix = <<Section/binary, ":">>,
-    case [string:lexemes(L, " ") || L <- lines(Bin), binary:longest_common_prefix([L, Prefix])
-                                                      =:= byte_size(Prefix)] of
-        [[_ | Names], [_ | Values] | _] when length(Names) =:= length(Values) ->
-            maps:from_list([{N, V} || {N, Vb} <- lists:zip(Names, Values), {ok, V} <- [int(Vb)]]);
-        _ -> #{}
     end.
 
 %%% ------------------------------------------------------------------
