@@ -322,11 +322,13 @@ drain(Deadline, S) ->
 %% (Until 2026-11 `adaptive' granted a chunk shorter than 512 bytes alone,
 %% `once': re-arming a passive inet socket reads at once when the client's
 %% next request is there, which saved a lock-step round trip its poll. It
-%% stopped paying: a client on another core, or in a session of its own
-%% as `make bench' runs it, seldom had its request there, and a read that
-%% waits costs more than a running grant; where requests did wait (the
-%% flood) a grant was as cheap. bench/README.md, "Lock-step: single
-%% reads, removed", has the measurements.)
+%% did not pay: a client on another core or host is never there yet, and
+%% one sharing the server's core was there only when the re-arm came a
+%% microsecond or more after the reply, not right after it; a read that
+%% waits costs more than a running grant, and where requests did wait (the
+%% flood) a grant was as cheap. bench/README.md, "Lock-step: single reads,
+%% removed" and "Lock-step: what the seed's passive loop shows", has the
+%% measurements.)
 next(Size, S = #s{active = Mode, credit = C, grant = G}) when is_integer(Mode); Mode =:= adaptive ->
     case C - 1 of
         Left when Left > G div 2 -> loop(S#s{credit = Left});
