@@ -37,7 +37,7 @@
 -export_type([mode/0]).
 
 %% The small steps of every read, inlined (each was a call per read).
--compile({inline, [timed/2, result/2, partial/1, append/2, tail/2]}).
+-compile({inline, [timed/2, result/2, partial/1, append/2]}).
 
 -type mode() :: each | last | counted.
 -type partial() :: none
@@ -156,26 +156,27 @@ decode(counted, Buf, Max, Acc) -> counted(Buf, Max, Acc, 0, 0, 0).
 %% `max_frame' is 1 MiB): those are decoded without comparing each Len to
 %% Max (see walk/2).
 each(Buf, Max, Acc) when byte_size(Buf) - 12 =< Max ->
-    tail(each_all(Buf, Acc), Max);
+    each_all(Buf, Max, Acc);
 each(Buf, Max, Acc) ->
-    tail(each_max(Buf, Max, Acc), Max).
+    each_max(Buf, Max, Acc).
 
-each_all(<<H:32, L:32, Len:32, _:Len/binary, R/binary>>, <<>>) ->
+%% (Max is only passed on to tail/3 here.)
+each_all(<<H:32, L:32, Len:32, _:Len/binary, R/binary>>, Max, <<>>) ->
     %% The first ack is made, not appended to <<>>: an appended binary is
     %% a writable one, which the port must make read-only (and trim) when
     %% it is sent; one made here is a small heap binary.
-    each_all(R, <<H:32, L:32>>);
-each_all(<<H:32, L:32, Len:32, _:Len/binary, R/binary>>, Acc) ->
-    each_all(R, <<Acc/binary, H:32, L:32>>);
-each_all(Buf, Acc) ->
-    {Buf, Acc}.
+    each_all(R, Max, <<H:32, L:32>>);
+each_all(<<H:32, L:32, Len:32, _:Len/binary, R/binary>>, Max, Acc) ->
+    each_all(R, Max, <<Acc/binary, H:32, L:32>>);
+each_all(Buf, Max, Acc) ->
+    tail(Buf, Max, Acc).
 
 each_max(<<H:32, L:32, Len:32, _:Len/binary, R/binary>>, Max, <<>>) when Len =< Max ->
     each_max(R, Max, <<H:32, L:32>>);
 each_max(<<H:32, L:32, Len:32, _:Len/binary, R/binary>>, Max, Acc) when Len =< Max ->
     each_max(R, Max, <<Acc/binary, H:32, L:32>>);
-each_max(Buf, _Max, Acc) ->
-    {Buf, Acc}.
+each_max(Buf, Max, Acc) ->
+    tail(Buf, Max, Acc).
 
 %% `last' and `counted' need only the last frame's id, so the walk over
 %% the chunk reads nothing but each Len; the last whole frame's id is read
@@ -255,9 +256,6 @@ walk_count_max(<<_:64, Len:32, _:Len/binary, R/binary>>, Max, _Last, N) when Len
     {Len, N + 1, R};
 walk_count_max(R, _Max, Last, N) ->
     {Last, N, R}.
-
-tail({Buf, Acc}, Max) ->
-    tail(Buf, Max, Acc).
 
 tail(<<_:64, Len:32, _/binary>>, Max, Acc) when Len > Max ->
     {error, frame_too_large, Acc};

@@ -1,8 +1,7 @@
 %% A handler for the lifecycle tests: echoes, crashes on request, and tells
 %% the test process (option `test_pid') about init, drain and terminate.
 %% `on_drain': `close' (the default drain: finish and FIN) or
-%% `{reply, Bin}' (say Bin and keep going until the deadline). `delay':
-%% milliseconds each handle_data/2 takes before it echoes.
+%% `{reply, Bin}' (say Bin and keep going until the deadline).
 -module(sluice_test_handler).
 -behaviour(sluice_handler).
 
@@ -14,9 +13,6 @@ init(_Conn, Opts) when is_map(Opts) ->
 
 handle_data(<<"crash", _/binary>>, _State) ->
     error(crash_requested);
-handle_data(Data, State = #{delay := Ms}) ->
-    timer:sleep(Ms),
-    {reply, Data, State};
 handle_data(Data, State) ->
     {reply, Data, State}.
 

@@ -68,7 +68,7 @@ mode_target(Sc, Cells) ->
         {_, []} -> [];
         {Def, _} ->
             #{server := BestSv} = Best = best(Modes),
-            {CellKey, Key, Measure} = mode_measure(Sc),
+            {CellKey, Measure} = mode_measure(Sc),
             Detail = [{Sv, maps:get(median, maps:get(CellKey, C))}
                       || #{server := Sv} = C <- [Def | Modes]],
             [target(#{name => iolist_to_binary(
@@ -76,15 +76,15 @@ mode_target(Sc, Cells) ->
                                   atom_to_list(BestSv), ")", Measure]),
                       scenario => Sc, server => sluice, against => BestSv,
                       compared => [atom_to_binary(S, utf8) || #{server := S} <- Modes],
-                      Key => maps:from_list(Detail),
+                      modes => maps:from_list(Detail),
                       meaning => meaning({modes, Sc})},
                     sluice_bench_stats:summary(per_round(Def, Best)), 0.95)]
     end.
 
-%% Which of a cell's ratios to C the detail lists, the target's key for
-%% it, and how the line says what is compared.
-mode_measure(flood) -> {cpu_vs_c, cpu_vs_c, ", server CPU per message vs C"};
-mode_measure(_) -> {vs_c, rate_vs_c, ", rate vs C"}.
+%% Which of a cell's ratios to C the detail lists, and how the line says
+%% what is compared.
+mode_measure(flood) -> {cpu_vs_c, ", server CPU per message vs C"};
+mode_measure(_) -> {vs_c, ", rate vs C"}.
 
 %% Issue 16 item 1: sluice's defaults at least as fast as the best peer.
 peer_targets(Cells) ->
@@ -244,9 +244,9 @@ vs_c(Target) ->
 %% @doc A mode line's detail for the reports: what it lists and each
 %% mode's figure, best first; `none' for the other targets.
 -spec mode_detail(map()) -> {string(), [{atom(), number()}]} | none.
-mode_detail(#{cpu_vs_c := VsC}) ->
-    {"server CPU per message relative to C", lists:keysort(2, known(VsC))};
-mode_detail(#{rate_vs_c := VsC}) ->
+mode_detail(#{scenario := flood, modes := CpuVsC}) ->
+    {"server CPU per message relative to C", lists:keysort(2, known(CpuVsC))};
+mode_detail(#{modes := VsC}) ->
     {"rate relative to C", lists:reverse(lists:keysort(2, known(VsC)))};
 mode_detail(_) ->
     none.
