@@ -298,8 +298,9 @@ wake(S = #s{t = T, ts = TS, parent = Parent}) ->
 
 data(Data, S) ->
     Size = byte_size(Data),
-    case sluice_conn_handler:data(Data, Size, S) of
-        {continue, S2} -> next(Size, S2);
+    case sluice_conn_handler:chunk(Data, Size, S) of
+        {handled, HState} -> next(Size, HState, S);
+        {continue, S2} -> next(Size, S2#s.hstate, S2);
         {stop, Reason, S2} -> sluice_conn_close:finish(Reason, S2);
         {stop_after, Out, Reason, S2} -> sluice_conn_close:linger_close(Out, Reason, S2)
     end.
@@ -329,13 +330,16 @@ drain(Deadline, S) ->
 %% flood) a grant was as cheap. bench/README.md, "Lock-step: single reads,
 %% removed" and "Lock-step: what the seed's passive loop shows", has the
 %% measurements.)
-next(Size, S = #s{active = Mode, credit = C, grant = G}) when is_integer(Mode); Mode =:= adaptive ->
+%% HState is the handler's state after the chunk: it goes into the loop's
+%% state in the same copy as the credit.
+next(Size, HState, S = #s{active = Mode, credit = C, grant = G})
+  when is_integer(Mode); Mode =:= adaptive ->
     case C - 1 of
-        Left when Left > G div 2 -> loop(S#s{credit = Left});
-        Left -> top_up(Left, Size, S)
+        Left when Left > G div 2 -> loop(S#s{credit = Left, hstate = HState});
+        Left -> top_up(Left, Size, S#s{hstate = HState})
     end;
-next(_Size, S = #s{active = true}) -> loop(S);
-next(_Size, S = #s{active = Mode}) -> rearm(Mode, S).
+next(_Size, HState, S = #s{active = true}) -> loop(S#s{hstate = HState});
+next(_Size, HState, S = #s{active = Mode}) -> rearm(Mode, S#s{hstate = HState}).
 
 %% The transport ran out of grant. Every chunk sent before `passive' has
 %% been handled by now, so the credit left is what a top-up granted after

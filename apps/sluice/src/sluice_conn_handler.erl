@@ -13,7 +13,7 @@
 
 -define(IS_TIMEOUT(T), (T =:= infinity orelse (is_integer(T) andalso T >= 0))).
 
--export([init/3, data/2, data/3, info/2, call/3, timeout/1, drain/1, closed/1, failed/2,
+-export([init/3, data/2, data/3, chunk/3, info/2, call/3, timeout/1, drain/1, closed/1, failed/2,
          terminate/2, send/2]).
 
 -export_type([outcome/0]).
@@ -40,13 +40,34 @@ data(Data, S) ->
 
 %% @doc data/2 for a chunk whose size the caller has at hand.
 -spec data(binary(), non_neg_integer(), #s{}) -> outcome().
-data(Data, Size, S = #s{stats = Stats, frame = none, handle_data = HandleData, hstate = HState}) ->
+data(Data, Size, S) ->
+    case chunk(Data, Size, S) of
+        {handled, HState} -> {continue, S#s{hstate = HState}};
+        Outcome -> Outcome
+    end.
+
+%% @doc data/3 for the connection loop: where the handler's result changed
+%% nothing but its state (its reply, if any, is sent), that state alone,
+%% `{handled, HState}', so that the loop makes the one copy of its state a
+%% read needs, with the credit, instead of a second one here.
+-spec chunk(binary(), non_neg_integer(), #s{}) -> {handled, term()} | outcome().
+chunk(Data, Size, S = #s{stats = Stats, frame = none, handle_data = HandleData, hstate = HState}) ->
     sluice_stats:received(Stats, Size),
     try HandleData(Data, HState) of
-        Result -> outcome(read(handle_data, Result, [], S))
+        %% The results of nearly every read, with no handler timer to
+        %% clear: read/4 gives them the same meaning, through a tuple more.
+        {reply, Out, HState2} when is_binary(Out), S#s.timer =:= undefined ->
+            case send(Out, S) of
+                ok -> {handled, HState2};
+                {error, Reason} -> {stop, {error, Reason}, S#s{hstate = HState2}}
+            end;
+        {ok, HState2} when S#s.timer =:= undefined ->
+            {handled, HState2};
+        Result ->
+            outcome(read(handle_data, Result, [], S))
     catch Class:Reason:Stack -> sluice_conn_close:crash(Class, Reason, Stack, S)
     end;
-data(Data, Size, S = #s{stats = Stats, frame = F}) ->
+chunk(Data, Size, S = #s{stats = Stats, frame = F}) ->
     sluice_stats:received(Stats, Size),
     case sluice_frame:decode(Data, F) of
         {ok, Frames, F2} ->
