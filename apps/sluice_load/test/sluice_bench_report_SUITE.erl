@@ -152,7 +152,8 @@ spread_warning_for_wide_cells_only(_) ->
 %% Every target is a median of per-round ratios with their spread: the
 %% ratio targets against C; the flood's defaults against the best active
 %% mode by server CPU per message relative to C, round by round (300/290,
-%% 310/295, 320/300: the median 0.95 passes); sluice against the best peer
+%% 310/295, 320/300: the median 0.952 passes, printed with the third
+%% decimal that tells it from its threshold); sluice against the best peer
 %% (lock-step 1.02 passes, pipeline 0.95 fails); a target whose cell has
 %% no successful run is n/a; none for what was not measured.
 targets_are_per_round_ratios(_) ->
@@ -175,7 +176,7 @@ targets_are_per_round_ratios(_) ->
     ?assertMatch({match, _}, re:run(Text, "FAIL  lock-step.*0.92 >= 0.95  \\(rounds 0.90-0.94\\)")),
     ?assertMatch({match, _}, re:run(Text, "n/a   200 connections")),
     ?assertMatch({match, _}, re:run(Text, "PASS  flood: .*best active mode \\(sluice-active-true\\)"
-                                          ".*0.95 >= 0.95  \\(rounds 0.94-0.97\\)")),
+                                          ".*0.952 >= 0.95  \\(rounds 0.94-0.97\\)")),
     ?assertMatch({match, _}, re:run(Text, "relative to C: sluice-active-true 2.95, "
                                           "sluice 3.10, sluice-active-once 3.60")),
     ?assertMatch({match, _}, re:run(Text, "FAIL  pipeline: sluice / best peer \\(handwritten\\): "

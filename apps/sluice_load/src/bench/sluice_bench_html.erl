@@ -101,7 +101,7 @@ targets([]) -> [];
 targets(Ts) ->
     ["<h2>Speed targets</h2>\n<ul>\n",
      [["<li><span class=\"", pf(P), "\">", string:to_upper(pf(P)), "</span> ", esc(Name),
-       ": ", ratio_v(V), " ", esc(Rule), " ", ratio_v(T),
+       ": ", sluice_bench_targets:fmt_value(V, T), " ", esc(Rule), " ", ratio_v(T),
        " <span class=\"note\">(rounds ", spread_v(maps:get(spread, Tg, null)), ")</span>",
        case maps:get(wide_spread, Tg, false) of
            true -> " <span class=\"warn\">spread too wide to judge</span>";

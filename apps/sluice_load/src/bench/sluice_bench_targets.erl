@@ -19,7 +19,7 @@
 %% to C spreads wider than sluice_bench_stats:wide_limit/0.
 -module(sluice_bench_targets).
 
--export([targets/1, warnings/1, text/2, mode_detail/1]).
+-export([targets/1, warnings/1, text/2, mode_detail/1, fmt_value/2]).
 
 %% @doc The targets that the measured cells allow to judge.
 -spec targets([map()]) -> [map()].
@@ -208,7 +208,7 @@ text(Targets, Warnings) ->
              ["speed targets (median of per-round ratios; rounds: their min-max):\n",
               [[io_lib:format("  ~s  ~s: ~s ~s ~s  (rounds ~s~s)~n",
                               [case P of true -> "PASS"; false -> "FAIL"; null -> "n/a " end,
-                               Name, fmt(V), Rule, fmt(T), rounds(S),
+                               Name, fmt_value(V, T), Rule, fmt(T), rounds(S),
                                case W of true -> ", WIDE"; false -> "" end]),
                 vs_c(Tg)]
                || #{pass := P, name := Name, value := V, rule := Rule, threshold := T,
@@ -230,6 +230,18 @@ rounds(null) -> "-";
 rounds(#{min := Min, max := Max}) -> [fmt(Min), "-", fmt(Max)].
 
 fmt(V) -> sluice_bench_report:fmt_ratio(V).
+
+%% @doc A target's value beside its threshold: as every ratio, unless it
+%% would print as the threshold while falling on one side of it (0.996
+%% against 1.00 read "FAIL 1.00 >= 1.00"): then with three decimals.
+-spec fmt_value(number() | null, number()) -> string().
+fmt_value(V, T) when is_number(V), V /= T ->
+    case fmt(V) =:= fmt(T) of
+        true -> lists:flatten(io_lib:format("~.3f", [float(V)]));
+        false -> fmt(V)
+    end;
+fmt_value(V, _T) ->
+    fmt(V).
 
 %% The mode lines' detail: each mode's median ratio to C, best first
 %% (the flood's server CPU per message relative to C: lowest first).
