@@ -3,9 +3,11 @@
 %% A plain proc_lib process with its own receive loop rather than a
 %% gen_server: every message costs one receive, one handler call and at
 %% most one asynchronous send. Every message is first offered to the
-%% transport (sluice_transport:classify/2); what is not the transport's is
-%% the library's (drain, the sweep's nudges, calls, sys) or the handler's
-%% (handle_info/2).
+%% transport (sluice_transport:classify/2), but two the receive knows by
+%% the shape the transport named: the acknowledgement of a send (dropped)
+%% and, under a running grant, a chunk (handed to the handler); what is
+%% not the transport's is the library's (drain, the sweep's nudges, calls,
+%% sys) or the handler's (handle_info/2).
 %%
 %% Delivery follows the listener's `active' option:
 %% <ul>
@@ -98,7 +100,7 @@ init(Parent, Sock, {S0, L = #{transport := T, opts := Opts}}) ->
             case T:handshake(Sock, Opts#{prefix => Prefix}) of
                 {ok, TS} ->
                     S = S0#s{parent = Parent, ts = TS, frame = frame(Opts),
-                             sent_ack = sent_ack(T, TS)},
+                             sent_ack = sent_ack(T, TS), data_tag = data_tag(S0, TS)},
                     start(S, L, conn(L, Sock, Proxy, TS), prefix(T, Prefix));
                 {error, Reason} ->
                     refuse(Sock, L, {handshake_error, Reason})
@@ -111,6 +113,13 @@ init(Parent, Sock, {S0, L = #{transport := T, opts := Opts}}) ->
 %% classifies every message.
 sent_ack(T, TS) ->
     sluice_transport:optional(T, sent_ack, [TS], {make_ref(), none}).
+
+%% Chunks that need no classifying: those of a running grant, on a
+%% transport that names them (data_tag/1 of sluice_transport).
+data_tag(#s{t = T, active = Mode}, TS) when is_integer(Mode); Mode =:= adaptive; Mode =:= true ->
+    sluice_transport:optional(T, data_tag, [TS], {make_ref(), none});
+data_tag(_S, _TS) ->
+    {make_ref(), none}.
 
 %% What a handler's init/2 is given (sluice:conn()).
 conn(#{name := Name, transport := T}, Sock, Proxy, TS) ->
@@ -191,7 +200,7 @@ unpark(Parent, Sock, {HState, Frame}, TS, {S0 = #s{t = T}, _L}) ->
             TS2 = T:unpark(TS),
             resumed(Event, S0#s{parent = Parent, ts = TS2, hstate = HState, frame = Frame,
                                 started = erlang:monotonic_time(),
-                                sent_ack = sent_ack(T, TS2)})
+                                sent_ack = sent_ack(T, TS2), data_tag = data_tag(S0, TS2)})
     end.
 
 resumed({data, Data}, S = #s{active = true}) ->
@@ -212,9 +221,11 @@ resumed(Reason, S) ->
 
 %%% The loop -----------------------------------------------------------
 
-loop(S = #s{classify = Classify, ts = TS, sent_ack = {AckTag, AckId}}) ->
+loop(S = #s{classify = Classify, ts = TS, sent_ack = {AckTag, AckId},
+            data_tag = {DataTag, DataId}}) ->
     receive
         {AckTag, AckId, ok} -> loop(S);
+        {DataTag, DataId, Data} -> data(Data, S);
         Msg -> dispatch(Classify(Msg, TS), Msg, S)
     end.
 

@@ -19,6 +19,12 @@
             %% loop's receive itself, one message per reply (unset in a
             %% template)
             sent_ack :: {term(), term()} | undefined,
+            %% the transport's data_tag/1 under a grant, `{Tag, Id}' for a
+            %% chunk `{Tag, Id, Data}' the loop's receive hands to the
+            %% handler without classify/2 (a reference nobody has as the
+            %% Tag in the modes `once' and `false', or where the transport
+            %% has none; unset in a template)
+            data_tag :: {term(), term()} | undefined,
             hstate :: term(),
             active :: sluice_transport:mode() | adaptive,
             %% active=N or adaptive: the grant the credit is topped up to

@@ -128,8 +128,16 @@
 %% a call into the runtime for every message that arrives (callgrind: 180
 %% instructions a lock-step round trip). Optional.
 -callback sent_ack(tstate()) -> {atom(), term()}.
+%% The message a running grant (`active' N or true) delivers a chunk in,
+%% as `{Tag, Id}' for the message `{Tag, Id, Data}' (inet: `{tcp, Sock}'):
+%% while a grant runs, the connection hands such a chunk to its handler
+%% without classify/2, so the transport must need nothing from seeing it
+%% (callgrind: classify/2 and the dispatch of its result are 450
+%% instructions a lock-step round trip). Not used in the modes `once' and
+%% `false', whose chunks still go through classify/2. Optional.
+-callback data_tag(tstate()) -> {atom(), term()}.
 
--optional_callbacks([park/1, parked_event/1, unpark/1, sent_ack/1]).
+-optional_callbacks([park/1, parked_event/1, unpark/1, sent_ack/1, data_tag/1]).
 
 %% @doc The callback module for a transport name or module.
 -spec module(inet | socket | ssl | module()) -> module().

@@ -24,7 +24,7 @@
          shutdown/2, close/1, info/1, socket/1]).
 -export([queued/1]).
 -export([handover/2, park/1, parked_event/1, unpark/1]).
--export([listen_options/1, sent_ack/1]).
+-export([listen_options/1, sent_ack/1, data_tag/1]).
 
 %% SOL_SOCKET / SO_REUSEPORT on Linux; OTP 25's gen_tcp has no option for it.
 -define(SOL_SOCKET, 1).
@@ -42,8 +42,10 @@
 -record(inet, {sock :: gen_tcp:socket(),
                %% socket_opts' buffer: what reads use once armed
                buffer :: pos_integer(),
-               %% whether the last read filled the buffer: more is waiting,
-               %% and arming need not guard against holding a whole buffer
+               %% whether the last read classify/2 saw filled the buffer:
+               %% more is waiting, and arming need not guard against
+               %% holding a whole buffer (a running grant's reads bypass
+               %% classify/2, data_tag/1: it stays as it was)
                busy = false :: boolean(),
                %% whether the driver has grant left as far as this state
                %% has seen (no `tcp_passive' since the last arming): adding
@@ -289,6 +291,14 @@ send(#inet{sock = Sock}, Data) ->
 -spec sent_ack(#inet{}) -> {inet_reply, port()}.
 sent_ack(#inet{sock = Sock}) ->
     {inet_reply, Sock}.
+
+%% @doc Under a grant every read is `{tcp, Sock, Data}'; classify/2 would
+%% only note its size for `busy' (see the record), which a grant's arming
+%% can do without: a grant that ran out arms with the small buffer first,
+%% one port call more per grant, not per read.
+-spec data_tag(#inet{}) -> {tcp, port()}.
+data_tag(#inet{sock = Sock}) ->
+    {tcp, Sock}.
 
 %% @doc The driver queues what the kernel's send buffer cannot take.
 -spec output_queued(#inet{}) -> boolean().

@@ -18,6 +18,7 @@
          flood_without_flow_control_grows_mailbox/1,
          adaptive_grant_stops_running_out_while_the_client_reads/1,
          adaptive_grant_suits_a_lockstep_client/1,
+         a_running_grant_hands_chunks_over_unclassified/1,
          once_sizes_its_buffer_to_the_reads/1]).
 
 -define(STREAM_BYTES, 2 * 1024 * 1024).
@@ -44,7 +45,8 @@ groups() ->
     [{inet, [], Modes ++ [{group, active_true_unbounded},
                           once_sizes_its_buffer_to_the_reads,
                           adaptive_grant_stops_running_out_while_the_client_reads,
-                          adaptive_grant_suits_a_lockstep_client]},
+                          adaptive_grant_suits_a_lockstep_client,
+                          a_running_grant_hands_chunks_over_unclassified]},
      {socket, [], Modes ++ [{group, active_true}, adaptive_grant_suits_a_lockstep_client]},
      {active_false, [], InOrder ++ Bounded},
      {active_once, [], InOrder ++ Bounded},
@@ -79,6 +81,7 @@ mode(active_true_unbounded) -> true.
 
 init_per_testcase(Case, Config) when Case =:= adaptive_grant_stops_running_out_while_the_client_reads;
                                     Case =:= adaptive_grant_suits_a_lockstep_client;
+                                    Case =:= a_running_grant_hands_chunks_over_unclassified;
                                     Case =:= once_sizes_its_buffer_to_the_reads ->
     [{name, {?MODULE, Case}} | Config];
 init_per_testcase(Case, Config) ->
@@ -103,8 +106,9 @@ init_per_testcase(Case, Config) ->
     [{name, Name}, {port, sluice_test_lib:port(Name)} | Config].
 
 end_per_testcase(Case, Config) when Case =:= adaptive_grant_stops_running_out_while_the_client_reads;
-                                   Case =:= adaptive_grant_suits_a_lockstep_client ->
-    [sluice_test_lib:stop_listener({?config(name, Config), M}) || M <- [10, adaptive]],
+                                   Case =:= adaptive_grant_suits_a_lockstep_client;
+                                   Case =:= a_running_grant_hands_chunks_over_unclassified ->
+    [sluice_test_lib:stop_listener({?config(name, Config), M}) || M <- [10, adaptive, once]],
     ok;
 end_per_testcase(_Case, Config) ->
     sluice_test_lib:stop_listener(?config(name, Config)),
@@ -137,12 +141,26 @@ adaptive_grant_stops_running_out_while_the_client_reads(Config) ->
 %% connection's calls to the transport's activate/2 over the same 400
 %% round trips.
 adaptive_grant_suits_a_lockstep_client(Config) ->
-    Modes = [{Mode, activations(Config, Mode, 400)} || Mode <- [10, adaptive]],
+    Modes = [{Mode, calls(Config, Mode, 400, activate)} || Mode <- [10, adaptive]],
     ct:log("activate/2 modes over 400 lock-step round trips: ~p", [Modes]),
     [{10, Fixed}, {adaptive, Adaptive}] = Modes,
     ?assert(length(Fixed) >= 60, Modes),
     ?assert(length(Adaptive) * 3 =< length(Fixed), Modes),
     ?assert(lists:all(fun is_integer/1, Adaptive), Modes).
+
+%% Under a running grant (`adaptive', the default, or N) the inet
+%% transport names its chunks (data_tag/1) and the loop hands them to the
+%% handler without classify/2 (450 instructions a lock-step round trip);
+%% with `once' every chunk still goes through classify/2, which sizes the
+%% next read's buffer. Counted: the messages the connection gave
+%% classify/2 over the same 200 round trips, each answered with its id.
+a_running_grant_hands_chunks_over_unclassified(Config) ->
+    Classified = [{Mode, [element(1, Msg) || Msg <- calls(Config, Mode, 200, classify)]}
+                  || Mode <- [adaptive, once]],
+    ct:log("messages classified over 200 lock-step round trips: ~p", [Classified]),
+    [{adaptive, Grant}, {once, Once}] = Classified,
+    ?assertEqual([], [tcp || tcp <- Grant], Classified),
+    ?assert(length([tcp || tcp <- Once]) >= 200, Classified).
 
 %% `once' on inet re-arms after every read with a buffer sized to the last
 %% read (twice it, in powers of two from 512 bytes): a client's 3,000-byte
@@ -177,9 +195,10 @@ once_sizes_its_buffer_to_the_reads(Config) ->
     [gen_tcp:close(C) || C <- Idle],
     ok.
 
-%% The modes the connection asked of its transport (activate/2) over
-%% RoundTrips lock-step round trips, then Burst written at once.
-activations(Config, Mode, RoundTrips) ->
+%% What the connection gave its transport's Fun over RoundTrips lock-step
+%% round trips: the modes it asked of activate/2, the messages it passed
+%% to classify/2.
+calls(Config, Mode, RoundTrips, Fun) ->
     Name = {?config(name, Config), Mode},
     sluice_test_lib:start_listener(Name, #{active => Mode,
                                            handler => {sluice_proto_ack, #{ack => each}}}),
@@ -188,7 +207,7 @@ activations(Config, Mode, RoundTrips) ->
     {ok, <<"warmup00">>} = gen_tcp:recv(S, 8, 2000),
     [Conn] = sluice_test_lib:conn_pids(Name),
     T = sluice_transport:module(sluice_test_lib:transport()),
-    erlang:trace_pattern({T, activate, 2}, true, [global]),
+    erlang:trace_pattern({T, Fun, 2}, true, [global]),
     1 = erlang:trace(Conn, true, [call]),
     [begin
          Id = <<I:64>>,
@@ -196,12 +215,16 @@ activations(Config, Mode, RoundTrips) ->
          {ok, Id} = gen_tcp:recv(S, 8, 2000)
      end || I <- lists:seq(1, RoundTrips)],
     _ = (catch erlang:trace(Conn, false, [call])),
-    erlang:trace_pattern({T, activate, 2}, false, [global]),
+    erlang:trace_pattern({T, Fun, 2}, false, [global]),
     ok = gen_tcp:close(S),
-    modes(Conn, T, []).
+    traced(Conn, T, Fun, []).
 
-modes(Conn, T, Acc) ->
-    receive {trace, Conn, call, {T, activate, [_, M]}} -> modes(Conn, T, [M | Acc])
+traced(Conn, T, Fun, Acc) ->
+    receive
+        {trace, Conn, call, {T, activate, [_, M]}} when Fun =:= activate ->
+            traced(Conn, T, Fun, [M | Acc]);
+        {trace, Conn, call, {T, classify, [Msg, _]}} when Fun =:= classify ->
+            traced(Conn, T, Fun, [Msg | Acc])
     after 200 -> lists:reverse(Acc)
     end.
 
