@@ -9,7 +9,7 @@
 %%  <li>sluice's defaults against the best of its own active modes, on each
 %%      scenario where they were measured (pipeline and flood), per round
 %%      by the ratio to C (the flood's by server CPU per message), within
-%%      5%;</li>
+%%      5%, each round against the mode best in the other rounds;</li>
 %%  <li>peers: sluice's defaults against the best peer of the scenario
 %%      (the one with the highest median vs C), per round, at least 1.0;</li>
 %%  <li>the socket backend against the inet one, per round by rate.</li>
@@ -54,9 +54,10 @@ spread(_) -> null.
 %% Issue 16 items 2 and 4: the defaults within 5% of the best active mode
 %% on every scenario that measured the modes, by per-round ratios to C,
 %% not by absolute figures across cells measured minutes apart. Per round:
-%% sluice's ratio to C over the best mode's (the flood's ratio to C is by
-%% server CPU per message). The detail beside the line lists every mode's
-%% median ratio to C.
+%% sluice's ratio to C over that of the mode best in the other rounds
+%% (held_out/2; the flood's ratio to C is by server CPU per message). The
+%% detail beside the line lists every mode's median ratio to C, and the
+%% line names the mode best over all rounds.
 mode_targets(Cells) ->
     [T || Sc <- sluice_bench_matrix:scenarios(), T <- mode_target(Sc, Cells)].
 
@@ -67,7 +68,7 @@ mode_target(Sc, Cells) ->
         {none, _} -> [];
         {_, []} -> [];
         {Def, _} ->
-            #{server := BestSv} = Best = best(Modes),
+            #{server := BestSv} = best(Modes),
             {CellKey, Measure} = mode_measure(Sc),
             Detail = [{Sv, maps:get(median, maps:get(CellKey, C))}
                       || #{server := Sv} = C <- [Def | Modes]],
@@ -78,8 +79,33 @@ mode_target(Sc, Cells) ->
                       compared => [atom_to_binary(S, utf8) || #{server := S} <- Modes],
                       modes => maps:from_list(Detail),
                       meaning => meaning({modes, Sc})},
-                    sluice_bench_stats:summary(per_round(Def, Best)), 0.95)]
+                    sluice_bench_stats:summary(held_out(Def, Modes)), 0.95)]
     end.
+
+%% Per round of Def, its vs C over that of the mode with the highest median
+%% over the other rounds (over all of them when there is one round). The
+%% best of six cells chosen by the rounds it is then judged on is biased
+%% upward by their noise: a default as fast as every mode would fall below
+%% it in most runs (2026-11-25 03:35: 0.946 chosen in-sample against 1.03
+%% held out, the rounds' ratios to C moving by 10% between modes).
+held_out(#{per_round := DefRounds}, Modes) ->
+    Rounds = [Rd || #{round := Rd} <- DefRounds],
+    [X / Y || #{round := Rd, vs_c := X} <- DefRounds, is_number(X),
+              #{per_round := B} <- [best(Modes, case Rounds -- [Rd] of
+                                                    [] -> Rounds;
+                                                    Other -> Other
+                                                end)],
+              #{round := BRd, vs_c := Y} <- B, BRd =:= Rd, is_number(Y), Y /= 0].
+
+%% The cell with the highest median vs C over Rounds.
+best(Cells, Rounds) ->
+    Median = fun(#{per_round := PR}) ->
+                     M = sluice_bench_stats:median([V || #{round := Rd, vs_c := V} <- PR,
+                                                         lists:member(Rd, Rounds),
+                                                         is_number(V)]),
+                     case M of null -> -1; _ -> M end
+             end,
+    hd(lists:sort(fun(A, B) -> Median(A) >= Median(B) end, Cells)).
 
 %% Which of a cell's ratios to C the detail lists, and how the line says
 %% what is compared.
