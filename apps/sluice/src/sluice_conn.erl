@@ -109,16 +109,22 @@ init(Parent, Sock, {S0, L = #{transport := T, opts := Opts}}) ->
             refuse(Sock, L, {proxy_error, Reason})
     end.
 
-%% A reference nobody else has as the tag never matches: the loop then
-%% classifies every message.
+%% The shapes the loop's receive takes without classifying (see loop/1):
+%% the transport's name for them, or a fresh reference as the tag, which
+%% no message has.
 sent_ack(T, TS) ->
-    sluice_transport:optional(T, sent_ack, [TS], {make_ref(), none}).
+    named(T, sent_ack, TS).
 
-%% Chunks that need no classifying: those of a running grant, on a
-%% transport that names them (data_tag/1 of sluice_transport).
+%% Chunks that need no classifying: those of a running grant.
 data_tag(#s{t = T, active = Mode}, TS) when is_integer(Mode); Mode =:= adaptive; Mode =:= true ->
-    sluice_transport:optional(T, data_tag, [TS], {make_ref(), none});
+    named(T, data_tag, TS);
 data_tag(_S, _TS) ->
+    unnamed().
+
+named(T, Callback, TS) ->
+    sluice_transport:optional(T, Callback, [TS], unnamed()).
+
+unnamed() ->
     {make_ref(), none}.
 
 %% What a handler's init/2 is given (sluice:conn()).

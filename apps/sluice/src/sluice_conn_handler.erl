@@ -13,7 +13,7 @@
 
 -define(IS_TIMEOUT(T), (T =:= infinity orelse (is_integer(T) andalso T >= 0))).
 
--export([init/3, data/2, data/3, chunk/3, info/2, call/3, timeout/1, drain/1, closed/1, failed/2,
+-export([init/3, data/2, chunk/3, info/2, call/3, timeout/1, drain/1, closed/1, failed/2,
          terminate/2, send/2]).
 
 -export_type([outcome/0]).
@@ -36,17 +36,12 @@ init(Conn, HOpts, S = #s{handler = H}) ->
 %% one chunk go out in one send.
 -spec data(binary(), #s{}) -> outcome().
 data(Data, S) ->
-    data(Data, byte_size(Data), S).
-
-%% @doc data/2 for a chunk whose size the caller has at hand.
--spec data(binary(), non_neg_integer(), #s{}) -> outcome().
-data(Data, Size, S) ->
-    case chunk(Data, Size, S) of
+    case chunk(Data, byte_size(Data), S) of
         {handled, HState} -> {continue, S#s{hstate = HState}};
         Outcome -> Outcome
     end.
 
-%% @doc data/3 for the connection loop: where the handler's result changed
+%% @doc data/2 for the connection loop, with the chunk's size at hand: where the handler's result changed
 %% nothing but its state (its reply, if any, is sent), that state alone,
 %% `{handled, HState}', so that the loop makes the one copy of its state a
 %% read needs, with the credit, instead of a second one here.

@@ -9,8 +9,8 @@
 %% carries at most; a large one means one message and one handler call per
 %% read rather than per packet. The driver allocates it when a socket is
 %% armed and holds it until data comes, so arming an idle connection would
-%% pin a whole buffer: activate/2 arms with a small one when the socket
-%% looks quiet (see arm/4). Only arming a socket whose grant has run out
+%% pin a whole buffer: activate/2 arms a grant with a small one (see
+%% arm/4), and `once' with one sized to the last read. Only arming a socket whose grant has run out
 %% (or a first one) allocates: a top-up that adds to a grant still running
 %% does not, and is a single call. docs/backends.md has the measurements.
 %% @private
@@ -42,10 +42,9 @@
 -record(inet, {sock :: gen_tcp:socket(),
                %% socket_opts' buffer: what reads use once armed
                buffer :: pos_integer(),
-               %% whether the last read classify/2 saw filled the buffer:
-               %% more is waiting, and arming need not guard against
-               %% holding a whole buffer (a running grant's reads bypass
-               %% classify/2, data_tag/1: it stays as it was)
+               %% `once': whether the last read filled the buffer: more is
+               %% waiting, and re-arming need not guard against holding a
+               %% whole buffer
                busy = false :: boolean(),
                %% whether the driver has grant left as far as this state
                %% has seen (no `tcp_passive' since the last arming): adding
@@ -200,11 +199,10 @@ activate(T = #inet{sock = Sock, busy = Busy, buffer = Buffer, cur = Cur, once_bu
 activate(T = #inet{armed = true, sock = Sock}, N) when is_integer(N) ->
     %% A top-up of a grant still running: the driver allocates no buffer.
     ok_or_error(inet:setopts(Sock, [{active, N}]), T);
-activate(T = #inet{busy = true, sock = Sock, buffer = Buffer, cur = Cur}, Mode) ->
-    %% The next read finds data: nothing is held for long.
-    ok_or_error(inet:setopts(Sock, with_buffer(Buffer, Cur, Mode)),
-                T#inet{armed = is_integer(Mode), cur = Buffer});
 activate(T = #inet{sock = Sock, buffer = Buffer}, Mode) ->
+    %% A grant armed anew (the first, or one that ran out): whether data
+    %% waits is not known here (a running grant's reads bypass classify/2,
+    %% data_tag/1), so the arming holds the small buffer.
     ok_or_error(arm(Sock, Mode, min(Buffer, ?ARM_BUFFER), Buffer),
                 T#inet{armed = is_integer(Mode), cur = Buffer}).
 
@@ -216,7 +214,8 @@ with_buffer(Want, _Cur, Mode) -> [{buffer, Want}, {active, Mode}].
 %% Set the active mode with the read buffer at Small for the arming (the
 %% driver allocates it then), and put the real size back for later reads:
 %% a quiet connection then holds Small bytes, not a whole buffer. Two more
-%% port calls than a plain arming, so only for sockets that look quiet.
+%% port calls than a plain arming: made when a grant is armed anew and
+%% when a socket is parked.
 arm(Sock, Mode, Small, Buffer) when Small < Buffer ->
     case inet:setopts(Sock, [{buffer, Small}, {active, Mode}]) of
         ok -> inet:setopts(Sock, [{buffer, Buffer}]);
@@ -293,9 +292,8 @@ sent_ack(#inet{sock = Sock}) ->
     {inet_reply, Sock}.
 
 %% @doc Under a grant every read is `{tcp, Sock, Data}'; classify/2 would
-%% only note its size for `busy' (see the record), which a grant's arming
-%% can do without: a grant that ran out arms with the small buffer first,
-%% one port call more per grant, not per read.
+%% only note its size for `once' (`busy', `once_buf'), which a grant does
+%% not use: a grant armed anew holds the small buffer first (activate/2).
 -spec data_tag(#inet{}) -> {tcp, port()}.
 data_tag(#inet{sock = Sock}) ->
     {tcp, Sock}.

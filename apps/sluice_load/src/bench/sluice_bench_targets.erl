@@ -68,7 +68,7 @@ mode_target(Sc, Cells) ->
         {none, _} -> [];
         {_, []} -> [];
         {Def, _} ->
-            #{server := BestSv} = best(Modes),
+            #{server := BestSv} = best(Modes, all),
             {CellKey, Measure} = mode_measure(Sc),
             Detail = [{Sv, maps:get(median, maps:get(CellKey, C))}
                       || #{server := Sv} = C <- [Def | Modes]],
@@ -91,17 +91,21 @@ mode_target(Sc, Cells) ->
 held_out(#{per_round := DefRounds}, Modes) ->
     Rounds = [Rd || #{round := Rd} <- DefRounds],
     [X / Y || #{round := Rd, vs_c := X} <- DefRounds, is_number(X),
-              #{per_round := B} <- [best(Modes, case Rounds -- [Rd] of
-                                                    [] -> Rounds;
-                                                    Other -> Other
-                                                end)],
+              #{per_round := B} <- [best(Modes, others(Rd, Rounds))],
               #{round := BRd, vs_c := Y} <- B, BRd =:= Rd, is_number(Y), Y /= 0].
 
-%% The cell with the highest median vs C over Rounds.
+others(Rd, Rounds) ->
+    case Rounds -- [Rd] of
+        [] -> Rounds;
+        Other -> Other
+    end.
+
+%% The cell with the highest median vs C over Rounds (`all': every round).
 best(Cells, Rounds) ->
     Median = fun(#{per_round := PR}) ->
                      M = sluice_bench_stats:median([V || #{round := Rd, vs_c := V} <- PR,
-                                                         lists:member(Rd, Rounds),
+                                                         Rounds =:= all orelse
+                                                             lists:member(Rd, Rounds),
                                                          is_number(V)]),
                      case M of null -> -1; _ -> M end
              end,
@@ -141,11 +145,6 @@ backend_target(Sc, #{per_round := InetRounds}, #{per_round := SockRounds}) ->
     target(#{name => iolist_to_binary([atom_to_list(Sc), ": socket backend / inet backend"]),
              scenario => Sc, server => 'sluice-socket', against => sluice,
              meaning => meaning({backend, Sc})}, S, 0.95).
-
-%% The cell with the highest median vs C.
-best(Cells) ->
-    hd(lists:sort(fun(#{vs_c := #{median := A}}, #{vs_c := #{median := B}}) -> A >= B end,
-                  Cells)).
 
 %% Per round, A's vs C over B's.
 per_round(#{per_round := A}, #{per_round := B}) ->
