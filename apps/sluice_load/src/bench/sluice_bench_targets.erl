@@ -21,6 +21,11 @@
 
 -export([targets/1, warnings/1, text/2, mode_detail/1, fmt_value/2]).
 
+%% How the mode lines choose their comparator (held_out/2), in words.
+-define(HELD_OUT, "Each round is compared with the mode that was best in the other rounds, so "
+                  "one lucky round of one mode does not decide; the line names the mode best "
+                  "over all of them.").
+
 %% @doc The targets that the measured cells allow to judge.
 -spec targets([map()]) -> [map()].
 targets(Cells) ->
@@ -188,11 +193,11 @@ meaning('tls-handshakes') ->
 meaning({modes, flood}) ->
     <<"Clients that write without waiting for answers: sluice's default delivery mode costs "
       "no more server CPU per message than the best mode a user could pick by hand, so "
-      "there is no reason to change the active option for throughput.">>;
+      "there is no reason to change the active option for throughput. ", ?HELD_OUT>>;
 meaning({modes, _}) ->
     <<"A client pipelining small frames: sluice's default delivery mode moves them as fast "
       "as the best mode a user could pick by hand, so there is no reason to change the "
-      "active option for throughput.">>;
+      "active option for throughput. ", ?HELD_OUT>>;
 meaning({peer, Sc}) ->
     iolist_to_binary(
       [peer_case(Sc), ", sluice's defaults against the best server a careful engineer writes "
