@@ -38,6 +38,10 @@
             exhausted = false :: boolean(),
             %% a read this much smaller than a full buffer is a small one
             small_read = 0 :: non_neg_integer(),
+            %% bytes read since the last collection, and the listener's
+            %% gc_after_bytes: when to collect (sluice_conn:collect/0)
+            uncollected = 0 :: non_neg_integer(),
+            gc_after_bytes = infinity :: pos_integer() | infinity,
             stats :: sluice_stats:stats(),
             %% unset in a template (sluice_conn:template/1)
             parent :: pid() | undefined,

@@ -28,6 +28,7 @@
                   idle_timeout := timeout(),
                   hibernate_after := timeout(),
                   park_after := timeout(),
+                  gc_after_bytes := pos_integer() | infinity,
                   shutdown_timeout := timeout(),
                   tls_opts := [ssl:tls_server_option()],
                   handshake_timeout := timeout(),
@@ -104,6 +105,11 @@ defaults() ->
       %% which handlers can park; docs/listener-options.md has the memory
       %% it saves and what it costs).
       park_after => infinity,
+      %% A connection process collects its garbage (a minor collection)
+      %% once it has read this many bytes since the last one, so the reads
+      %% it handled are freed while their memory is still in the caches
+      %% (sluice_conn:collect/0).
+      gc_after_bytes => 16384,
       shutdown_timeout => 5000,
       %% ssl server options (certificates, ALPN, SNI, versions...), passed
       %% to ssl:handshake/3 as they are; needed with transport ssl.
@@ -220,6 +226,10 @@ check(max_connections, infinity) ->
     true;
 check(max_connections, N) ->
     (is_integer(N) andalso N >= 0) orelse bad(max_connections, N);
+check(gc_after_bytes, infinity) ->
+    true;
+check(gc_after_bytes, N) ->
+    (is_integer(N) andalso N > 0) orelse bad(gc_after_bytes, N);
 check(max_connections_wait, N) ->
     (is_integer(N) andalso N >= 0 andalso N =< 3600000) orelse bad(max_connections_wait, N);
 check(active, A) ->
@@ -343,6 +353,8 @@ expected(active) -> "adaptive, false, once, true or an integer 1..32767";
 expected(socket_opts) -> "a list of {Key, Value} with Key one of " ++
                              lists:flatten(io_lib:format("~w", [?SOCKET_OPTS]));
 expected(proxy_protocol) -> "true or false";
+expected(gc_after_bytes) -> "a positive integer (bytes read between two collections of a "
+                            "connection process) or infinity";
 expected(proxy_max_size) -> "an integer 16..65551 (bytes)";
 expected(framing) -> "none, or a framing spec of sluice_frame: {length, 1 | 2 | 4} "
                      "or {length, N, Opts}, line or {line, Opts}, {split, Fun} or "

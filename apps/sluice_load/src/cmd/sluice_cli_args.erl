@@ -11,7 +11,7 @@
 
 -type type() :: integer | {integer, integer(), integer() | infinity}
               | {number, number(), number() | infinity} | string | ip
-              | {enum, [atom()]} | {choice, [string()]} | active | timeout | boolean.
+              | {enum, [atom()]} | {choice, [string()]} | active | timeout | bytes | boolean.
 %% `default' is the value when the option is not given (`undefined': none);
 %% `shown', when present, is what --help says instead of the default (a C
 %% program's own wording, "number of cores"); `meta' names the value in
@@ -115,6 +115,8 @@ convert(active, V) when V =:= "false"; V =:= "once"; V =:= "true"; V =:= "adapti
 convert(active, V) -> convert({integer, 1, 32767}, V);
 convert(timeout, "infinity") -> {ok, infinity};
 convert(timeout, V) -> convert({integer, 1, infinity}, V);
+convert(bytes, "infinity") -> {ok, infinity};
+convert(bytes, V) -> convert({integer, 1, infinity}, V);
 convert(boolean, V) when V =:= "true"; V =:= "false" -> {ok, list_to_atom(V)};
 convert(boolean, _) -> error.
 
@@ -145,6 +147,7 @@ describe({enum, Atoms}) -> lists:join("|", [atom_to_list(A) || A <- Atoms]);
 describe({choice, Names}) -> lists:join("|", Names);
 describe(active) -> "adaptive|false|once|true|N (1..32767)";
 describe(timeout) -> "milliseconds or infinity";
+describe(bytes) -> "a number of bytes or infinity";
 describe(boolean) -> "true|false".
 
 %% @doc The help text: a synopsis line, one line per option, the
@@ -177,6 +180,7 @@ arg(#{meta := Meta}) -> " " ++ Meta;
 arg(#{type := ip}) -> " IP";
 arg(#{type := active}) -> " MODE";
 arg(#{type := timeout}) -> " MS";
+arg(#{type := bytes}) -> " BYTES";
 arg(#{type := string}) -> " STR";
 arg(#{type := {number, _, _}}) -> " X";
 arg(_) -> " N".

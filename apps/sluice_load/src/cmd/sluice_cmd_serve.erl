@@ -48,6 +48,9 @@ specs() ->
        "hibernate a connection quiet for this long"),
      O(park_after, timeout, maps:get(park_after, D),
        "park an inet connection quiet for this long: its process exits, its socket waits in its supervisor"),
+     O(gc_after_bytes, bytes, maps:get(gc_after_bytes, D),
+       "a connection collects its garbage once it has read this many bytes since the last "
+       "time (infinity: when the VM would)"),
      O(backend, {enum, [inet, socket]}, maps:get(transport, D),
        "socket layer: inet (gen_tcp, the inet driver) or socket (OTP's socket NIF)"),
      O(tls, boolean, false, "serve over TLS (OTP ssl on the inet backend); needs --certfile and --keyfile"),
@@ -128,6 +131,7 @@ listener_opts(O) ->
       idle_timeout => maps:get(idle_timeout, O), backlog => maps:get(backlog, O),
       hibernate_after => maps:get(hibernate_after, O),
       park_after => maps:get(park_after, O),
+      gc_after_bytes => maps:get(gc_after_bytes, O),
       socket_opts => SocketOpts, transport => transport(O),
       tls_opts => tls_opts(O), handshake_timeout => maps:get(handshake_timeout, O),
       proxy_protocol => maps:get(proxy_protocol, O),

@@ -1,0 +1,149 @@
+#!/usr/bin/env escript
+%% -*- erlang -*-
+%% bench/ab.escript: several servers measured against each other on one
+%% engine scenario, many short rounds, interleaved, for a difference of a
+%% few percent that one `make bench' run (three rounds, each cell seconds
+%% apart) cannot tell from this machine's noise.
+%%
+%% Every server is started once, pinned to core 0 in a session of its own
+%% (as `make bench' starts them), and they all stay up; each round runs the
+%% engine (core 1, or $ECORE) against each server in turn, the order
+%% rotating from round to round, so that the machine's drift falls on all
+%% alike. Printed: each round's rates, then for every server after the
+%% first the median, mean and standard error of its per-round ratio to the
+%% first.
+%%
+%%   bench/ab.escript ROUNDS SECONDS NAME='COMMAND' NAME='COMMAND' ... -- ENGINE ARGS
+%%
+%% A COMMAND prints `listening on IP:PORT' once it accepts (bin/sluice
+%% serve does, and so do the peers' VMs). Example, the collection after
+%% reads on and off beside the hand-written peer (bench/README.md, "Reads
+%% freed at once"):
+%%
+%%   S="bin/sluice serve --ip 127.0.0.1 --port 0 --protocol ack --ack last"
+%%   bench/ab.escript 30 1 "vm=$S --gc-after-bytes infinity" "sluice=$S" \
+%%     "peer=erl +Bi -noshell -noinput -pa _build/default/lib/sluice_load/ebin
+%%       -run sluice_peer_gen_tcp main inet ack last" \
+%%     -- --scenario pipeline --conns 200 --window 1000 --threads 1 --ack last
+-mode(compile).
+
+main(Args) ->
+    case lists:splitwith(fun(A) -> A =/= "--" end, Args) of
+        {[Rounds, Secs | Servers = [_, _ | _]], ["--" | Engine]} ->
+            run(list_to_integer(Rounds), Secs, [server(S) || S <- Servers], Engine);
+        _ ->
+            io:format(standard_error,
+                      "usage: bench/ab.escript ROUNDS SECONDS NAME=COMMAND NAME=COMMAND... "
+                      "-- ENGINE ARGS~n", []),
+            halt(2)
+    end.
+
+server(Spec) ->
+    case string:split(Spec, "=") of
+        [Name, Cmd] when Name =/= "", Cmd =/= "" -> {Name, Cmd};
+        _ -> die("not NAME=COMMAND: ~s", [Spec])
+    end.
+
+root() ->
+    filename:dirname(filename:dirname(filename:absname(escript:script_name()))).
+
+run(Rounds, Secs, Servers, Engine) ->
+    Load = filename:join([root(), "apps", "sluice_load", "priv", "sluice-load"]),
+    filelib:is_regular(Load) orelse die("~s not built: run make", [Load]),
+    Tmp = string:trim(os:cmd("mktemp -d")),
+    Started = [start(Name, Cmd, Tmp) || {Name, Cmd} <- Servers],
+    try
+        Rates = rounds(Rounds, Secs, Started, Load, Engine, Tmp),
+        report(Rates)
+    after
+        [os:cmd("kill -TERM -" ++ Pid ++ " 2>/dev/null") || {_, Pid, _} <- Started],
+        os:cmd("rm -rf " ++ Tmp)
+    end.
+
+%% setsid: a session of its own, whose process group is killed at the end.
+start(Name, Cmd, Tmp) ->
+    Out = filename:join(Tmp, Name ++ ".out"),
+    Pid = string:trim(os:cmd("setsid taskset -c " ++ env("SCORE", "0") ++ " " ++ Cmd
+                             ++ " > " ++ Out ++ " 2>&1 & echo $!")),
+    {Name, Pid, port(Name, Out, 300)}.
+
+port(Name, _Out, 0) ->
+    die("~s printed no `listening on IP:PORT'", [Name]);
+port(Name, Out, Tries) ->
+    {ok, Text} = case file:read_file(Out) of
+                     {ok, _} = R -> R;
+                     _ -> {ok, <<>>}
+                 end,
+    case re:run(Text, "listening on [0-9.]+:([0-9]+)", [{capture, [1], list}]) of
+        {match, [Port]} -> Port;
+        nomatch -> timer:sleep(100), port(Name, Out, Tries - 1)
+    end.
+
+%% One row of rates a round, in the servers' order; the engine runs them
+%% in an order that rotates by one every round.
+rounds(Rounds, Secs, Started, Load, Engine, Tmp) ->
+    Names = [Name || {Name, _, _} <- Started],
+    Rows = [begin
+                {A, B} = lists:split((R - 1) rem length(Started), Started),
+                Got = [{Name, rate(Load, Engine, Port, Secs, Tmp)} || {Name, _, Port} <- B ++ A],
+                Row = [proplists:get_value(Name, Got) || Name <- Names],
+                io:format("round ~b:~s~n",
+                          [R, [io_lib:format("  ~s ~.4g", [N, Rt]) || {N, Rt} <- lists:zip(Names, Row)]]),
+                Row
+            end || R <- lists:seq(1, Rounds)],
+    {Names, Rows}.
+
+rate(Load, Engine, Port, Secs, Tmp) ->
+    Json = filename:join(Tmp, "run.json"),
+    _ = file:delete(Json),
+    Cmd = lists:join(" ", ["taskset", "-c", env("ECORE", "1"), Load | Engine]
+                     ++ ["--host", "127.0.0.1", "--port", Port, "--warmup", "0.5",
+                         "--duration", Secs, "--quiet", "--json", Json, ">/dev/null 2>&1"]),
+    _ = os:cmd(lists:flatten(Cmd)),
+    case file:read_file(Json) of
+        {ok, Bin} ->
+            case re:run(Bin, "\"rate\": *([0-9.eE+]+)", [{capture, [1], list}]) of
+                {match, [R]} -> number(R);
+                nomatch -> 0.0
+            end;
+        _ -> 0.0
+    end.
+
+number(S) ->
+    try list_to_float(S) catch error:badarg -> float(list_to_integer(S)) end.
+
+%% Each server's per-round ratio to the first server's.
+report({[First | Names], Rows}) ->
+    lists:foreach(
+      fun({I, Name}) ->
+              Ratios = [lists:nth(I, Row) / hd(Row) || Row <- Rows, hd(Row) > 0],
+              Rates = [lists:nth(I, Row) || Row <- Rows],
+              io:format("~s/~s: median ~.4f mean ~.4f s.e. ~.4f (~b rounds; median rates ~.4g and ~.4g)~n",
+                        [Name, First, median(Ratios), mean(Ratios), se(Ratios), length(Ratios),
+                         median(Rates), median([hd(Row) || Row <- Rows])])
+      end, lists:zip(lists:seq(2, length(Names) + 1), Names)).
+
+median(L) ->
+    S = lists:sort(L),
+    N = length(S),
+    case N rem 2 of
+        1 -> lists:nth((N + 1) div 2, S);
+        0 -> (lists:nth(N div 2, S) + lists:nth(N div 2 + 1, S)) / 2
+    end.
+
+mean(L) -> lists:sum(L) / length(L).
+
+se(L) when length(L) < 2 -> 0.0;
+se(L) ->
+    M = mean(L),
+    math:sqrt(lists:sum([(X - M) * (X - M) || X <- L]) / (length(L) - 1)) / math:sqrt(length(L)).
+
+env(Var, Default) ->
+    case os:getenv(Var) of
+        false -> Default;
+        V -> V
+    end.
+
+die(Fmt, Args) ->
+    io:format(standard_error, "bench/ab.escript: " ++ Fmt ++ "~n", Args),
+    halt(1).
