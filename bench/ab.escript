@@ -9,9 +9,12 @@
 %% (as `make bench' starts them), and they all stay up; each round runs the
 %% engine (core 1, or $ECORE) against each server in turn, the order
 %% rotating from round to round, so that the machine's drift falls on all
-%% alike. Printed: each round's rates, then for every server after the
-%% first the median, mean and standard error of its per-round ratio to the
-%% first.
+%% alike. Printed: each round's rates and the servers' CPU per message
+%% (user+sys of the server's whole process tree over the engine's run,
+%% warmup included, divided by the rate times the run's length), then for
+%% every server after the first the median, mean and standard error of
+%% its per-round ratio to the first, by rate and by CPU per message (the
+%% first's over this one's: higher is better for both).
 %%
 %%   bench/ab.escript ROUNDS SECONDS NAME='COMMAND' NAME='COMMAND' ... -- ENGINE ARGS
 %%
@@ -48,6 +51,7 @@ root() ->
     filename:dirname(filename:dirname(filename:absname(escript:script_name()))).
 
 run(Rounds, Secs, Servers, Engine) ->
+    true = code:add_patha(filename:join([root(), "_build", "default", "lib", "sluice_load", "ebin"])),
     Load = filename:join([root(), "apps", "sluice_load", "priv", "sluice-load"]),
     filelib:is_regular(Load) orelse die("~s not built: run make", [Load]),
     Tmp = string:trim(os:cmd("mktemp -d")),
@@ -56,7 +60,7 @@ run(Rounds, Secs, Servers, Engine) ->
         Rates = rounds(Rounds, Secs, Started, Load, Engine, Tmp),
         report(Rates)
     after
-        [os:cmd("kill -TERM -" ++ Pid ++ " 2>/dev/null") || {_, Pid, _} <- Started],
+        [os:cmd("kill -TERM -" ++ integer_to_list(Pid) ++ " 2>/dev/null") || {_, Pid, _} <- Started],
         os:cmd("rm -rf " ++ Tmp)
     end.
 
@@ -65,7 +69,7 @@ start(Name, Cmd, Tmp) ->
     Out = filename:join(Tmp, Name ++ ".out"),
     Pid = string:trim(os:cmd("setsid taskset -c " ++ env("SCORE", "0") ++ " " ++ Cmd
                              ++ " > " ++ Out ++ " 2>&1 & echo $!")),
-    {Name, Pid, port(Name, Out, 300)}.
+    {Name, list_to_integer(Pid), port(Name, Out, 300)}.
 
 port(Name, _Out, 0) ->
     die("~s printed no `listening on IP:PORT'", [Name]);
@@ -79,19 +83,33 @@ port(Name, Out, Tries) ->
         nomatch -> timer:sleep(100), port(Name, Out, Tries - 1)
     end.
 
-%% One row of rates a round, in the servers' order; the engine runs them
-%% in an order that rotates by one every round.
+%% One row a round, in the servers' order, of {rate, CPU ns per message};
+%% the engine runs them in an order that rotates by one every round.
 rounds(Rounds, Secs, Started, Load, Engine, Tmp) ->
     Names = [Name || {Name, _, _} <- Started],
     Rows = [begin
                 {A, B} = lists:split((R - 1) rem length(Started), Started),
-                Got = [{Name, rate(Load, Engine, Port, Secs, Tmp)} || {Name, _, Port} <- B ++ A],
+                Got = [{Name, measure(Load, Engine, Leader, Port, Secs, Tmp)}
+                       || {Name, Leader, Port} <- B ++ A],
                 Row = [proplists:get_value(Name, Got) || Name <- Names],
                 io:format("round ~b:~s~n",
-                          [R, [io_lib:format("  ~s ~.4g", [N, Rt]) || {N, Rt} <- lists:zip(Names, Row)]]),
+                          [R, [io_lib:format("  ~s ~.4g (~.4g ns/msg)", [N, Rt, C])
+                               || {N, {Rt, C}} <- lists:zip(Names, Row)]]),
                 Row
             end || R <- lists:seq(1, Rounds)],
     {Names, Rows}.
+
+measure(Load, Engine, Leader, Port, Secs, Tmp) ->
+    Tree = sluice_procfs:process_tree(Leader),
+    T0 = sluice_procfs:cpu_ticks(Tree),
+    Rate = rate(Load, Engine, Port, Secs, Tmp),
+    T1 = sluice_procfs:cpu_ticks(Tree),
+    Msgs = Rate * (0.5 + seconds(Secs)),
+    Cpu = case Msgs > 0 of
+              true -> (T1 - T0) * 1.0e9 / sluice_procfs:clk_tck() / Msgs;
+              false -> 0.0
+          end,
+    {Rate, Cpu}.
 
 rate(Load, Engine, Port, Secs, Tmp) ->
     Json = filename:join(Tmp, "run.json"),
@@ -109,19 +127,26 @@ rate(Load, Engine, Port, Secs, Tmp) ->
         _ -> 0.0
     end.
 
+seconds(S) ->
+    try list_to_float(S) catch error:badarg -> list_to_integer(S) end.
+
 number(S) ->
     try list_to_float(S) catch error:badarg -> float(list_to_integer(S)) end.
 
-%% Each server's per-round ratio to the first server's.
+%% Each server's per-round ratios to the first server's.
 report({[First | Names], Rows}) ->
     lists:foreach(
       fun({I, Name}) ->
-              Ratios = [lists:nth(I, Row) / hd(Row) || Row <- Rows, hd(Row) > 0],
-              Rates = [lists:nth(I, Row) || Row <- Rows],
-              io:format("~s/~s: median ~.4f mean ~.4f s.e. ~.4f (~b rounds; median rates ~.4g and ~.4g)~n",
-                        [Name, First, median(Ratios), mean(Ratios), se(Ratios), length(Ratios),
-                         median(Rates), median([hd(Row) || Row <- Rows])])
+              Pairs = [{lists:nth(I, Row), hd(Row)} || Row <- Rows],
+              Rates = [R / R0 || {{R, _}, {R0, _}} <- Pairs, R0 > 0],
+              Cpus = [C0 / C || {{_, C}, {_, C0}} <- Pairs, C > 0],
+              io:format("~s/~s: rate ~s; CPU per message (~s's / ~s's) ~s~n",
+                        [Name, First, summary(Rates), First, Name, summary(Cpus)])
       end, lists:zip(lists:seq(2, length(Names) + 1), Names)).
+
+summary([]) -> "n/a";
+summary(L) ->
+    io_lib:format("median ~.4f mean ~.4f s.e. ~.4f (~b rounds)", [median(L), mean(L), se(L), length(L)]).
 
 median(L) ->
     S = lists:sort(L),
