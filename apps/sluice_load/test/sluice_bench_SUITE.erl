@@ -19,7 +19,8 @@
          help_exits_0/1,
          c_cell_has_a_positive_rate/1,
          seed_cell_against_c_has_ratio_and_cpu/1,
-         peer_cells_share_a_c_run/1]).
+         peer_cells_share_a_c_run/1,
+         ab_script_compares_servers_by_rate_and_cpu/1]).
 
 suite() -> [{timetrap, {seconds, 60}}].
 
@@ -31,7 +32,7 @@ groups() ->
      {json, [], [json_round_trips, json_decodes_engine_output]},
      {cli, [], [bad_options_exit_2, help_exits_0]},
      {real, [], [c_cell_has_a_positive_rate, seed_cell_against_c_has_ratio_and_cpu,
-                 peer_cells_share_a_c_run]}].
+                 peer_cells_share_a_c_run, ab_script_compares_servers_by_rate_and_cpu]}].
 
 init_per_group(real, Config) ->
     case os:find_executable("taskset") of
@@ -163,6 +164,35 @@ peer_cells_share_a_c_run(Config) ->
     ct:pal("pipeline peers vs C: ~p", [[{S, maps:get(median, maps:get(vs_c, C))}
                                         || #{server := S} = C <- Cells]]),
     ?assertEqual([], Ts).
+
+%% bench/ab.escript (by hand, for differences of a few percent): two
+%% sluice servers on the flood, two short rounds: every round has a rate
+%% and a CPU per message for both, the summary line compares them, and the
+%% servers it started are gone (their sessions were killed).
+ab_script_compares_servers_by_rate_and_cpu(_Config) ->
+    Root = filename:dirname(filename:dirname(filename:dirname(filename:dirname(
+                                                                code:lib_dir(sluice_load))))),
+    Serve = filename:join([Root, "bin", "sluice"]) ++ " serve --ip 127.0.0.1 --port 0 --protocol echo",
+    Out = os:cmd(lists:flatten(
+                   io_lib:format("escript ~s 2 0.3 'a=~s' 'b=~s --active 100' -- "
+                                 "--scenario flood --conns 2 --threads 1 2>&1",
+                                 [filename:join([Root, "bench", "ab.escript"]), Serve, Serve]))),
+    ct:log("~s", [Out]),
+    Rounds = [L || L <- string:split(Out, "\n", all), string:prefix(L, "round ") =/= nomatch],
+    ?assertEqual(2, length(Rounds), Out),
+    [?assertMatch({match, [_, _, _, _]},
+                  re:run(R, "a ([0-9.e+]+) \\(([0-9.e+]+) ns/msg\\)  b ([0-9.e+]+) \\(([0-9.e+]+) ns/msg",
+                         [{capture, all_but_first, list}]), R)
+     || R <- Rounds],
+    ?assertMatch({match, _}, re:run(Out, "b/a: rate median [0-9.]+ .* CPU per message \\(a's / b's\\) median [0-9.]+")),
+    ok = sluice_test_wait(fun() -> os:cmd("pgrep -f 'protocol ech[o] --active 100' | wc -l") =:= "0\n" end, 50).
+
+sluice_test_wait(Fun, 0) -> {gave_up, Fun()};
+sluice_test_wait(Fun, N) ->
+    case Fun() of
+        true -> ok;
+        false -> timer:sleep(100), sluice_test_wait(Fun, N - 1)
+    end.
 
 real(Cells, Config) ->
     sluice_bench:bench(#{cells => Cells, rounds => 1, warmup => 0.3, duration => 1,
