@@ -351,7 +351,7 @@ drain(Deadline, S) ->
 %% measurements.)
 %% HState is the handler's state after the chunk: it goes into the loop's
 %% state in the same copy as the credit and the bytes read since the last
-%% collection (collect/2).
+%% collection (collect/0).
 next(Size, HState, S = #s{uncollected = U, gc_after_bytes = After}) ->
     case U + Size of
         Read when Read >= After -> collect(), grant(Size, HState, 0, S);
@@ -377,10 +377,10 @@ grant(_Size, HState, Read, S = #s{active = Mode}) ->
 %% been read frees them while they are still in the caches, and the next
 %% read (this connection's or another's) gets the same memory back: 200
 %% busy connections ran up to 10-13% faster (bench/README.md, "Reads
-%% freed at once"). The handled chunk is garbage by now (not even the stack refers
-%% to it), and a minor collection of a connection's small young heap costs
-%% about 0.2 us. The handler sees no difference: its pid, mailbox and
-%% timers are untouched.
+%% freed at once"). The handled chunk is garbage by now (not even the
+%% stack refers to it), and a minor collection of a connection's small
+%% young heap costs about 0.2 us. The handler sees no difference: its pid,
+%% mailbox and timers are untouched.
 collect() ->
     erlang:garbage_collect(self(), [{type, minor}]).
 
