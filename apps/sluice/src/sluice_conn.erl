@@ -36,6 +36,9 @@
 
 -include("sluice_conn.hrl").
 
+%% On every read (next/3).
+-compile({inline, [uncollected/2]}).
+
 -export([template/1, init/3, wake/1, unpark/5]).
 
 -export_type([template/0]).
@@ -351,23 +354,26 @@ drain(Deadline, S) ->
 %% measurements.)
 %% HState is the handler's state after the chunk: it goes into the loop's
 %% state in the same copy as the credit and the bytes read since the last
-%% collection (collect/0).
-next(Size, HState, S = #s{uncollected = U, gc_after_bytes = After}) ->
-    case U + Size of
-        Read when Read >= After -> collect(), grant(Size, HState, 0, S);
-        Read -> grant(Size, HState, Read, S)
-    end.
-
-grant(Size, HState, Read, S = #s{active = Mode, credit = C, grant = G})
+%% collection (uncollected/2).
+next(Size, HState, S = #s{active = Mode, credit = C, grant = G})
   when is_integer(Mode); Mode =:= adaptive ->
+    Read = uncollected(Size, S),
     case C - 1 of
         Left when Left > G div 2 -> loop(S#s{credit = Left, hstate = HState, uncollected = Read});
         Left -> top_up(Left, Size, S#s{hstate = HState, uncollected = Read})
     end;
-grant(_Size, HState, Read, S = #s{active = true}) ->
-    loop(S#s{hstate = HState, uncollected = Read});
-grant(_Size, HState, Read, S = #s{active = Mode}) ->
-    rearm(Mode, S#s{hstate = HState, uncollected = Read}).
+next(Size, HState, S = #s{active = true}) ->
+    loop(S#s{hstate = HState, uncollected = uncollected(Size, S)});
+next(Size, HState, S = #s{active = Mode}) ->
+    rearm(Mode, S#s{hstate = HState, uncollected = uncollected(Size, S)}).
+
+%% The bytes read since the last collection, after a read of Size: 0 if
+%% this read makes it time to collect, which it does (collect/0).
+uncollected(Size, #s{uncollected = U, gc_after_bytes = After}) ->
+    case U + Size of
+        Read when Read >= After -> collect(), 0;
+        Read -> Read
+    end.
 
 %% Every read is a new binary, which the process holds until its next
 %% collection; left to the VM, that comes once a few hundred KiB of them
