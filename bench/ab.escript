@@ -33,13 +33,19 @@
 main(Args) ->
     case lists:splitwith(fun(A) -> A =/= "--" end, Args) of
         {[Rounds, Secs | Servers = [_, _ | _]], ["--" | Engine]} ->
-            run(list_to_integer(Rounds), Secs, [server(S) || S <- Servers], Engine);
+            N = try list_to_integer(Rounds) catch error:badarg -> 0 end,
+            S = try seconds(Secs) catch error:badarg -> 0 end,
+            (N > 0 andalso S > 0) orelse usage(),
+            run(N, Secs, [server(Sv) || Sv <- Servers], Engine);
         _ ->
-            io:format(standard_error,
-                      "usage: bench/ab.escript ROUNDS SECONDS NAME=COMMAND NAME=COMMAND... "
-                      "-- ENGINE ARGS~n", []),
-            halt(2)
+            usage()
     end.
+
+usage() ->
+    io:format(standard_error,
+              "usage: bench/ab.escript ROUNDS SECONDS NAME=COMMAND NAME=COMMAND... "
+              "-- ENGINE ARGS~n", []),
+    halt(2).
 
 server(Spec) ->
     case string:split(Spec, "=") of
@@ -57,8 +63,7 @@ run(Rounds, Secs, Servers, Engine) ->
     Tmp = string:trim(os:cmd("mktemp -d")),
     Started = [start(Name, Cmd, Tmp) || {Name, Cmd} <- Servers],
     try
-        Rates = rounds(Rounds, Secs, Started, Load, Engine, Tmp),
-        report(Rates)
+        report(rounds(Rounds, Secs, Started, Load, Engine, Tmp))
     after
         [os:cmd("kill -TERM -" ++ integer_to_list(Pid) ++ " 2>/dev/null") || {_, Pid, _} <- Started],
         os:cmd("rm -rf " ++ Tmp)
@@ -74,10 +79,10 @@ start(Name, Cmd, Tmp) ->
 port(Name, _Out, 0) ->
     die("~s printed no `listening on IP:PORT'", [Name]);
 port(Name, Out, Tries) ->
-    {ok, Text} = case file:read_file(Out) of
-                     {ok, _} = R -> R;
-                     _ -> {ok, <<>>}
-                 end,
+    Text = case file:read_file(Out) of
+               {ok, T} -> T;
+               {error, _} -> <<>>
+           end,
     case re:run(Text, "listening on [0-9.]+:([0-9]+)", [{capture, [1], list}]) of
         {match, [Port]} -> Port;
         nomatch -> timer:sleep(100), port(Name, Out, Tries - 1)

@@ -185,13 +185,14 @@ ab_script_compares_servers_by_rate_and_cpu(_Config) ->
                          [{capture, all_but_first, list}]), R)
      || R <- Rounds],
     ?assertMatch({match, _}, re:run(Out, "b/a: rate median [0-9.]+ .* CPU per message \\(a's / b's\\) median [0-9.]+")),
-    ok = sluice_test_wait(fun() -> os:cmd("pgrep -f 'protocol ech[o] --active 100' | wc -l") =:= "0\n" end, 50).
+    ok = wait_for(fun() -> os:cmd("pgrep -f 'protocol ech[o] --active 100' | wc -l") =:= "0\n" end, 50).
 
-sluice_test_wait(Fun, 0) -> {gave_up, Fun()};
-sluice_test_wait(Fun, N) ->
+%% Fun() true within N tries 100 ms apart.
+wait_for(Fun, 0) -> {gave_up, Fun()};
+wait_for(Fun, N) ->
     case Fun() of
         true -> ok;
-        false -> timer:sleep(100), sluice_test_wait(Fun, N - 1)
+        false -> timer:sleep(100), wait_for(Fun, N - 1)
     end.
 
 real(Cells, Config) ->
