@@ -75,14 +75,17 @@ defaults() ->
       port => 0,
       transport => inet,
       num_acceptors => 10,
-      %% Two listen sockets on the port (SO_REUSEPORT, among this
-      %% listener's own sockets only: sluice_listen_sockets) hold two
-      %% accept queues of net.core.somaxconn each: in a reconnect storm of
-      %% 15,000 on this 2-core machine one queue of 4096 overflowed in two
-      %% runs of three (SYN drops, clients back a second or more later),
-      %% two in none or a few of 15,000 (docs/listener-options.md, "Accept
-      %% storms").
-      num_listen_sockets => 2,
+      %% Four listen sockets on the port (SO_REUSEPORT, among this
+      %% listener's own sockets only: sluice_listen_sockets) hold four
+      %% accept queues of net.core.somaxconn each. In a reconnect storm
+      %% the old connections' closes fill the VM's run queue, the listen
+      %% socket's readiness waits its turn behind them and the count
+      %% sits at max_connections until they are gone: the kernel's
+      %% queues must hold the wave meanwhile. A storm of 15,000 with
+      %% somaxconn 4096 overflowed two queues in 5 runs of 12 (2,190-6,806
+      %% SYNs dropped, clients back 1-4 s late), four in none of 12
+      %% (docs/listener-options.md, "Accept storms").
+      num_listen_sockets => 4,
       num_conns_sups => erlang:system_info(schedulers),
       reuseport => false,
       backlog => default_backlog(),

@@ -223,7 +223,7 @@ listener_full_for_longer_than_the_wait_closes_newcomers_at_once(Config) ->
     close_all([B]).
 
 %% A listener's listen sockets share their port with each other
-%% (SO_REUSEPORT, two by default), never with a socket of someone else that
+%% (SO_REUSEPORT, four by default), never with a socket of someone else that
 %% has the option too: a named port already bound that way is refused with
 %% eaddrinuse, as one socket would be. A listener that asks for reuseport
 %% itself shares it.
@@ -232,7 +232,7 @@ named_port_shared_by_another_socket_is_refused(Config) ->
     ReusePort = {raw, 1, 15, <<1:32/native>>},
     {ok, Other} = gen_tcp:listen(0, [{ip, {127, 0, 0, 1}}, ReusePort]),
     {ok, Port} = inet:port(Other),
-    ?assertMatch(#{num_listen_sockets := 2}, sluice_opts:defaults()),
+    ?assertMatch(#{num_listen_sockets := 4}, sluice_opts:defaults()),
     ?assertEqual({error, eaddrinuse},
                  sluice:start_listener(Name, #{ip => {127, 0, 0, 1}, port => Port,
                                                handler => {sluice_proto_ping, []},
