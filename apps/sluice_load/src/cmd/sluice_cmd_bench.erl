@@ -24,7 +24,7 @@ specs() ->
        "socket layer of every sluice server (the -socket servers always use socket)"),
      O(rounds, {integer, 1, 100}, 3, "rounds (each cell is measured once per round)"),
      (O(warmup, {number, 0, 60}, undefined, "seconds of load before each measurement"))
-         #{shown => "0.5", meta => "SECONDS"},
+         #{shown => "0.4", meta => "SECONDS"},
      (O(duration, {number, 0.1, 600}, undefined, "seconds measured per run"))
          #{shown => "1 (--quick: 0.75)", meta => "SECONDS"},
      O(out, string, "bench/results", "directory for the results (the default is in the repository)")].
@@ -60,7 +60,7 @@ config(#{quick := Quick} = O, Cells, Args) ->
       %% the warmup and the windows were trimmed to keep make bench under 6
       %% minutes and QUICK=1 under 2 with the peer and storm cells
       %% (bench/README.md, "What runs")
-      warmup => Pick(warmup, 0.5, 0.5), duration => Pick(duration, 1.0, 0.75),
+      warmup => Pick(warmup, 0.4, 0.4), duration => Pick(duration, 1.0, 0.75),
       backend => maps:get(backend, O), quick => Quick,
       out => case maps:get(out, O) of
                  "bench/results" -> filename:join([sluice_build:root(), "bench", "results"]);
