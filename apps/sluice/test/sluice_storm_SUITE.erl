@@ -9,6 +9,7 @@
          init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
 -export([listen_queue_overflow_shows_in_info/1,
          reconnect_storm_is_taken_without_syn_retransmits/1,
+         accept_queues_hold_three_backlogs_while_nothing_is_accepted/1,
          default_backlog_is_the_kernels_cap/1]).
 
 -define(LOOPBACK, {127, 0, 0, 1}).
@@ -17,6 +18,9 @@
 %% A connect that took this long waited for a SYN retransmit (Linux's first
 %% is after one second).
 -define(RETRANSMIT_MS, 900).
+%% The backlog of the accept-queue case: small enough that three of them
+%% are few descriptors and a second's connects.
+-define(QUEUE_BACKLOG, 1024).
 
 suite() -> [{timetrap, {seconds, 60}}].
 
@@ -25,7 +29,8 @@ all() ->
 
 groups() ->
     sluice_test_lib:backend_groups([listen_queue_overflow_shows_in_info,
-                                    reconnect_storm_is_taken_without_syn_retransmits]).
+                                    reconnect_storm_is_taken_without_syn_retransmits,
+                                    accept_queues_hold_three_backlogs_while_nothing_is_accepted]).
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -103,6 +108,35 @@ reconnect_storm_is_taken_without_syn_retransmits(Config) ->
     [gen_tcp:close(S) || {ok, S, _} <- Second],
     ok = sluice_test_lib:wait_info(Name, connections, 0, 10000).
 
+%% In a storm the old connections' closes can keep the acceptors from
+%% accepting for a while, and the kernel's accept queues must hold the wave
+%% meanwhile: a listener has four listen sockets by default, four queues.
+%% With every acceptor stopped, three backlogs' worth of clients all get
+%% connected (two queues would drop SYNs after two backlogs, and the next
+%% connect would wait a second for a retransmit); once the acceptors run
+%% again every one is accepted, none lost.
+accept_queues_hold_three_backlogs_while_nothing_is_accepted(Config) ->
+    Name = ?config(name, Config),
+    Backlog = min(?QUEUE_BACKLOG, sluice_opts:default_backlog()),
+    _ = sluice_test_lib:start_listener(Name, #{handler => {sluice_proto_ping, []},
+                                               backlog => Backlog}),
+    Port = sluice_test_lib:port(Name),
+    #{accepted := Accepted0} = sluice:info(Name),
+    Acceptors = sluice_test_lib:acceptor_pids(Name),
+    [true = erlang:suspend_process(A) || A <- Acceptors],
+    N = 3 * Backlog,
+    {Socks, Failed} = connect_all(Port, N, []),
+    ct:log("~b of ~b connected with no acceptor running; first failure: ~p",
+           [length(Socks), N, Failed]),
+    [gen_tcp:close(S) || S <- Socks],
+    [true = erlang:resume_process(A) || A <- Acceptors],
+    ?assertEqual(none, Failed),
+    %% The acceptors took a few before they were stopped (the driver
+    %% accepts for an acceptor already waiting): all N are counted.
+    ok = sluice_test_lib:wait_until(
+           fun() -> maps:get(accepted, sluice:info(Name)) - Accepted0 >= N end, 10000),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 10000).
+
 %% The listen backlog a listener gets unless it sets one: the kernel's own
 %% cap (net.core.somaxconn), where a smaller one would overflow first.
 default_backlog_is_the_kernels_cap(_Config) ->
@@ -112,6 +146,16 @@ default_backlog_is_the_kernels_cap(_Config) ->
     ?assertEqual(min(Cap, 65535), sluice_opts:default_backlog()).
 
 %%% Helpers
+
+%% N connects one after another, each given less than a SYN retransmit;
+%% stops at the first that fails: {Socks, none | {Index, Error}}.
+connect_all(_Port, 0, Socks) ->
+    {Socks, none};
+connect_all(Port, N, Socks) ->
+    case gen_tcp:connect(?LOOPBACK, Port, [binary, {active, false}], ?RETRANSMIT_MS) of
+        {ok, S} -> connect_all(Port, N - 1, [S | Socks]);
+        Error -> {Socks, {length(Socks) + 1, Error}}
+    end.
 
 %% ?STORM clients at once, each connecting and pinging: {ok, Sock, Ms}
 %% (connect and Pong took Ms) or {error, Why}. Sockets end up owned by the
