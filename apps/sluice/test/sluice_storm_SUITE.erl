@@ -131,8 +131,9 @@ accept_queues_hold_three_backlogs_while_nothing_is_accepted(Config) ->
     [gen_tcp:close(S) || S <- Socks],
     [true = erlang:resume_process(A) || A <- Acceptors],
     ?assertEqual(none, Failed),
-    %% The acceptors took a few before they were stopped (the driver
-    %% accepts for an acceptor already waiting): all N are counted.
+    %% The inet driver accepted one for each acceptor already waiting in
+    %% accept, into its mailbox; the rest wait in the queues: all N are
+    %% counted once the acceptors run.
     ok = sluice_test_lib:wait_until(
            fun() -> maps:get(accepted, sluice:info(Name)) - Accepted0 >= N end, 10000),
     ok = sluice_test_lib:wait_info(Name, connections, 0, 10000).
