@@ -123,43 +123,34 @@ rate(Load, Engine, Port, Secs, Tmp) ->
                      ++ ["--host", "127.0.0.1", "--port", Port, "--warmup", "0.5",
                          "--duration", Secs, "--quiet", "--json", Json, ">/dev/null 2>&1"]),
     _ = os:cmd(lists:flatten(Cmd)),
-    case file:read_file(Json) of
-        {ok, Bin} ->
-            case re:run(Bin, "\"rate\": *([0-9.eE+]+)", [{capture, [1], list}]) of
-                {match, [R]} -> number(R);
-                nomatch -> 0.0
-            end;
+    Result = case file:read_file(Json) of
+                 {ok, Bin} -> sluice_json:decode(Bin);
+                 Error -> Error
+             end,
+    case Result of
+        {ok, #{<<"rate">> := R}} when is_number(R) -> float(R);
         _ -> 0.0
     end.
 
 seconds(S) ->
     try list_to_float(S) catch error:badarg -> list_to_integer(S) end.
 
-number(S) ->
-    try list_to_float(S) catch error:badarg -> float(list_to_integer(S)) end.
-
 %% Each server's per-round ratios to the first server's.
 report({[First | Names], Rows}) ->
     lists:foreach(
       fun({I, Name}) ->
-              Pairs = [{lists:nth(I, Row), hd(Row)} || Row <- Rows],
-              Rates = [R / R0 || {{R, _}, {R0, _}} <- Pairs, R0 > 0],
-              Cpus = [C0 / C || {{_, C}, {_, C0}} <- Pairs, C > 0],
+              {Rs, Cs} = lists:unzip([lists:nth(I, Row) || Row <- Rows]),
+              {Rs0, Cs0} = lists:unzip([hd(Row) || Row <- Rows]),
+              Rates = sluice_bench_stats:ratios(Rs, Rs0),
+              Cpus = sluice_bench_stats:ratios(Cs0, Cs),
               io:format("~s/~s: rate ~s; CPU per message (~s's / ~s's) ~s~n",
                         [Name, First, summary(Rates), First, Name, summary(Cpus)])
       end, lists:zip(lists:seq(2, length(Names) + 1), Names)).
 
 summary([]) -> "n/a";
 summary(L) ->
-    io_lib:format("median ~.4f mean ~.4f s.e. ~.4f (~b rounds)", [median(L), mean(L), se(L), length(L)]).
-
-median(L) ->
-    S = lists:sort(L),
-    N = length(S),
-    case N rem 2 of
-        1 -> lists:nth((N + 1) div 2, S);
-        0 -> (lists:nth(N div 2, S) + lists:nth(N div 2 + 1, S)) / 2
-    end.
+    io_lib:format("median ~.4f mean ~.4f s.e. ~.4f (~b rounds)",
+                  [sluice_bench_stats:median(L), mean(L), se(L), length(L)]).
 
 mean(L) -> lists:sum(L) / length(L).
 

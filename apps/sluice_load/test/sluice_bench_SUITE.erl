@@ -170,8 +170,7 @@ peer_cells_share_a_c_run(Config) ->
 %% and a CPU per message for both, the summary line compares them, and the
 %% servers it started are gone (their sessions were killed).
 ab_script_compares_servers_by_rate_and_cpu(_Config) ->
-    Root = filename:dirname(filename:dirname(filename:dirname(filename:dirname(
-                                                                code:lib_dir(sluice_load))))),
+    {ok, Root} = sluice_load_test_lib:repo_root(),
     Serve = filename:join([Root, "bin", "sluice"]) ++ " serve --ip 127.0.0.1 --port 0 --protocol echo",
     Out = os:cmd(lists:flatten(
                    io_lib:format("escript ~s 2 0.3 'a=~s' 'b=~s --active 100' -- "

@@ -115,8 +115,7 @@ convert(active, V) when V =:= "false"; V =:= "once"; V =:= "true"; V =:= "adapti
 convert(active, V) -> convert({integer, 1, 32767}, V);
 convert(timeout, "infinity") -> {ok, infinity};
 convert(timeout, V) -> convert({integer, 1, infinity}, V);
-convert(bytes, "infinity") -> {ok, infinity};
-convert(bytes, V) -> convert({integer, 1, infinity}, V);
+convert(bytes, V) -> convert(timeout, V);  % the same values: 1.. or infinity
 convert(boolean, V) when V =:= "true"; V =:= "false" -> {ok, list_to_atom(V)};
 convert(boolean, _) -> error.
 
