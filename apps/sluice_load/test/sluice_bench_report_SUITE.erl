@@ -18,7 +18,8 @@
          text_table_is_aligned/1,
          json_report_decodes/1,
          html_has_what_it_claims/1,
-         storm_cells_need_an_engine_with_storm/1]).
+         storm_cells_need_an_engine_with_storm/1,
+         paced_cells_are_judged_by_cpu_per_frame/1]).
 
 all() ->
     [plan_shares_each_c_run_between_two_cells, cells_pair_each_run_with_its_c_run,
@@ -26,7 +27,8 @@ all() ->
      defaults_are_judged_against_the_best_mode_on_the_pipeline,
      the_best_mode_is_chosen_without_the_round_it_judges, text_table_is_aligned,
      json_report_decodes, html_has_what_it_claims, storm_cells_need_an_engine_with_storm,
-     tls_cells_run_sluice_and_c_with_the_same_certificate].
+     tls_cells_run_sluice_and_c_with_the_same_certificate,
+     paced_cells_are_judged_by_cpu_per_frame].
 
 
 %% Three rounds, in the order plan/2 gives (C runs shared by two cells):
@@ -134,6 +136,36 @@ cells_pair_each_run_with_its_c_run(_) ->
                  cell(conns200, sluice, Cells)),
     %% peers are not compared with themselves
     ?assertEqual(error, maps:find(vs_peer, cell(pipeline, handwritten, Cells))).
+
+%% On the paced scenario every server carries the same offered load, so
+%% the rates tie and the cells, their peer target and the HTML are judged
+%% by server CPU per frame: sluice 10, 11, 12 us a frame against the
+%% hand-written peer's 12, 12, 11 (and gen_tcp-socket's 20), C's 6: per
+%% round 0.6/0.5, 0.545/0.5, 0.5/0.545, a median of 1.09 against the best
+%% peer; by rate every ratio would be 1.0.
+paced_cells_are_judged_by_cpu_per_frame(_) ->
+    Fig = #{{paced, sluice} => {[40, 40, 40], [10, 11, 12]},
+            {paced, handwritten} => {[40, 40, 40], [12, 12, 11]},
+            {paced, 'gen_tcp-socket'} => {[40, 40, 40], [20, 20, 20]},
+            {paced, c} => {[40, 40, 40], [6, 6, 6]}},
+    Cells0 = [{paced, sluice}, {paced, handwritten}, {paced, 'gen_tcp-socket'}],
+    Runs = [run(Rd, Sc, Sv, Role, Fig) || {Rd, Sc, Sv, Role} <- sluice_bench:plan(Cells0, 3)],
+    Cells = sluice_bench_report:cells(Cells0, Runs),
+    S = cell(paced, sluice, Cells),
+    ?assertMatch(#{judged_by := cpu, best_peer := handwritten}, S),
+    ?assertEqual(1.0, maps:get(median, maps:get(ratio, S))),
+    ?assert(abs(maps:get(median, maps:get(vs_c, S)) - 6 / 11) < 1.0e-9),
+    ?assert(abs(maps:get(median, maps:get(vs_peer, S)) - (6 / 11) / 0.5) < 1.0e-9),
+    [Peer] = sluice_bench_targets:targets(Cells),
+    ?assertMatch(#{scenario := paced, against := handwritten, pass := true}, Peer),
+    ?assertMatch(<<"For many clients sending small requests", _/binary>>, maps:get(meaning, Peer)),
+    Html = iolist_to_binary(sluice_bench_html:page(
+                              #{tool => <<"sluice bench">>, date => <<"2025-01-01T00:00:00Z">>,
+                                command => <<"bin/sluice bench">>, machine => #{},
+                                settings => #{rounds => 3}, runs => Runs, cells => Cells,
+                                targets => [Peer], warnings => []})),
+    ?assertMatch({_, _}, binary:match(Html, <<"paced: server CPU per message">>)),
+    ?assertMatch({_, _}, binary:match(Html, <<"server CPU per frame acked (ns)">>)).
 
 %% A spread of per-round ratios above 25% of their median is flagged
 %% (gen_tcp-socket: 0.6-1.2 around 0.9), a narrower one is not.

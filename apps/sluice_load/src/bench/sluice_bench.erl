@@ -225,7 +225,7 @@ finish(#{cells := Cells} = Config, #{paths := #{root := Root}}, {Status, Runs}, 
                           cpu => <<"server utime+stime of the whole process tree over the "
                                    "engine's measurement window (connrate: whole engine run)">>,
                           ratio => <<"median of the per-round ratios to the C run beside "
-                                     "(vs_c: by rate; flood: by server CPU per message)">>,
+                                     "(vs_c: by rate; flood, paced: by server CPU per message)">>,
                           wide_spread => sluice_bench_stats:wide_limit()},
             scenarios => maps:from_list([{Sc, #{description => sluice_bench_matrix:describe_scenario(Sc),
                                                 settings => engine_settings(Sc)}}

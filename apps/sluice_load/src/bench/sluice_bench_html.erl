@@ -36,7 +36,7 @@ page(#{cells := AllCells, machine := M, date := Date, command := Cmd} = Doc) ->
      "<h2>Every cell relative to C</h2>\n",
      sluice_bench_svg:ratios(Cells, Targets),
      "<p class=\"note\">Bar: the median of the per-round ratios to the C run beside it (by "
-     "rate; flood: by server CPU per message, C's over the server's); thin line: the rounds' "
+     "rate; flood, paced: by server CPU per message, C's over the server's); thin line: the rounds' "
      "min&ndash;max; circles: each round, where the spread is wide; &#9656;: a round beyond "
      "the axis; right: median (min&ndash;max). Blue: sluice, green: peers, grey: seed. On the row a speed target "
      "judges, <span style=\"color:#b3261e\">red dashes</span>: a target against C, at its "
@@ -87,8 +87,8 @@ glance(Cells, Scenarios) ->
                           ratio(maps:get(vs_peer, S, #{median => null})),
                           wide(maps:get(vs_peer, S, #{n => 0}))]
                          || {Sc, S, P} <- Rows], 1),
-             "<p class=\"note\">Ratios are medians of per-round ratios (flood: by server CPU "
-             "per message, C's over the server's); rounds: their min&ndash;max, * where that "
+             "<p class=\"note\">Ratios are medians of per-round ratios (flood, paced: by "
+             "server CPU per message, C's over the server's); rounds: their min&ndash;max, * where that "
              "spans more than ", sluice_bench_report:fmt_pct(sluice_bench_stats:wide_limit()),
              " of the median. Peers: <code>handwritten</code>, the best "
              "ack/ping/echo server a careful engineer writes on gen_tcp alone "
@@ -165,7 +165,8 @@ notes() ->
     "Rate: the median over the rounds; spread: min&ndash;max. C median: the C reference "
     "server (sluice-ref, one thread, same pinning) measured with the same engine options "
     "in the same round, right before or after the cell's run. vs C: the median of the "
-    "per-round ratios to that C run (flood: C's server CPU per message over the cell's), "
+    "per-round ratios to that C run (flood, paced: C's server CPU per message over the "
+    "cell's), "
     "higher is better; rounds: their min&ndash;max, * where the spread is wide. vs best "
     "peer: the median of the per-round ratios of vs C to the best peer's. Server ns/msg: "
     "user+system CPU time of the server's process tree over the engine's measurement "
@@ -215,12 +216,14 @@ scenario_section(Sc, Cells) ->
     ["<h2>", esc(atom_to_list(Sc)), "</h2>\n<p class=\"note\">",
      esc(sluice_bench_matrix:describe_scenario(Sc)), "</p>\n",
      sluice_bench_svg:bars(Cells, rate, [axis_title(Sc), ", median over the rounds"]),
-     case Sc of
-         flood -> ["<h3>flood: server CPU per message (lower is better)</h3>\n",
-                   sluice_bench_svg:bars(Cells, cpu, <<"server CPU per echoed message (ns), "
-                                                       "median over the rounds">>)];
-         _ -> []
+     case sluice_bench_report:judged_by(Sc) of
+         cpu -> ["<h3>", esc(atom_to_list(Sc)), ": server CPU per message (lower is better)</h3>\n",
+                 sluice_bench_svg:bars(Cells, cpu, [cpu_axis_title(Sc), ", median over the rounds"])];
+         rate -> []
      end].
+
+cpu_axis_title(flood) -> "server CPU per echoed message (ns)";
+cpu_axis_title(_) -> "server CPU per frame acked (ns)".
 
 axis_title(flood) -> "echoed 6-byte messages per second (msg/s)";
 axis_title(storm) -> "connections back per second in the reconnect wave (conn/s)";

@@ -31,6 +31,7 @@ cells(Cells, Runs) ->
 %% per message (see the module doc).
 -spec judged_by(sluice_bench_matrix:scenario()) -> rate | cpu.
 judged_by(flood) -> cpu;
+judged_by(paced) -> cpu;
 judged_by(_) -> rate.
 
 cell(Sc, Sv, Runs) ->
@@ -172,13 +173,13 @@ fmt_spread(_) ->
 -spec legend() -> iolist().
 legend() ->
     io_lib:format(
-      "rate: median over the rounds (lockstep, pipeline*, conns200: frames acked/s; flood: echoed\n"
-      "6-byte messages/s; connrate: connections established/s; storm: connections back/s in the\n"
-      "reconnect wave); C median: sluice-ref --threads 1, same pinning, same engine options, run\n"
+      "rate: median over the rounds (lockstep, pipeline*, conns200, paced: frames acked/s; flood:\n"
+      "echoed 6-byte messages/s; connrate: connections established/s; storm: connections back/s in\n"
+      "the reconnect wave); C median: sluice-ref --threads 1, same pinning, same engine options, run\n"
       "right before or after in the same round; vs C: median of the per-round ratios to that C run\n"
-      "(rate; flood: C's server CPU per message / this server's), higher is better; rounds: their\n"
-      "min-max, * when it spans more than ~s of the median; vs peer: median of the per-round\n"
-      "(vs C / best peer's vs C); ns/msg: server user+sys CPU (whole process tree) in the engine's\n"
+      "(rate; flood, paced: C's server CPU per message / this server's), higher is better; rounds:\n"
+      "their min-max, * when it spans more than ~s of the median; vs peer: median of the\n"
+      "per-round (vs C / best peer's vs C); ns/msg: server user+sys CPU (whole process tree) in the engine's\n"
       "measurement window per message (connrate, storm: whole engine run, per connection).\n"
       "sluice = bin/sluice serve's defaults (--active ~p); peers: handwritten = a careful gen_tcp\n"
       "server (sluice_peer_gen_tcp), gen_tcp-socket = the same on {inet_backend, socket}.~n",

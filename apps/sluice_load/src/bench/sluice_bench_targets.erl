@@ -218,6 +218,8 @@ peer_case(pipeline) -> "For a client pipelining small frames on one connection";
 peer_case('pipeline-counted') -> "For a client pipelining small frames, counted acks";
 peer_case(conns200) -> "With many busy connections";
 peer_case(flood) -> "For clients writing without waiting, by server CPU per message";
+peer_case(paced) -> "For many clients sending small requests at a load the server keeps up with, "
+                    "by server CPU per request";
 peer_case(connrate) -> "For new connections";
 peer_case(storm) -> "In a reconnect storm".
 
