@@ -141,6 +141,33 @@ bytes_received(Sock) ->
 
 -spec close_socket(gen_tcp:socket()) -> ok.
 close_socket(Sock) ->
+    close_port(Sock).
+
+%% gen_tcp:close/1 first asks the driver for the socket's linger option,
+%% a getsockopt system call, then subscribes to the emptying of its output
+%% queue so as to keep the caller until what is queued is out; when
+%% nothing is queued it closes the port at once, whatever the linger
+%% option says (prim_inet:close/1). Every connection closes, and a system
+%% call costs microseconds on these machines (a storm closes 15,000 at
+%% once), so the queue is looked at first, without one (port_info/2 reads
+%% the port's own counter): empty, the port is closed as prim_inet would
+%% close it; anything queued, gen_tcp:close/1 keeps the caller until it is
+%% out, as before. (2,000 closes in a loop: 2.6 us less each, median of 5
+%% pairs; one system call and two driver calls fewer a connection.) Only
+%% the owner closes, and only it sends on a connection's socket unless a
+%% handler hands the socket to another process, which gen_tcp:close/1
+%% would race with the same way.
+close_port(Sock) when is_port(Sock) ->
+    case erlang:port_info(Sock, queue_size) of
+        {queue_size, 0} ->
+            _ = (catch erlang:port_close(Sock)),
+            %% (the port's exit, for an owner that traps exits, as
+            %% prim_inet:close_port/1 takes it)
+            receive {'EXIT', Sock, _} -> ok after 0 -> ok end;
+        _ ->
+            gen_tcp:close(Sock)
+    end;
+close_port(Sock) ->
     gen_tcp:close(Sock).
 
 -spec peername(gen_tcp:socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
@@ -321,7 +348,7 @@ shutdown(#inet{sock = Sock}, How) ->
 
 -spec close(#inet{}) -> ok.
 close(#inet{sock = Sock}) ->
-    gen_tcp:close(Sock).
+    close_port(Sock).
 
 -spec info(#inet{}) -> map().
 info(#inet{}) ->

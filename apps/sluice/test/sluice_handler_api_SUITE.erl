@@ -28,6 +28,7 @@
          line_framing_delivers_whole_lines/1,
          length_framing_delivers_whole_frames_across_chunks/1,
          oversized_frame_sends_replies_owed_then_closes/1,
+         close_with_replies_queued_sends_them_all_before_fin/1,
          child_spec_1_takes_the_name_from_the_options/1,
          parking_is_off_by_default/1]).
 
@@ -57,7 +58,8 @@ network_cases() ->
      idle_means_no_bytes_from_the_client,
      line_framing_delivers_whole_lines,
      length_framing_delivers_whole_frames_across_chunks,
-     oversized_frame_sends_replies_owed_then_closes].
+     oversized_frame_sends_replies_owed_then_closes,
+     close_with_replies_queued_sends_them_all_before_fin].
 
 all() ->
     [{group, inet}, {group, socket}, child_spec_1_takes_the_name_from_the_options,
@@ -363,6 +365,29 @@ oversized_frame_sends_replies_owed_then_closes(Config) ->
     ?expect({terminate, Pid, {protocol_error, {line_too_long, _, 16}}}),
     ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
     ?assertMatch(#{protocol_errors := 1}, sluice:info(Name)).
+
+%% A connection that closes while its replies are still queued (32 MB,
+%% more than loopback's socket buffers hold, sent before the client reads
+%% any) sends every byte before its FIN: closing never drops what is
+%% queued (sluice_transport_inet:close_port/1 takes a shortcut only when
+%% nothing is).
+close_with_replies_queued_sends_them_all_before_fin(Config) ->
+    {S, Pid} = api(Config, #{}),
+    Big = binary:copy(<<"0123456789abcdef">>, 2 * 1024 * 1024),
+    Pid ! {say, Big},
+    ?expect({info, Pid, {say, _}}),
+    %% (on the socket backend the send waits for the client to read, so
+    %% the client reads at once; on inet the reply sits in the driver)
+    ok = gen_tcp:send(S, <<"close">>),
+    ?assertEqual(byte_size(Big), recv_until_closed(S, 0)),
+    ?expect({data, Pid, <<"close">>}),
+    ?expect({terminate, Pid, asked}).
+
+recv_until_closed(S, N) ->
+    case gen_tcp:recv(S, 0, 10000) of
+        {ok, B} -> recv_until_closed(S, N + byte_size(B));
+        {error, closed} -> N
+    end.
 
 %% child_spec/1 (Elixir's `{:sluice, opts}'): the name comes from the
 %% options; the listener runs under the caller's supervisor.
