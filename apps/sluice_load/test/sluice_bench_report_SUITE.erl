@@ -92,7 +92,7 @@ cell(Sc, Sv, Cells) ->
     hd([C || #{scenario := S, server := V} = C <- Cells, S =:= Sc, V =:= Sv]).
 
 %% Each round's C runs sit between the two cells they serve, scenario by
-%% scenario; a cell with another ack mode (the seed) gets a C run of its
+%% scenario, the pair the other way round in even rounds; a cell with another ack mode (the seed) gets a C run of its
 %% own; a `c' cell has none; every round repeats the order.
 plan_shares_each_c_run_between_two_cells(_) ->
     Cells = [{pipeline, sluice}, {pipeline, seed}, {lockstep, sluice},
@@ -103,8 +103,13 @@ plan_shares_each_c_run_between_two_cells(_) ->
              {pipeline, c, {reference, [seed]}},
              {lockstep, sluice, subject}, {lockstep, c, {reference, [sluice]}},
              {flood, c, subject}],
-    ?assertEqual([{Rd, Sc, Sv, R} || Rd <- [1, 2], {Sc, Sv, R} <- Round],
-                 sluice_bench:plan(Cells, 2)),
+    %% every other round a pair runs the other way round, around the same C run
+    Round2 = [{pipeline, 'sluice-active-once', subject},
+              {pipeline, c, {reference, ['sluice-active-once', sluice]}},
+              {pipeline, sluice, subject} | lists:nthtail(3, Round)],
+    ?assertEqual([{Rd, Sc, Sv, R} || {Rd, Rnd} <- [{1, Round}, {2, Round2}, {3, Round}],
+                                     {Sc, Sv, R} <- Rnd],
+                 sluice_bench:plan(Cells, 3)),
     %% the seed's reference acks each frame, the others' last
     ?assertEqual([each, last], [sluice_bench_matrix:ack(pipeline, S) || S <- [seed, handwritten]]).
 
