@@ -156,8 +156,9 @@ close_socket(Sock) ->
 %% pairs; one system call and two driver calls fewer a connection.) Only
 %% the owner closes, and only it sends on a connection's socket unless a
 %% handler hands the socket to another process, which gen_tcp:close/1
-%% would race with the same way.
-close_port(Sock) when is_port(Sock) ->
+%% would race with the same way. (This transport's sockets are always
+%% inet driver ports: sluice_opts takes no inet_backend.)
+close_port(Sock) ->
     case erlang:port_info(Sock, queue_size) of
         {queue_size, 0} ->
             _ = (catch erlang:port_close(Sock)),
@@ -166,9 +167,7 @@ close_port(Sock) when is_port(Sock) ->
             receive {'EXIT', Sock, _} -> ok after 0 -> ok end;
         _ ->
             gen_tcp:close(Sock)
-    end;
-close_port(Sock) ->
-    gen_tcp:close(Sock).
+    end.
 
 -spec peername(gen_tcp:socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
 peername(Sock) ->

@@ -69,7 +69,7 @@ round(Rd, Keys, Cells) ->
 %% scenario meets the machine as the scenario before it (or, in round 1,
 %% the build) left it, and sluice, first in its pair, took that in every
 %% round: on 2026-11-26 its round-1 lock-step run was the slowest of its
-%% three in four full runs of five, 59-72k round trips a second where the
+%% three in all five full runs, 59-89k round trips a second where the
 %% hand-written server's, right after it, were 55-101k.
 turn(Rd, [A, B]) when Rd rem 2 =:= 0 -> [B, A];
 turn(_Rd, Group) -> Group.

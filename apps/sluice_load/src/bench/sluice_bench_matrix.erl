@@ -210,13 +210,12 @@ scenario(paced) ->
     %% The flood's question at a load the server keeps up with, which is
     %% how servers run: 100 connections each sending one frame per write
     %% at 400 frames/s (open loop: on schedule whatever the replies do),
-    %% 40,000 frames/s in all, a third or less of what any server here
-    %% takes at most. Every server then carries the same load, so the
-    %% rate says nothing and the figure is server CPU per frame. The
-    %% saturated flood ranks servers by how few packets they make the
-    %% client handle, not by what they spend (bench/README.md, "The flood
-    %% at a given load").
-    %% Steady from the first frame (nothing to ramp up), so a short
+    %% 40,000 frames/s in all, a fifth of the 200,000/s every server here
+    %% carried (bench/README.md, "The flood at a given load"). Every server
+    %% then carries the same load, so the rate says nothing and the figure
+    %% is server CPU per frame; the saturated flood ranks servers by how
+    %% few packets they make the client handle, not by what they spend.
+    %% Steady from the first frame (nothing to ramp up), hence a short
     %% warmup and window: the CPU a frame of a round moved by 2-4% with a
     %% second measured (bench/ab.escript, 12 rounds).
     #{protocol => ack, ack => each, server_core => "0", engine_core => "1",

@@ -179,8 +179,9 @@ legend() ->
       "right before or after in the same round; vs C: median of the per-round ratios to that C run\n"
       "(rate; flood, paced: C's server CPU per message / this server's), higher is better; rounds:\n"
       "their min-max, * when it spans more than ~s of the median; vs peer: median of the\n"
-      "per-round (vs C / best peer's vs C); ns/msg: server user+sys CPU (whole process tree) in the engine's\n"
-      "measurement window per message (connrate, storm: whole engine run, per connection).\n"
+      "per-round (vs C / best peer's vs C); ns/msg: server user+sys CPU (whole process tree)\n"
+      "in the engine's measurement window per message (connrate, storm: whole engine run, per\n"
+      "connection).\n"
       "sluice = bin/sluice serve's defaults (--active ~p); peers: handwritten = a careful gen_tcp\n"
       "server (sluice_peer_gen_tcp), gen_tcp-socket = the same on {inet_backend, socket}.~n",
       [fmt_pct(sluice_bench_stats:wide_limit()), sluice_bench_matrix:default_active()]).
