@@ -57,10 +57,16 @@ test: build
 	$(REBAR) eunit
 	$(MAKE) --no-print-directory test-elixir
 	$(REBAR) ct 2>&1 | tee _build/ct.log
-	@# One plain closing line for CI: "N passed, N failed".
-	@awk '/^All [0-9]+ tests passed/ {print "ct: " $$2 " passed, 0 failed"; ok=1} \
+	@# One plain closing line for CI: "N passed, N failed", after each
+	@# failed case and the start of its reason (CI shows only the tail of
+	@# the output, where the cases' own lines are long gone).
+	@awk '{gsub(/\033\[[0-9;]*m/, "")} \
+	      /==> .*FAILED/ {n = 8} \
+	      /^(%%% [^=]*|\.+)$$/ {n = 0} \
+	      n > 0 {fails = fails $$0 "\n"; n--} \
+	      /^All [0-9]+ tests passed/ {print "ct: " $$2 " passed, 0 failed"; ok=1} \
 	      /^Skipped [0-9]+ .*Passed [0-9]+ tests?/ {match($$0, /Passed [0-9]+/); print "ct: " substr($$0, RSTART + 7, RLENGTH - 7) " passed, 0 failed, " $$2 " skipped"; ok=1} \
-	      /^Failed [0-9]+ tests?\./ {match($$0, /Passed [0-9]+/); print "ct: " substr($$0, RSTART + 7, RLENGTH - 7) " passed, " $$2 " failed"; exit 1} \
+	      /^Failed [0-9]+ tests?\./ {printf "%s", fails; match($$0, /Passed [0-9]+/); print "ct: " substr($$0, RSTART + 7, RLENGTH - 7) " passed, " $$2 " failed"; exit 1} \
 	      END {if (!ok) exit 1}' _build/ct.log
 
 # The example's ExUnit tests (a couple of seconds; the first run also builds

@@ -1,22 +1,69 @@
-%% The inet transport with one fault a test can arm: the next accept fails
-%% with a given reason (the socket it accepted is closed), as accept(2)
-%% does when a client resets before it is accepted (econnaborted). Lets a
-%% suite see what an accept error does without exhausting descriptors.
+%% The inet transport (parking included) with faults a test can arm:
+%% <ul>
+%%  <li>the next accept fails with a given reason (the socket it accepted
+%%      is closed), as accept(2) does when a client resets before it is
+%%      accepted (econnaborted): a suite sees what an accept error does
+%%      without exhausting descriptors;</li>
+%%  <li>the next pause first tells a test process, then waits, running,
+%%      until the socket has read more bytes (at most 2 s): a chunk the
+%%      driver delivers meanwhile reaches the connection while it is busy
+%%      deciding to park, the race sluice_conn:queued/0 is about.</li>
+%% </ul>
 -module(sluice_faulty_transport).
 -behaviour(sluice_transport).
 
--export([fail_next_accept/1]).
+-export([fail_next_accept/1, data_before_next_pause/1, disarm/0]).
 -export([listen/2, accept/2, listen_port/1, close_listener/1, controlling_process/2, handover/2,
          recv/3, bytes_received/1, close_socket/1, peername/1, sockname/1,
          handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1, shutdown/2,
          close/1, info/1, socket/1]).
+-export([park/1, parked_event/1, unpark/1]).
 
 -define(FAULT, {?MODULE, fault}).
+-define(PAUSE_FAULT, {?MODULE, pause_fault}).
 -define(INET, sluice_transport_inet).
 
 -spec fail_next_accept(term()) -> ok.
 fail_next_accept(Reason) ->
     persistent_term:put(?FAULT, Reason).
+
+%% The next pause sends `{pausing, ConnPid}' to Pid, then waits for data.
+-spec data_before_next_pause(pid()) -> ok.
+data_before_next_pause(Pid) ->
+    persistent_term:put(?PAUSE_FAULT, Pid).
+
+%% Neither fault left armed for whatever runs next.
+-spec disarm() -> ok.
+disarm() ->
+    _ = persistent_term:erase(?FAULT),
+    _ = persistent_term:erase(?PAUSE_FAULT),
+    ok.
+
+pause(TS) ->
+    case persistent_term:get(?PAUSE_FAULT, none) of
+        none ->
+            ok;
+        Pid ->
+            _ = persistent_term:erase(?PAUSE_FAULT),
+            Sock = ?INET:socket(TS),
+            Pid ! {pausing, self()},
+            spin_until_read(Sock, ?INET:bytes_received(Sock),
+                            erlang:monotonic_time(millisecond) + 2000)
+    end,
+    ?INET:pause(TS).
+
+%% No receive here: a receive would take the chunk in, which is what the
+%% connection must do itself.
+spin_until_read(Sock, Before, Deadline) ->
+    case ?INET:bytes_received(Sock) of
+        Before ->
+            case erlang:monotonic_time(millisecond) < Deadline of
+                true -> spin_until_read(Sock, Before, Deadline);
+                false -> ok
+            end;
+        _ ->
+            ok
+    end.
 
 accept(LSock, Timeout) ->
     case ?INET:accept(LSock, Timeout) of
@@ -48,7 +95,9 @@ handshake(Sock, Opts) -> ?INET:handshake(Sock, Opts).
 activate(TS, Mode) -> ?INET:activate(TS, Mode).
 classify(Msg, TS) -> ?INET:classify(Msg, TS).
 await(TS, Timeout) -> ?INET:await(TS, Timeout).
-pause(TS) -> ?INET:pause(TS).
+park(TS) -> ?INET:park(TS).
+parked_event(Msg) -> ?INET:parked_event(Msg).
+unpark(TS) -> ?INET:unpark(TS).
 send(TS, Data) -> ?INET:send(TS, Data).
 shutdown(TS, How) -> ?INET:shutdown(TS, How).
 close(TS) -> ?INET:close(TS).
