@@ -16,7 +16,7 @@
 %%
 %%   bench/park_stress.escript [CLIENTS [PINGS [ROUNDS]]]   (300 40 10)
 %%
-%% 300 x 40 x 10 is 120,000 Pings in about 15 s on a 2-core host. With
+%% 300 x 40 x 10 is 120,000 Pings in about 8 s on a 2-core host. With
 %% two busy loops beside it, `300 40 40' twice: the build before that fix
 %% lost 3 and 3 Pings of 480,000, the fixed one 0 and 0 (bench/README.md,
 %% "Parking under stress").
