@@ -485,8 +485,8 @@ park(S = #s{parent = Parent}) ->
 %% port sent while this process was running, between the receive that
 %% brought `park' and the pause, waits uncounted in the signal queue, and
 %% parking would drop it with the process: the client's request lost and
-%% its connection silent (1 Ping in about 80,000 in sluice_park_SUITE's
-%% pattern before this). A receive, even one that matches nothing, takes
+%% its connection silent (bench/park_stress.escript: about 1 Ping in
+%% 100,000 before this). A receive, even one that matches nothing, takes
 %% in everything that has arrived.
 queued() ->
     receive '$sluice_conn_nothing' -> ok after 0 -> ok end,

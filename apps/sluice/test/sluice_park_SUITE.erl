@@ -153,7 +153,7 @@ pings_around_the_park_threshold_all_get_answers(Config) ->
     #{crashed := 0} = info(Config, close_reasons),
     [P ! stop || P <- Pids].
 
-%% The race the case above met about once in 80,000 Pings, made certain:
+%% The race the case above met about once in 100,000 Pings, made certain:
 %% the sweep's `park' has reached the connection, and the driver delivers
 %% a Ping to it while it runs, before its pause takes effect (the test
 %% transport's pause waits for that). The connection must answer it rather

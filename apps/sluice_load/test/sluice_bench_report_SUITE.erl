@@ -92,8 +92,9 @@ cell(Sc, Sv, Cells) ->
     hd([C || #{scenario := S, server := V} = C <- Cells, S =:= Sc, V =:= Sv]).
 
 %% Each round's C runs sit between the two cells they serve, scenario by
-%% scenario, the pair the other way round in even rounds; a cell with another ack mode (the seed) gets a C run of its
-%% own; a `c' cell has none; every round repeats the order.
+%% scenario, the pair the other way round in even rounds; a cell with
+%% another ack mode (the seed) gets a C run of its own; a `c' cell has
+%% none.
 plan_shares_each_c_run_between_two_cells(_) ->
     Cells = [{pipeline, sluice}, {pipeline, seed}, {lockstep, sluice},
              {pipeline, 'sluice-active-once'}, {pipeline, handwritten}, {flood, c}],

@@ -233,11 +233,14 @@ finish(#{cells := Cells} = Config, #{paths := #{root := Root}}, {Status, Runs}, 
                           backend => maps:get(backend, Config, inet),
                           default_active => sluice_bench_matrix:default_active(),
                           order => <<"per round, scenario by scenario: two cells around "
-                                     "the C reference run they share (A C B)">>,
+                                     "the C reference run they share (A C B, B C A every "
+                                     "other round)">>,
                           cpu => <<"server utime+stime of the whole process tree over the "
                                    "engine's measurement window (connrate: whole engine run)">>,
-                          ratio => <<"median of the per-round ratios to the C run beside "
-                                     "(vs_c: by rate; flood, paced: by server CPU per message)">>,
+                          ratio => iolist_to_binary(
+                                     ["median of the per-round ratios to the C run beside "
+                                      "(vs_c: by rate; ", sluice_bench_report:cpu_judged(),
+                                      ": by server CPU per message)"]),
                           wide_spread => sluice_bench_stats:wide_limit()},
             scenarios => maps:from_list([{Sc, #{description => sluice_bench_matrix:describe_scenario(Sc),
                                                 settings => engine_settings(Sc)}}

@@ -36,7 +36,8 @@ page(#{cells := AllCells, machine := M, date := Date, command := Cmd} = Doc) ->
      "<h2>Every cell relative to C</h2>\n",
      sluice_bench_svg:ratios(Cells, Targets),
      "<p class=\"note\">Bar: the median of the per-round ratios to the C run beside it (by "
-     "rate; flood, paced: by server CPU per message, C's over the server's); thin line: the rounds' "
+     "rate; ", sluice_bench_report:cpu_judged(),
+     ": by server CPU per message, C's over the server's); thin line: the rounds' "
      "min&ndash;max; circles: each round, where the spread is wide; &#9656;: a round beyond "
      "the axis; right: median (min&ndash;max). Blue: sluice, green: peers, grey: seed. On the row a speed target "
      "judges, <span style=\"color:#b3261e\">red dashes</span>: a target against C, at its "
@@ -87,8 +88,9 @@ glance(Cells, Scenarios) ->
                           ratio(maps:get(vs_peer, S, #{median => null})),
                           wide(maps:get(vs_peer, S, #{n => 0}))]
                          || {Sc, S, P} <- Rows], 1),
-             "<p class=\"note\">Ratios are medians of per-round ratios (flood, paced: by "
-             "server CPU per message, C's over the server's); rounds: their min&ndash;max, * where that "
+             "<p class=\"note\">Ratios are medians of per-round ratios (",
+             sluice_bench_report:cpu_judged(), ": by server CPU per message, C's over the "
+             "server's); rounds: their min&ndash;max, * where that "
              "spans more than ", sluice_bench_report:fmt_pct(sluice_bench_stats:wide_limit()),
              " of the median. Peers: <code>handwritten</code>, the best "
              "ack/ping/echo server a careful engineer writes on gen_tcp alone "
@@ -162,18 +164,18 @@ empty(Cells) ->
      "; the runs' <code>error</code> in the JSON says why.</p>\n"].
 
 notes() ->
-    "Rate: the median over the rounds; spread: min&ndash;max. C median: the C reference "
+    ["Rate: the median over the rounds; spread: min&ndash;max. C median: the C reference "
     "server (sluice-ref, one thread, same pinning) measured with the same engine options "
     "in the same round, right before or after the cell's run. vs C: the median of the "
-    "per-round ratios to that C run (flood, paced: C's server CPU per message over the "
-    "cell's), "
+    "per-round ratios to that C run (", sluice_bench_report:cpu_judged(),
+    ": C's server CPU per message over the cell's), "
     "higher is better; rounds: their min&ndash;max, * where the spread is wide. vs best "
     "peer: the median of the per-round ratios of vs C to the best peer's. Server ns/msg: "
     "user+system CPU time of the server's process tree over the engine's measurement "
     "window (connrate, storm: over the whole engine run, per connection), divided by the "
     "messages of that window. <code>sluice</code>: <code>bin/sluice serve</code>'s "
     "defaults (a <code>sluice-active-N</code> row with the default N would repeat it and "
-    "is left out).".
+    "is left out)."].
 
 %% The engine's latency percentiles, median over the rounds: a round trip
 %% for lock-step, a frame's ack for conns200, a connect for connrate and

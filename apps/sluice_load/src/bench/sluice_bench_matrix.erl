@@ -283,9 +283,12 @@ describe_scenario(flood) ->
     <<"echo protocol, 4 connections writing 6-byte messages without waiting (seed 000); "
       "rate = echoed messages/s; server core 0, engine core 1">>;
 describe_scenario(paced) ->
-    <<"ack protocol, 100 connections each writing one 17-byte frame at 400 frames/s "
-      "(40,000 frames/s in all, open loop), ack each; judged by server CPU per frame; "
-      "0.2 s warmup, 0.5 s measured; server core 0, engine core 1">>;
+    #{warmup := Warmup, duration := Measured} = scenario(paced),
+    iolist_to_binary(
+      io_lib:format("ack protocol, 100 connections each writing one 17-byte frame at 400 "
+                    "frames/s (40,000 frames/s in all, open loop), ack each; judged by server "
+                    "CPU per frame; ~p s warmup, ~p s measured; server core 0, engine core 1",
+                    [Warmup, Measured]));
 describe_scenario(storm) ->
     <<"15,000 connections open, held 0.5 s, closed by the client, then all reopened at once; "
       "rate = wave 2's connections back (Ping answered) per second; "

@@ -18,7 +18,7 @@
 -module(sluice_bench_report).
 
 -export([cells/2, table/1, legend/0,
-         fmt_rate/1, fmt_ns/1, fmt_ratio/1, fmt_pct/1, fmt_spread/1, judged_by/1]).
+         fmt_rate/1, fmt_ns/1, fmt_ratio/1, fmt_pct/1, fmt_spread/1, judged_by/1, cpu_judged/0]).
 
 -define(PERCENTILES, [<<"p50">>, <<"p90">>, <<"p99">>, <<"p999">>, <<"max">>]).
 
@@ -33,6 +33,13 @@ cells(Cells, Runs) ->
 judged_by(flood) -> cpu;
 judged_by(paced) -> cpu;
 judged_by(_) -> rate.
+
+%% @doc The scenarios judged by server CPU per message, named for the
+%% reports' notes ("flood, paced").
+-spec cpu_judged() -> string().
+cpu_judged() ->
+    lists:join(", ", [atom_to_list(Sc) || Sc <- sluice_bench_matrix:scenarios(),
+                                           judged_by(Sc) =:= cpu]).
 
 cell(Sc, Sv, Runs) ->
     Mine = [R || #{scenario := S, server := V} = R <- Runs, S =:= Sc, V =:= Sv,
@@ -177,14 +184,15 @@ legend() ->
       "echoed 6-byte messages/s; connrate: connections established/s; storm: connections back/s in\n"
       "the reconnect wave); C median: sluice-ref --threads 1, same pinning, same engine options, run\n"
       "right before or after in the same round; vs C: median of the per-round ratios to that C run\n"
-      "(rate; flood, paced: C's server CPU per message / this server's), higher is better; rounds:\n"
+      "(rate; ~s: C's server CPU per message / this server's), higher is better; rounds:\n"
       "their min-max, * when it spans more than ~s of the median; vs peer: median of the\n"
       "per-round (vs C / best peer's vs C); ns/msg: server user+sys CPU (whole process tree)\n"
       "in the engine's measurement window per message (connrate, storm: whole engine run, per\n"
       "connection).\n"
       "sluice = bin/sluice serve's defaults (--active ~p); peers: handwritten = a careful gen_tcp\n"
       "server (sluice_peer_gen_tcp), gen_tcp-socket = the same on {inet_backend, socket}.~n",
-      [fmt_pct(sluice_bench_stats:wide_limit()), sluice_bench_matrix:default_active()]).
+      [cpu_judged(), fmt_pct(sluice_bench_stats:wide_limit()),
+       sluice_bench_matrix:default_active()]).
 
 rate_unit(null, _) -> "-";
 rate_unit(V, U) -> fmt_rate(V) ++ " " ++ U.
