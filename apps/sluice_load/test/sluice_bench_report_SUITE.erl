@@ -17,7 +17,7 @@
          the_best_mode_is_chosen_without_the_round_it_judges/1,
          text_table_is_aligned/1,
          json_report_decodes/1,
-         html_has_what_it_claims/1,
+         html_has_what_it_claims/1, html_header_gives_each_scenarios_times/1,
          storm_cells_need_an_engine_with_storm/1,
          paced_cells_are_judged_by_cpu_per_frame/1]).
 
@@ -26,7 +26,7 @@ all() ->
      spread_warning_for_wide_cells_only, targets_are_per_round_ratios,
      defaults_are_judged_against_the_best_mode_on_the_pipeline,
      the_best_mode_is_chosen_without_the_round_it_judges, text_table_is_aligned,
-     json_report_decodes, html_has_what_it_claims, storm_cells_need_an_engine_with_storm,
+     json_report_decodes, html_has_what_it_claims, html_header_gives_each_scenarios_times, storm_cells_need_an_engine_with_storm,
      tls_cells_run_sluice_and_c_with_the_same_certificate,
      paced_cells_are_judged_by_cpu_per_frame].
 
@@ -308,6 +308,29 @@ json_report_decodes(_) ->
                    <<"per_round">> := [_, _, _]}, P),
     ?assertEqual(6, length(maps:get(<<"targets">>, D))),
     ?assertEqual(1, length(maps:get(<<"warnings">>, D))).
+
+%% The header gives the warmup and window each scenario ran with: the
+%% bench's, a scenario's own (paced), or the whole engine run (connrate),
+%% grouped by value.
+html_header_gives_each_scenarios_times(_) ->
+    #{cells := Cells} = Doc = fake_doc(),
+    Header = fun(D) ->
+                     Html = iolist_to_binary(sluice_bench_html:page(D)),
+                     {match, [H]} = re:run(Html, "([0-9]+ rounds?; per run: [^<]*)</p>",
+                                           [{capture, all_but_first, binary}]),
+                     H
+             end,
+    ?assertEqual(<<"3 rounds; per run: 1 s warmup + 1.25 s measured (lockstep, pipeline, flood)">>,
+                 Header(Doc)),
+    Renamed = [case Sc of
+                   flood -> C#{scenario := paced};
+                   lockstep -> C#{scenario := connrate};
+                   _ -> C
+               end || #{scenario := Sc} = C <- Cells],
+    ?assertEqual(<<"3 rounds; per run: 0.2 s warmup + 0.5 s measured (paced); "
+                   "1 s warmup + 1.25 s measured (pipeline); whole engine run (connrate)">>,
+                 Header(Doc#{cells := Renamed})),
+    ?assertMatch(<<"1 round; per run: ", _/binary>>, Header(Doc#{settings := #{rounds => 1}})).
 
 %% The page stands alone: no script, nothing fetched (the only URL is the
 %% SVG namespace) and the machine's text escaped. It has what it claims:

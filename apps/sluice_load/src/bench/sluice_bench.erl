@@ -156,15 +156,21 @@ tmpdir() ->
 
 %% Seconds: the engine's warmup and window, plus starting and stopping
 %% the server (a VM takes longer than the C server).
-estimate(Plan, #{warmup := W, duration := D}) ->
+estimate(Plan, Config) ->
     lists:sum([case {Sc, Sv} of
                    {connrate, c} -> 1.5;
                    {connrate, _} -> 2.8;
                    {storm, _} -> 3.0;
                    {'tls-handshakes', _} -> 2.0;
-                   {_, c} -> W + D + 0.05;
-                   _ -> W + D + 0.25
+                   {_, c} -> window(Sc, Config) + 0.05;
+                   _ -> window(Sc, Config) + 0.25
                end || {_, Sc, Sv, _} <- Plan]).
+
+window(Sc, Config) ->
+    case sluice_bench_matrix:times(Sc, Config) of
+        {none, D} -> D;
+        {W, D} -> W + D
+    end.
 
 minsec(S) ->
     io_lib:format("~bm~2..0bs", [trunc(S) div 60, trunc(S) rem 60]).
@@ -243,7 +249,7 @@ finish(#{cells := Cells} = Config, #{paths := #{root := Root}}, {Status, Runs}, 
                                       ": by server CPU per message)"]),
                           wide_spread => sluice_bench_stats:wide_limit()},
             scenarios => maps:from_list([{Sc, #{description => sluice_bench_matrix:describe_scenario(Sc),
-                                                settings => engine_settings(Sc)}}
+                                                settings => engine_settings(Sc, Config)}}
                                          || Sc <- lists:usort([S || {S, _} <- Cells])]),
             matrix => [iolist_to_binary([atom_to_list(Sc), "/", atom_to_list(Sv)])
                        || {Sc, Sv} <- Cells],
@@ -272,11 +278,17 @@ finish(#{cells := Cells} = Config, #{paths := #{root := Root}}, {Status, Runs}, 
             {error, Why}
     end.
 
-engine_settings(Sc) ->
+%% What the engine ran for a scenario, with the warmup and duration it
+%% was given (a scenario's own or the bench's), and whether the server CPU
+%% is over the measured window or the whole run.
+engine_settings(Sc, Config) ->
     S = sluice_bench_matrix:scenario(Sc),
+    {W, D} = sluice_bench_matrix:times(Sc, Config),
     #{engine => [list_to_binary(A) || A <- maps:get(engine, S)],
       server_core => list_to_binary(maps:get(server_core, S)),
-      engine_core => list_to_binary(maps:get(engine_core, S))}.
+      engine_core => list_to_binary(maps:get(engine_core, S)),
+      warmup_s => case W of none -> 0; _ -> W end, duration_s => D,
+      cpu_window => maps:get(cpu_window, S)}.
 
 write_files(Dir, Doc) ->
     Base = filename:join(Dir, unique_stamp(Dir)),

@@ -26,7 +26,7 @@ page(#{cells := AllCells, machine := M, date := Date, command := Cmd} = Doc) ->
      "<title>sluice benchmark ", esc(Date), "</title>\n<style>\n", css(), "</style>\n",
      "</head>\n<body>\n<h1>sluice benchmark</h1>\n",
      "<p>", esc(Date), " &middot; <code>", esc(Cmd), "</code> &middot; ",
-     settings(maps:get(settings, Doc, #{})), "</p>\n",
+     settings(maps:get(settings, Doc, #{}), Scenarios), "</p>\n",
      "<p class=\"note\">Measured on a shared machine: absolute rates drift between runs; "
      "compare the ratios, which are taken within one round.</p>\n",
      [["<p class=\"note\">", esc(N), "</p>\n"] || N <- maps:get(notes, Doc, [])],
@@ -64,10 +64,28 @@ css() ->
     "li{margin-bottom:.7em}.meaning{color:#444;font-size:.9em;margin:.2em 0 0}\n"
     "svg text{font-family:sans-serif;font-size:12px}\n".
 
-settings(S) ->
-    esc(io_lib:format("~p rounds, ~s s warmup + ~s s measured per run",
-                      [maps:get(rounds, S, 0), num(maps:get(warmup_s, S, 0)),
-                       num(maps:get(duration_s, S, 0))])).
+%% The rounds, and each measured scenario's warmup and window: the bench's
+%% unless the scenario has its own (paced), grouped by value; the
+%% connection scenarios' CPU is over the whole engine run.
+settings(S, Scenarios) ->
+    Given = #{warmup => maps:get(warmup_s, S, 0), duration => maps:get(duration_s, S, 0)},
+    Times = [{sluice_bench_matrix:times(Sc, Given), Sc} || Sc <- Scenarios,
+                                                          measured_window(Sc)],
+    Groups = [{T, [Sc || {T2, Sc} <- Times, T2 =:= T]}
+              || T <- lists:usort([T || {T, _} <- Times])],
+    Whole = [Sc || Sc <- Scenarios, not measured_window(Sc)],
+    Parts = [io_lib:format("~s s warmup + ~s s measured (~s)",
+                           [num(case W of none -> 0; _ -> W end), num(D), names(Scs)])
+             || {{W, D}, Scs} <- Groups]
+        ++ [["whole engine run (", names(Whole), ")"] || Whole =/= []],
+    Rounds = maps:get(rounds, S, 0),
+    esc(io_lib:format("~p round~s; per run: ~s",
+                      [Rounds, [$s || Rounds =/= 1], lists:join("; ", Parts)])).
+
+measured_window(Sc) ->
+    maps:get(cpu_window, sluice_bench_matrix:scenario(Sc)) =:= measured.
+
+names(Scs) -> lists:join(", ", [atom_to_list(Sc) || Sc <- Scs]).
 
 num(N) when is_integer(N) -> integer_to_list(N);
 num(F) -> float_to_list(float(F), [{decimals, 2}, compact]).

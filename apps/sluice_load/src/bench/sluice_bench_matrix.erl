@@ -22,7 +22,7 @@
 
 -export([scenarios/0, servers/0, peers/0, default/0, quick/0, check_cell/2,
          default_active/0, scenario/1, ack/2, server_command/4, engine_args/3,
-         describe_scenario/1, engine_scenario/1, available/2, tls/1, certs_dir/1]).
+         describe_scenario/1, times/2, engine_scenario/1, available/2, tls/1, certs_dir/1]).
 
 -export_type([scenario/0, server/0, cell/0, paths/0]).
 
@@ -383,6 +383,16 @@ atom_or_int(N) -> integer_to_list(N).
 
 erl_flags() -> string:lexemes(os:getenv("SLUICE_ERL_FLAGS", ""), " \t").
 
+%% @doc A scenario's warmup and duration in seconds: its own where it sets
+%% them, else the bench's (`Settings' `warmup', `duration'). Warmup `none':
+%% the engine takes no --warmup. (For the `whole_run' scenarios the
+%% duration is how long the connections are held, not a measured window.)
+-spec times(scenario(), #{warmup := number(), duration := number(), _ => _}) ->
+          {number() | none, number()}.
+times(Sc, #{warmup := W, duration := D}) ->
+    S = scenario(Sc),
+    {maps:get(warmup, S, W), maps:get(duration, S, D)}.
+
 %% @doc The engine's arguments for a scenario (without the pinning).
 %% `Settings' holds `warmup' and `duration' in seconds and `json', the
 %% engine's output file; a scenario's own warmup/duration wins (warmup
@@ -390,11 +400,10 @@ erl_flags() -> string:lexemes(os:getenv("SLUICE_ERL_FLAGS", ""), " \t").
 -spec engine_args(scenario(), each | last | counted | none, map()) -> [string()].
 engine_args(Sc, Ack, #{port := Port, json := Json} = Settings) ->
     S = scenario(Sc),
-    Warmup = case maps:get(warmup, S, maps:get(warmup, Settings)) of
-                 none -> [];
-                 W -> ["--warmup", num(W)]
-             end,
-    Duration = maps:get(duration, S, maps:get(duration, Settings)),
+    {Warmup, Duration} = case times(Sc, Settings) of
+                             {none, D} -> {[], D};
+                             {W, D} -> {["--warmup", num(W)], D}
+                         end,
     AckArgs = case Ack of
                   none -> [];
                   _ -> ["--ack", atom_to_list(Ack)]
