@@ -122,15 +122,35 @@ end_per_testcase(_Case, Config) ->
 %% the client's window fits: then it does not run out any more. Counted:
 %% the `tcp_passive' messages the connection process receives in the first
 %% and second half of the same traffic.
+%%
+%% Whether a fixed 10 runs out at all is up to the schedulers: the driver
+%% must deliver 10 reads before the connection has handled 5, and with
+%% the machine busy elsewhere the two take turns and it never does (seen
+%% once in a loaded run: 0 and 0). Then nothing was measured, and the
+%% traffic is sent again, at most twice more; the comparison itself is
+%% never retried.
 adaptive_grant_stops_running_out_while_the_client_reads(Config) ->
+    {Fixed, Adaptive} = grant_run_outs(Config, 3),
+    %% On a quiet machine the adaptive grant still runs out a few times
+    %% while it grows (seen: 4 against fixed 10's 24): far fewer, not none.
+    ?assert(Adaptive * 4 =< Fixed, {Fixed, Adaptive}).
+
+%% The second half's passives for a fixed 10 and adaptive, from the first
+%% of Attempts in which the fixed grant ran out at least 4 times.
+grant_run_outs(Config, Attempts) ->
     Counts = [{Mode, passives(Config, Mode)} || Mode <- [10, adaptive]],
     ct:log("tcp_passive messages in the first and second half of the same traffic: ~p",
            [Counts]),
     [{10, {_, Fixed}}, {adaptive, {_, Adaptive}}] = Counts,
-    ?assert(Fixed >= 4, Counts),
-    %% On a quiet machine the adaptive grant still runs out a few times
-    %% while it grows (seen: 4 against fixed 10's 24): far fewer, not none.
-    ?assert(Adaptive * 4 =< Fixed, Counts).
+    if
+        Fixed >= 4 ->
+            {Fixed, Adaptive};
+        Attempts > 1 ->
+            [sluice_test_lib:stop_listener({?config(name, Config), M}) || M <- [10, adaptive]],
+            grant_run_outs(Config, Attempts - 1);
+        true ->
+            ct:fail({fixed_grant_never_ran_out, Counts})
+    end.
 
 %% A lock-step client (one frame, wait for its ack, repeat) sends short
 %% reads: the adaptive grant grows for them (sluice_conn:top_up/3) and is
