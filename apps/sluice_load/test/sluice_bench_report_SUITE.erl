@@ -311,7 +311,7 @@ json_report_decodes(_) ->
 
 %% The header gives the warmup and window each scenario ran with: the
 %% bench's, a scenario's own (paced), or the whole engine run (connrate),
-%% grouped by value.
+%% grouped by value in the scenarios' order.
 html_header_gives_each_scenarios_times(_) ->
     #{cells := Cells} = Doc = fake_doc(),
     Header = fun(D) ->
@@ -327,8 +327,8 @@ html_header_gives_each_scenarios_times(_) ->
                    lockstep -> C#{scenario := connrate};
                    _ -> C
                end || #{scenario := Sc} = C <- Cells],
-    ?assertEqual(<<"3 rounds; per run: 0.2 s warmup + 0.5 s measured (paced); "
-                   "1 s warmup + 1.25 s measured (pipeline); whole engine run (connrate)">>,
+    ?assertEqual(<<"3 rounds; per run: 1 s warmup + 1.25 s measured (pipeline); "
+                   "0.2 s warmup + 0.5 s measured (paced); whole engine run (connrate)">>,
                  Header(Doc#{cells := Renamed})),
     ?assertMatch(<<"1 round; per run: ", _/binary>>, Header(Doc#{settings := #{rounds => 1}})).
 

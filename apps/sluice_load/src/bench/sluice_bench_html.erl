@@ -65,14 +65,20 @@ css() ->
     "svg text{font-family:sans-serif;font-size:12px}\n".
 
 %% The rounds, and each measured scenario's warmup and window: the bench's
-%% unless the scenario has its own (paced), grouped by value; the
-%% connection scenarios' CPU is over the whole engine run.
+%% unless the scenario has its own (paced), grouped by value in the order
+%% the scenarios come; the connection scenarios' CPU is over the whole
+%% engine run.
 settings(S, Scenarios) ->
     Given = #{warmup => maps:get(warmup_s, S, 0), duration => maps:get(duration_s, S, 0)},
     Times = [{sluice_bench_matrix:times(Sc, Given), Sc} || Sc <- Scenarios,
                                                           measured_window(Sc)],
-    Groups = [{T, [Sc || {T2, Sc} <- Times, T2 =:= T]}
-              || T <- lists:usort([T || {T, _} <- Times])],
+    Keys = lists:foldl(fun({T, _}, Acc) ->
+                               case lists:member(T, Acc) of
+                                   true -> Acc;
+                                   false -> Acc ++ [T]
+                               end
+                       end, [], Times),
+    Groups = [{T, [Sc || {T2, Sc} <- Times, T2 =:= T]} || T <- Keys],
     Whole = [Sc || Sc <- Scenarios, not measured_window(Sc)],
     Parts = [io_lib:format("~s s warmup + ~s s measured (~s)",
                            [num(case W of none -> 0; _ -> W end), num(D), names(Scs)])
