@@ -30,6 +30,8 @@ settle=${SETTLE:-2}
 case $rounds in ''|*[!0-9]*|0) echo "usage: bench/conn_cost.sh [ROUNDS]" >&2; exit 2;; esac
 [ -x "$priv/sluice-ref" ] && [ -f "$lib/sluice_load/ebin/sluice_load.app" ] \
     || { echo "run make first" >&2; exit 1; }
+# shellcheck source=bench/cpu_lib.sh
+. "$root/bench/cpu_lib.sh"
 tmp=$(mktemp -d)
 trap 'kill $pid 2>/dev/null || true; rm -rf "$tmp"' EXIT
 pid=
@@ -55,18 +57,6 @@ start() {
     [ -n "$port" ] || { echo "$1 did not start:" >&2; cat "$out" >&2; exit 1; }
 }
 
-# user and system ticks of the server's whole process group (the VM under
-# sluice-run and erl's wrappers)
-ticks() {
-    local u=0 s=0 p f
-    for p in $(pgrep -g "$pid"); do
-        f=$(sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null) || continue
-        set -- $f
-        u=$((u + ${12})); s=$((s + ${13}))
-    done
-    echo "$u $s"
-}
-
 servers=(sluice sluice-nohib handwritten c)
 n=0
 for r in $(seq "$rounds"); do
@@ -74,13 +64,13 @@ for r in $(seq "$rounds"); do
         n=$((n + 1))
         start "$sv"
         sleep 0.5
-        read -r u0 s0 < <(ticks)
+        read -r u0 s0 < <(group_ticks "$pid")
         taskset -c 1 "$priv/sluice-load" --scenario connect --conns "$conns" \
             --source-ips "127.0.$((219 + n / 250)).$((n % 250 + 1))-127.0.$((219 + n / 250)).$((n % 250 + 4))" \
             --probe ping --rate 0 --threads 1 --duration "$hold" --port "$port" \
             --quiet --json "$tmp/engine.json" || true
         sleep "$settle"
-        read -r u1 s1 < <(ticks)
+        read -r u1 s1 < <(group_ticks "$pid")
         kill -TERM -- -"$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
         rate=$(sed -n 's/.*"rate": *\([0-9.]*\).*/\1/p' "$tmp/engine.json" | head -1)
@@ -95,12 +85,5 @@ for r in $(seq "$rounds"); do
 done
 echo
 echo "medians over $rounds rounds (CPU per connection, accept to close):"
-awk '{ k = $3; rate[k] = rate[k] " " $4; user[k] = user[k] " " $9
-       sys[k] = sys[k] " " $11; tot[k] = tot[k] " " $13 }
-     function med(l,   a, m, i, j, t) {
-         m = split(l, a, " ")
-         for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-         return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2 }
-     END { for (k in rate)
-             printf "  %-12s %6.0f conn/s  user %5.1f  sys %5.1f  total %5.1f us/conn\n",
-                    k, med(rate[k]), med(user[k]), med(sys[k]), med(tot[k]) }' "$tmp/runs" | sort
+medians "$tmp/runs" 3 4 9 11 13 |
+    awk '{ printf "  %-12s %6.0f conn/s  user %5.1f  sys %5.1f  total %5.1f us/conn\n", $1, $2, $3, $4, $5 }'

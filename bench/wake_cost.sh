@@ -20,20 +20,12 @@ conns=${CONNS:-5000}
 interval=${INTERVAL:-2000}
 case $rounds in ''|*[!0-9]*|0) echo "usage: bench/wake_cost.sh [ROUNDS]" >&2; exit 2;; esac
 [ -x "$priv/sluice-load" ] || { echo "run make first" >&2; exit 1; }
+# shellcheck source=bench/cpu_lib.sh
+. "$root/bench/cpu_lib.sh"
 tmp=$(mktemp -d)
 pid=
 trap 'kill -TERM -- -$pid 2>/dev/null || true; rm -rf "$tmp"' EXIT
 tck=$(getconf CLK_TCK)
-
-ticks() {
-    local u=0 s=0 p f
-    for p in $(pgrep -g "$pid"); do
-        f=$(sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null) || continue
-        set -- $f
-        u=$((u + ${12})); s=$((s + ${13}))
-    done
-    echo "$u $s"
-}
 
 servers=(sluice sluice-nohib)
 n=0
@@ -53,9 +45,9 @@ for r in $(seq "$rounds"); do
             --source-ips "127.0.$((230 + n / 120)).$((2 * (n % 120) + 2))-127.0.$((230 + n / 120)).$((2 * (n % 120) + 3))" &
         engine=$!
         sleep 5
-        read -r u0 s0 < <(ticks)
+        read -r u0 s0 < <(group_ticks "$pid")
         sleep 8
-        read -r u1 s1 < <(ticks)
+        read -r u1 s1 < <(group_ticks "$pid")
         wait "$engine" || true
         kill -TERM -- -"$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
@@ -70,11 +62,5 @@ for r in $(seq "$rounds"); do
 done
 echo
 echo "medians over $rounds rounds (server CPU per Ping, $conns connections, a Ping every $interval ms each):"
-awk '{ k = $3; user[k] = user[k] " " $5; sys[k] = sys[k] " " $7; tot[k] = tot[k] " " $9 }
-     function med(l,   a, m, i, j, t) {
-         m = split(l, a, " ")
-         for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-         return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2 }
-     END { for (k in tot)
-             printf "  %-12s user %5.1f  sys %5.1f  total %5.1f us/Ping\n", k, med(user[k]), med(sys[k]), med(tot[k]) }' \
-    "$tmp/runs" | sort
+medians "$tmp/runs" 3 5 7 9 |
+    awk '{ printf "  %-12s user %5.1f  sys %5.1f  total %5.1f us/Ping\n", $1, $2, $3, $4 }'

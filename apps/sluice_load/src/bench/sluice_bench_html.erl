@@ -72,13 +72,8 @@ settings(S, Scenarios) ->
     Given = #{warmup => maps:get(warmup_s, S, 0), duration => maps:get(duration_s, S, 0)},
     Times = [{sluice_bench_matrix:times(Sc, Given), Sc} || Sc <- Scenarios,
                                                           measured_window(Sc)],
-    Keys = lists:foldl(fun({T, _}, Acc) ->
-                               case lists:member(T, Acc) of
-                                   true -> Acc;
-                                   false -> Acc ++ [T]
-                               end
-                       end, [], Times),
-    Groups = [{T, [Sc || {T2, Sc} <- Times, T2 =:= T]} || T <- Keys],
+    Groups = [{T, [Sc || {T2, Sc} <- Times, T2 =:= T]}
+              || T <- lists:uniq([T || {T, _} <- Times])],
     Whole = [Sc || Sc <- Scenarios, not measured_window(Sc)],
     Parts = [io_lib:format("~s s warmup + ~s s measured (~s)",
                            [num(case W of none -> 0; _ -> W end), num(D), names(Scs)])

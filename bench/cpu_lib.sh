@@ -1,0 +1,32 @@
+# Sourced by bench/conn_cost.sh and bench/wake_cost.sh: the server's CPU
+# from /proc, and medians over rounds.
+
+# group_ticks PGID: user and system clock ticks of every process in the
+# process group (a server started with setsid: the VM under sluice-run and
+# erl's wrappers), as "USER SYS".
+group_ticks() {
+    local u=0 s=0 p f
+    for p in $(pgrep -g "$1"); do
+        f=$(sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null) || continue
+        set -- $f
+        u=$((u + ${12})); s=$((s + ${13}))
+    done
+    echo "$u $s"
+}
+
+# medians FILE KEYCOL COL...: for each value of column KEYCOL, one line
+# "KEY M1 M2 ..." with the median of each COL over the lines of FILE that
+# have that key; sorted by key.
+medians() {
+    local file=$1 key=$2
+    shift 2
+    awk -v key="$key" -v cols="$*" '
+        BEGIN { nc = split(cols, c, " ") }
+        { k = $key; keys[k] = 1; for (i = 1; i <= nc; i++) v[k, i] = v[k, i] " " $(c[i]) }
+        function med(l,   a, m, i, j, t) {
+            m = split(l, a, " ")
+            for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+            return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2 }
+        END { for (k in keys) { line = k; for (i = 1; i <= nc; i++) line = line " " med(v[k, i]); print line } }' \
+        "$file" | sort
+}
