@@ -17,6 +17,7 @@
          json_decodes_engine_output/1,
          bad_options_exit_2/1,
          help_exits_0/1,
+         list_shows_the_runs_of_the_cells_picked/1,
          c_cell_has_a_positive_rate/1,
          seed_cell_against_c_has_ratio_and_cpu/1,
          peer_cells_share_a_c_run/1,
@@ -30,7 +31,7 @@ groups() ->
     [{stats, [], [median_and_spread_of_known_inputs, paired_ratios_skip_missing_runs,
                   interpolation_reads_a_counter_between_samples]},
      {json, [], [json_round_trips, json_decodes_engine_output]},
-     {cli, [], [bad_options_exit_2, help_exits_0]},
+     {cli, [], [bad_options_exit_2, help_exits_0, list_shows_the_runs_of_the_cells_picked]},
      {real, [], [c_cell_has_a_positive_rate, seed_cell_against_c_has_ratio_and_cpu,
                  peer_cells_share_a_c_run, ab_script_compares_servers_by_rate_and_cpu]}].
 
@@ -116,10 +117,66 @@ bad_options_exit_2(_) ->
                  ["--server", "nope"], ["--duration", "0"], ["--duration", "abc"],
                  ["--warmup", "-1"], ["--scenario", "flood", "--server", "seed"],
                  ["--scenario", "connrate", "--server", "seed"], ["extra"],
-                 ["--server", "seed", "--scenario"]]].
+                 ["--server", "seed", "--scenario"],
+                 %% twice: the first used to be dropped in silence
+                 ["--scenario", "flood", "--scenario", "lockstep"],
+                 ["--server", "sluice", "--server=c"],
+                 ["--scenario", "flood,nope"], ["--scenario", "flood,"],
+                 ["--scenario", "connrate,flood", "--server", "seed"]]].
 
 help_exits_0(_) ->
     ?assertEqual(0, sluice_cmd_bench:run(["--help"])).
+
+%% --list prints the runs and runs none: comma lists pick cells, a scenario
+%% alone its cells of the matrix, scenarios and servers together every
+%% pair (a pair the server cannot run left out), each with its C run.
+list_shows_the_runs_of_the_cells_picked(_) ->
+    List = fun(Args) ->
+                   {0, Out} = stdout(fun() -> sluice_cmd_bench:run(["--list" | Args]) end),
+                   [list_to_tuple(string:lexemes(L, " ")) || L <- string:lexemes(Out, "\n")]
+           end,
+    %% (the seed speaks no echo: flood/seed left out)
+    Pairs = List(["--scenario", "lockstep,flood", "--server", "handwritten,sluice,seed",
+                  "--rounds", "1"]),
+    ?assertEqual(lists:sort([{"1", "lockstep", "handwritten"}, {"1", "lockstep", "sluice"},
+                             {"1", "lockstep", "seed"}, {"1", "flood", "handwritten"},
+                             {"1", "flood", "sluice"}, {"1", "lockstep", "c", "for", "handwritten,sluice"},
+                             {"1", "lockstep", "c", "for", "seed"},
+                             {"1", "flood", "c", "for", "handwritten,sluice"}]),
+                 lists:sort(Pairs)),
+    %% A scenario alone: the matrix's cells of it, every round.
+    Paced = List(["--scenario", "paced", "--rounds", "2"]),
+    Matrix = [Sv || {paced, Sv} <- sluice_bench_matrix:default()],
+    Names = lists:sort([atom_to_list(S) || S <- Matrix]),
+    ?assertEqual(lists:sort(Names ++ Names), lists:sort([Sv || {_, "paced", Sv} <- Paced])),
+    [?assertEqual(Names, lists:sort(lists:append([string:lexemes(For, ",")
+                                                  || {Rd, "paced", "c", "for", For} <- Paced, Rd =:= R])))
+     || R <- ["1", "2"]],
+    %% Nothing ran: no results written.
+    ?assertEqual(0, sluice_cmd_bench:run(["--list", "--scenario", "flood", "--server", "c",
+                                          "--out", "/nonexistent/dir"])).
+
+%% What `Fun' writes on standard output, and what it returns.
+stdout(Fun) ->
+    Collector = spawn_link(fun() -> collect([]) end),
+    Old = group_leader(),
+    group_leader(Collector, self()),
+    Result = try Fun() after group_leader(Old, self()) end,
+    Collector ! {done, self()},
+    receive {output, Out} -> {Result, Out} end.
+
+collect(Acc) ->
+    receive
+        {io_request, From, Ref, Req} ->
+            From ! {io_reply, Ref, ok},
+            collect([chars(Req) | Acc]);
+        {done, Pid} ->
+            Pid ! {output, unicode:characters_to_list(lists:reverse(Acc))}
+    end.
+
+chars({put_chars, _Enc, Chars}) -> Chars;
+chars({put_chars, _Enc, M, F, A}) -> apply(M, F, A);
+chars(_) -> [].
 
 %%% ------------------------------------------------------------------
 %%% real cells

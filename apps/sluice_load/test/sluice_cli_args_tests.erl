@@ -10,11 +10,13 @@ specs() ->
      O(quiet, boolean, false, "quiet"),
      O(max_frame, {integer, 0, infinity}, 1, "frame"),
      (O(rate, {number, 0, 1.0e12}, undefined, "rate"))#{shown => "0", meta => "R"},
-     O(scenario, {choice, ["lockstep", "ping"]}, undefined, "what")].
+     O(scenario, {choice, ["lockstep", "ping"]}, undefined, "what"),
+     O(cells, {enum_list, [all, a, b, c]}, [all], "which")].
 
 defaults_filled_test() ->
     ?assertEqual({ok, #{port => 8000, active => 100, ip => {0, 0, 0, 0}, quiet => false,
-                        max_frame => 1, rate => undefined, scenario => undefined}},
+                        max_frame => 1, rate => undefined, scenario => undefined,
+                        cells => [all]}},
                  sluice_cli_args:parse(specs(), [])).
 
 values_and_inline_test() ->
@@ -22,7 +24,26 @@ values_and_inline_test() ->
                                               "--ip", "127.0.0.2", "--max-frame=7", "--rate", "2.5",
                                               "--scenario", "ping"]),
     ?assertEqual(#{port => 1, active => once, ip => {127, 0, 0, 2}, quiet => true,
-                   max_frame => 7, rate => 2.5, scenario => "ping"}, M).
+                   max_frame => 7, rate => 2.5, scenario => "ping", cells => [all]}, M).
+
+%% A comma list: its names in the order given, each once.
+enum_list_test_() ->
+    P = fun(V) -> maps:get(cells, element(2, sluice_cli_args:parse(specs(), ["--cells", V]))) end,
+    [?_assertEqual([b], P("b")),
+     ?_assertEqual([c, a], P("c,a,c")),
+     ?_assertMatch({error, "bad value for --cells: a,x (expected one or a comma list of all|a|b|c)"},
+                   sluice_cli_args:parse(specs(), ["--cells", "a,x"])),
+     ?_assertMatch({error, "bad value for --cells: a," ++ _},
+                   sluice_cli_args:parse(specs(), ["--cells", "a,"]))].
+
+%% An option given twice is refused, whatever the two values: the last one
+%% used to win in silence (`bench --scenario a --scenario b' ran b only).
+given_twice_test_() ->
+    P = fun(Args) -> sluice_cli_args:parse(specs(), Args) end,
+    [?_assertEqual({error, "option --port given twice"}, P(["--port", "1", "--port=1"])),
+     ?_assertEqual({error, "option --quiet given twice"}, P(["--quiet", "--quiet"])),
+     ?_assertEqual({error, "option --cells given twice (for several, one comma list: --cells A,B)"},
+                   P(["--cells", "a", "--rate", "1", "--cells", "b"]))].
 
 errors_test_() ->
     P = fun(Args) -> sluice_cli_args:parse(specs(), Args) end,

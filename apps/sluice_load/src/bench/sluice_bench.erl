@@ -10,7 +10,7 @@
 %% figure means and how to read it.
 -module(sluice_bench).
 
--export([bench/1, plan/2, stop_on_signal/0]).
+-export([bench/1, list/1, plan/2, stop_on_signal/0]).
 
 %%% ------------------------------------------------------------------
 %%% Running the matrix
@@ -21,7 +21,40 @@
 %% the targets (stdout); write the files. Returns the result document with
 %% `files' and `failed_runs' added.
 -spec bench(map()) -> {ok, map()} | {error, string()}.
-bench(#{cells := Cells0, rounds := Rounds} = Config0) ->
+bench(Config0) ->
+    case prepare(Config0) of
+        {error, _} = E -> E;
+        {ok, Config, Env, Plan} ->
+            T0 = erlang:monotonic_time(millisecond),
+            Tmp = tmpdir(),
+            {Status, Runs} = try run_plan(Plan, length(Plan), Config, Env#{tmpdir => Tmp}, [])
+                             after _ = file:del_dir_r(Tmp)
+                             end,
+            Elapsed = (erlang:monotonic_time(millisecond) - T0) / 1000,
+            finish(Config, Env, {Status, Runs}, Elapsed)
+    end.
+
+%% @doc What bench/1 would run, without running it (`bin/sluice bench
+%% --list'): the notes and the estimate as bench/1 prints them (stderr),
+%% then the runs in order on stdout, one a line: round, scenario, server,
+%% and for a C run the cells it serves.
+-spec list(map()) -> ok | {error, string()}.
+list(Config0) ->
+    case prepare(Config0) of
+        {error, _} = E -> E;
+        {ok, _Config, _Env, Plan} ->
+            _ = [io:format("~b ~s ~s~s~n", [Rd, Sc, Sv, serves(Role)])
+                 || {Rd, Sc, Sv, Role} <- Plan],
+            ok
+    end.
+
+serves(subject) -> "";
+serves({reference, Servers}) -> [" for " | lists:join(",", [atom_to_list(S) || S <- Servers])].
+
+%% The cells this machine can run (the engine's scenarios, the
+%% certificates), the notes on those it cannot, and the plan, with the
+%% notes and the estimate printed.
+prepare(#{cells := Cells0, rounds := Rounds} = Config0) ->
     case environment() of
         {error, _} = E -> E;
         {ok, Env0 = #{paths := Paths, engine_scenarios := EngineScenarios}} ->
@@ -34,13 +67,7 @@ bench(#{cells := Cells0, rounds := Rounds} = Config0) ->
             Plan = plan(Cells, Rounds),
             io:format(standard_error, "sluice bench: ~b cells x ~b rounds = ~b runs, about ~s~n",
                       [length(Cells), Rounds, length(Plan), minsec(estimate(Plan, Config))]),
-            T0 = erlang:monotonic_time(millisecond),
-            Tmp = tmpdir(),
-            {Status, Runs} = try run_plan(Plan, length(Plan), Config, Env#{tmpdir => Tmp}, [])
-                             after _ = file:del_dir_r(Tmp)
-                             end,
-            Elapsed = (erlang:monotonic_time(millisecond) - T0) / 1000,
-            finish(Config, Env, {Status, Runs}, Elapsed)
+            {ok, Config, Env, Plan}
     end.
 
 %% @doc The runs, in order: `{Round, Scenario, Server, subject}' for a

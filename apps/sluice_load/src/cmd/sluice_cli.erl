@@ -14,7 +14,12 @@
 -spec main() -> no_return().
 main() ->
     Code = try report(run(init:get_plain_arguments()))
-           catch Class:Reason:Stack ->
+           catch error:terminated ->
+                   %% Standard output was closed under us (`bin/sluice bench
+                   %% --list | head'): what a C tool killed by SIGPIPE exits
+                   %% with, and no trace.
+                   141;
+                 Class:Reason:Stack ->
                    io:format(standard_error, "sluice: internal error: ~p:~p~n~p~n",
                              [Class, Reason, Stack]),
                    1

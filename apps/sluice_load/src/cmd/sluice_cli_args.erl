@@ -11,7 +11,10 @@
 
 -type type() :: integer | {integer, integer(), integer() | infinity}
               | {number, number(), number() | infinity} | string | ip
-              | {enum, [atom()]} | {choice, [string()]} | active | timeout | bytes | boolean.
+              | {enum, [atom()]} | {enum_list, [atom()]} | {choice, [string()]}
+              | active | timeout | bytes | boolean.
+%% `{enum_list, Atoms}' takes a comma list of them (`--scenario lockstep,paced')
+%% and gives the list, in the order given, each once.
 %% `default' is the value when the option is not given (`undefined': none);
 %% `shown', when present, is what --help says instead of the default (a C
 %% program's own wording, "number of cores"); `meta' names the value in
@@ -28,12 +31,16 @@ opt(Key, Type, Default, Help) ->
 
 %% @doc Parse `--flag value' and `--flag=value' pairs (and `--flag' alone
 %% for booleans) into a map holding every key, defaults filled in. `--help'
-%% or `-h' anywhere asks for the help, whatever else is on the line.
+%% or `-h' anywhere asks for the help, whatever else is on the line. An
+%% option given twice is an error rather than the last one winning in
+%% silence (`--scenario a --scenario b' ran only b): several values go in
+%% one comma list where the option takes one.
 -spec parse([spec()], [string()]) -> {ok, map()} | help | {error, string()}.
 parse(Specs, Args) ->
     case lists:member("--help", Args) orelse lists:member("-h", Args) of
         true -> help;
-        false -> parse(Specs, Args, maps:from_list([{K, D} || #{key := K, default := D} <- Specs]))
+        false -> parse(Specs, Args, maps:from_list([{K, D} || #{key := K, default := D} <- Specs]),
+                       #{})
     end.
 
 %% @doc A command's usual start: `--help' prints its help (exit 0), a bad
@@ -52,9 +59,10 @@ with_options(Command, About, Specs, Args, Fun) ->
             Fun(Opts)
     end.
 
-parse(_Specs, [], Acc) ->
+%% `Given': the keys given so far.
+parse(_Specs, [], Acc, _Given) ->
     {ok, Acc};
-parse(Specs, ["--" ++ FlagVal | Rest], Acc) ->
+parse(Specs, ["--" ++ FlagVal | Rest], Acc, Given) ->
     {Flag, Inline} = case string:split(FlagVal, "=") of
                          [F, Val] -> {F, {value, Val}};
                          [F] -> {F, none}
@@ -62,21 +70,28 @@ parse(Specs, ["--" ++ FlagVal | Rest], Acc) ->
     case [S || #{flag := SF} = S <- Specs, SF =:= Flag] of
         [] ->
             {error, "unknown option --" ++ Flag};
+        [#{key := Key} = Spec | _] when is_map_key(Key, Given) ->
+            {error, "option --" ++ Flag ++ " given twice" ++ twice_hint(Spec)};
         [#{key := Key, type := boolean} | _] when Inline =:= none ->
-            parse(Specs, Rest, Acc#{Key => true});
+            parse(Specs, Rest, Acc#{Key => true}, Given#{Key => true});
         [Spec | _] ->
             case {Inline, Rest} of
-                {{value, V}, _} -> value(Specs, Spec, V, Rest, Acc);
-                {none, [V | Rest2]} -> value(Specs, Spec, V, Rest2, Acc);
+                {{value, V}, _} -> value(Specs, Spec, V, Rest, Acc, Given);
+                {none, [V | Rest2]} -> value(Specs, Spec, V, Rest2, Acc, Given);
                 {none, []} -> {error, "option --" ++ Flag ++ " needs a value"}
             end
     end;
-parse(_Specs, [Arg | _], _Acc) ->
+parse(_Specs, [Arg | _], _Acc, _Given) ->
     {error, "unexpected argument " ++ Arg}.
 
-value(Specs, #{key := Key, flag := Flag, type := Type}, V, Rest, Acc) ->
+twice_hint(#{type := {enum_list, _}, flag := Flag}) ->
+    " (for several, one comma list: --" ++ Flag ++ " A,B)";
+twice_hint(_) ->
+    "".
+
+value(Specs, #{key := Key, flag := Flag, type := Type}, V, Rest, Acc, Given) ->
     case convert(Type, V) of
-        {ok, Value} -> parse(Specs, Rest, Acc#{Key => Value});
+        {ok, Value} -> parse(Specs, Rest, Acc#{Key => Value}, Given#{Key => true});
         error -> {error, lists:flatten(io_lib:format("bad value for --~s: ~s (expected ~s)",
                                                      [Flag, V, describe(Type)]))}
     end.
@@ -104,6 +119,12 @@ convert({enum, Atoms}, V) ->
     case [A || A <- Atoms, atom_to_list(A) =:= V] of
         [A] -> {ok, A};
         [] -> error
+    end;
+convert({enum_list, Atoms}, V) ->
+    Converted = [convert({enum, Atoms}, I) || I <- string:split(V, ",", all)],
+    case lists:member(error, Converted) of
+        false -> {ok, lists:uniq([A || {ok, A} <- Converted])};
+        true -> error
     end;
 convert({choice, Names}, V) ->
     case lists:member(V, Names) of
@@ -143,6 +164,7 @@ describe({number, Min, Max}) -> io_lib:format("a number ~s..~s", [show(Min), sho
 describe(string) -> "a non-empty string";
 describe(ip) -> "an IP address or a host name";
 describe({enum, Atoms}) -> lists:join("|", [atom_to_list(A) || A <- Atoms]);
+describe({enum_list, Atoms}) -> ["one or a comma list of ", describe({enum, Atoms})];
 describe({choice, Names}) -> lists:join("|", Names);
 describe(active) -> "adaptive|false|once|true|N (1..32767)";
 describe(timeout) -> "milliseconds or infinity";
@@ -174,6 +196,7 @@ option_lines(Specs) ->
 
 arg(#{type := boolean}) -> "";
 arg(#{type := {enum, Atoms}}) -> " " ++ lists:join("|", [atom_to_list(A) || A <- Atoms]);
+arg(#{type := {enum_list, Atoms}}) -> " " ++ lists:join("|", [atom_to_list(A) || A <- Atoms]) ++ ",...";
 arg(#{type := {choice, Names}}) -> " " ++ lists:join("|", Names);
 arg(#{meta := Meta}) -> " " ++ Meta;
 arg(#{type := ip}) -> " IP";
@@ -192,6 +215,7 @@ show(undefined) -> "none";
 show(V) when is_atom(V) -> atom_to_list(V);
 show(V) when is_integer(V) -> integer_to_list(V);
 show(V) when is_float(V) -> float_to_list(V, [short]);
+show([A | _] = L) when is_atom(A) -> lists:flatten(lists:join(",", [atom_to_list(X) || X <- L]));
 show(V) when is_list(V) -> V.
 
 %% @doc The command line that stands for the options of `Specs' that were

@@ -39,7 +39,7 @@ codes("ref-server") ->
          "stderr"}];
 codes("bench") ->
     [{0, "every run measured (a missed speed target does not change it: benchmarks are not "
-         "tests)"},
+         "tests); with --list, the runs listed"},
      {1, "a run failed, or the benchmark could not start"},
      usage(),
      {130, "interrupted by SIGTERM or Ctrl-C: the runs done are reported and written"}];

@@ -1,6 +1,7 @@
 %% @doc `bin/sluice bench': its options, and from them the cells, rounds
 %% and timings that sluice_bench runs. Exit codes: 0 every run succeeded,
-%% 1 some run failed or the benchmark could not start, 2 bad usage, 130
+%% 1 some run failed or the benchmark could not start (or, with --list, could
+%% not be planned), 2 bad usage, 130
 %% interrupted (the runs done are reported and written all the same).
 %% Speed targets that fail do not change the exit code: benchmarks are not
 %% tests.
@@ -12,14 +13,17 @@
         "Run the benchmark matrix: every sluice figure beside the C reference server's,\n"
         "measured in the same round. Prints a table and the speed targets, and writes\n"
         "bench/results/<timestamp>.json and .html. Builds nothing: run `make' first.\n"
-        "--scenario and --server pick cells: both together run that one cell.").
+        "--scenario and --server pick cells (each one name or a comma list): a scenario\n"
+        "alone runs its cells of the matrix, both together every pair of them.").
 
 -spec specs() -> [sluice_cli_args:spec()].
 specs() ->
     O = fun sluice_cli_args:opt/4,
     [O(quick, boolean, false, "the smaller matrix (make bench QUICK=1)"),
-     O(scenario, {enum, [all | sluice_bench_matrix:scenarios()]}, all, "only this scenario"),
-     O(server, {enum, [all | sluice_bench_matrix:servers()]}, all, "only this server"),
+     O(list, boolean, false, "print the runs it would make and their time, run nothing"),
+     O(scenario, {enum_list, [all | sluice_bench_matrix:scenarios()]}, [all],
+       "only these scenarios"),
+     O(server, {enum_list, [all | sluice_bench_matrix:servers()]}, [all], "only these servers"),
      O(backend, {enum, [inet, socket]}, inet,
        "socket layer of every sluice server (the -socket servers always use socket)"),
      O(rounds, {integer, 1, 100}, 3, "rounds (each cell is measured once per round)"),
@@ -34,10 +38,15 @@ run(Args) ->
     sluice_cli_args:with_options("bench", ?ABOUT, specs(), Args,
                                  fun(Opts) -> bench(Opts, Args) end).
 
-bench(Opts, Args) ->
+bench(Opts = #{list := List}, Args) ->
     case cells(Opts) of
         {error, Msg} ->
             {error, 2, Msg};
+        {ok, Cells} when List ->
+            case sluice_bench:list(config(Opts, Cells, Args)) of
+                ok -> 0;
+                {error, Msg} -> {error, 1, Msg}
+            end;
         {ok, Cells} ->
             sluice_bench:stop_on_signal(),
             case sluice_bench:bench(config(Opts, Cells, Args)) of
@@ -68,21 +77,59 @@ config(#{quick := Quick} = O, Cells, Args) ->
              end,
       command => iolist_to_binary(lists:join(" ", ["bin/sluice", "bench" | Args]))}.
 
-cells(#{scenario := Sc, server := Sv}) when Sc =/= all, Sv =/= all ->
-    case sluice_bench_matrix:check_cell(Sc, Sv) of
-        ok -> {ok, [{Sc, Sv}]};
-        {error, _} = E -> E
-    end;
-cells(#{quick := Quick, scenario := Sc, server := Sv}) ->
-    Match = fun(Cells) -> [C || {S, V} = C <- Cells, Sc =:= all orelse S =:= Sc,
-                                Sv =:= all orelse V =:= Sv] end,
-    Base = case Quick of
-               true -> sluice_bench_matrix:quick();
-               false -> sluice_bench_matrix:default()
-           end,
-    case {Match(Base), Match(sluice_bench_matrix:default())} of
+cells(#{scenario := Scs0, server := Svs0, quick := Quick}) ->
+    case {named(Scs0), named(Svs0)} of
+        {all, all} ->
+            {ok, matrix(Quick)};
+        {Scs, all} ->
+            in_matrix(Quick, fun({Sc, _}) -> lists:member(Sc, Scs) end);
+        {all, Svs} ->
+            case in_matrix(Quick, fun({_, Sv}) -> lists:member(Sv, Svs) end) of
+                {ok, Cells} -> {ok, Cells};
+                error -> {error, "no cell of the matrix has that server: "
+                                 "name a scenario as well (--scenario S --server X)"}
+            end;
+        {Scs, Svs} ->
+            pairs([{Sc, Sv} || Sc <- Scs, Sv <- Svs])
+    end.
+
+%% `all' among the names stands for every one.
+named(Names) ->
+    case lists:member(all, Names) of
+        true -> all;
+        false -> Names
+    end.
+
+matrix(true) -> sluice_bench_matrix:quick();
+matrix(false) -> sluice_bench_matrix:default().
+
+%% The matrix's cells that `Pick' keeps; the default matrix's when the
+%% quick one has none (`--quick --scenario paced').
+in_matrix(Quick, Pick) ->
+    case {lists:filter(Pick, matrix(Quick)), lists:filter(Pick, matrix(false))} of
         {[_ | _] = Cells, _} -> {ok, Cells};
         {[], [_ | _] = Cells} -> {ok, Cells};
-        {[], []} -> {error, "no cell of the matrix has that server: "
-                            "name a scenario as well (--scenario S --server X)"}
+        {[], []} -> error
     end.
+
+%% Named scenarios and servers: every pair of them, in or out of the
+%% matrix, except those the server cannot run. One pair that cannot run is
+%% an error; among several, it is left out with a line saying so.
+pairs([Cell]) ->
+    case check(Cell) of
+        ok -> {ok, [Cell]};
+        {error, _} = E -> E
+    end;
+pairs(Cells) ->
+    Checked = [{Cell, check(Cell)} || Cell <- Cells],
+    case [Cell || {Cell, ok} <- Checked] of
+        [] ->
+            {error, "none of those servers can run those scenarios"};
+        Runnable ->
+            _ = [io:format(standard_error, "sluice bench: leaving out ~s/~s: ~s~n", [Sc, Sv, Why])
+                 || {{Sc, Sv}, {error, Why}} <- Checked],
+            {ok, Runnable}
+    end.
+
+check({Sc, Sv}) ->
+    sluice_bench_matrix:check_cell(Sc, Sv).
