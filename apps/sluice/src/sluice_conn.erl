@@ -39,11 +39,11 @@
 %% On every read (next/3).
 -compile({inline, [uncollected/2]}).
 
--export([template/1, init/3, wake/1, unpark/5]).
+-export([template/2, init/3, wake/1, unpark/5]).
 
 -export_type([template/0]).
 
-%% What every connection of a listener starts from (template/1).
+%% What every connection of a listener starts from (template/2).
 -opaque template() :: {#s{}, sluice_listener_sup:listener()}.
 -export([system_continue/3, system_terminate/4, system_code_change/4]).
 
@@ -53,15 +53,16 @@
 
 %% @doc What every connection of `Listener' starts from, made once by its
 %% connection supervisor: the parts of the state that do not depend on the
-%% connection (which optional callbacks the handler has, and so on).
--spec template(sluice_listener_sup:listener()) -> template().
+%% connection (which optional callbacks the handler has, and so on), and
+%% the supervisor's table for wake reports.
+-spec template(sluice_listener_sup:listener(), sluice_sweep:woke_table()) -> template().
 template(L = #{name := Name, transport := T, stats := Stats,
                opts := #{handler := {H, _}, active := Active, socket_opts := SocketOpts,
-                         gc_after_bytes := GcAfter}}) ->
+                         gc_after_bytes := GcAfter}}, Woke) ->
     {module, H} = code:ensure_loaded(H),
     {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
     {Min, Max} = grant_bounds(Active, Buffer),
-    {#s{t = T, handler = H, active = Active, stats = Stats, listener = Name,
+    {#s{t = T, handler = H, active = Active, stats = Stats, listener = Name, woke = Woke,
         classify = fun T:classify/2, send = fun T:send/2, activate = fun T:activate/2,
         handle_data = fun H:handle_data/2,
         grant = Min, grant_min = Min, grant_max = Max, small_read = small_read(T, Buffer),
@@ -300,7 +301,7 @@ continue({stop_after, Out, Reason, S}) -> sluice_conn_close:linger_close(Out, Re
 %% storm, thousands of hibernated connections wake for their clients'
 %% close at once, and their supervisor has their exits to handle as it is.
 -spec wake(#s{}) -> no_return().
-wake(S = #s{t = T, ts = TS, parent = Parent}) ->
+wake(S = #s{t = T, ts = TS}) ->
     receive
         {sluice_sweep, park} ->
             %% Woken by the sweep to park: no activity to report.
@@ -313,7 +314,7 @@ wake(S = #s{t = T, ts = TS, parent = Parent}) ->
                 {closed, TS2} -> sluice_conn_close:finish(closed, S#s{ts = TS2});
                 {error, Reason, TS2} -> sluice_conn_close:finish({error, Reason}, S#s{ts = TS2});
                 Classified ->
-                    Parent ! {sluice_woke, self()},
+                    ok = sluice_sweep:report_woke(S#s.woke),
                     dispatch(Classified, Msg, S)
             end
     end.
@@ -468,15 +469,15 @@ park(S = #s{t = T, parent = Parent, hstate = HState, timer = undefined}) ->
                             sluice_conn_close:finish({error, Reason}, S2)
                     end;
                 _ ->
-                    Parent ! {sluice_woke, self()},
+                    ok = sluice_sweep:report_woke(S#s.woke),
                     resume(S2)
             end;
         {error, Reason} ->
             sluice_conn_close:finish({error, Reason}, S)
     end;
-park(S = #s{parent = Parent}) ->
+park(S) ->
     %% A handler's timer is running: the process it would fire in must stay.
-    Parent ! {sluice_woke, self()},
+    ok = sluice_sweep:report_woke(S#s.woke),
     loop(S).
 
 %% How many messages are waiting for this process, every one that has

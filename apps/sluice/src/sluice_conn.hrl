@@ -43,8 +43,10 @@
             uncollected = 0 :: non_neg_integer(),
             gc_after_bytes = infinity :: pos_integer() | infinity,
             stats :: sluice_stats:stats(),
-            %% unset in a template (sluice_conn:template/1)
+            %% unset in a template (sluice_conn:template/2)
             parent :: pid() | undefined,
+            %% the parent's table for wake reports (sluice_sweep:report_woke/1)
+            woke :: sluice_sweep:woke_table(),
             listener :: sluice:name(),
             %% telemetry's start time of this connection
             started = 0 :: integer(),

@@ -29,6 +29,8 @@
              listener :: sluice_listener_sup:listener(),
              stats :: sluice_stats:stats(),
              children = #{} :: sluice_sweep:children(),
+             %% where hibernated connections report waking (sluice_sweep)
+             woke :: sluice_sweep:woke_table(),
              parked :: sluice_parking:table(),
              %% the latest drain: its deadline and the connections it was
              %% sent to (a connection that parked just before it is drained
@@ -100,9 +102,10 @@ init(Parent, Listener = #{name := Name, transport := T, stats := Stats}, Index) 
     Sweep = sluice_sweep:config(Listener, sluice_parking:parkable(Listener)),
     Tick = sluice_sweep:tick(Sweep),
     ok = schedule_sweep(Tick),
+    Woke = sluice_sweep:woke_table(),
     loop(#st{parent = Parent, index = Index, listener = Listener, stats = Stats,
-             tick = Tick, sweep = Sweep, parked = sluice_parking:new(T),
-             template = sluice_conn:template(Listener)}).
+             tick = Tick, sweep = Sweep, parked = sluice_parking:new(T), woke = Woke,
+             template = sluice_conn:template(Listener, Woke)}).
 
 now_ms() -> erlang:monotonic_time(millisecond).
 
@@ -148,8 +151,6 @@ handle({'EXIT', Pid, Reason}, St = #st{children = Children}) ->
         error ->
             St
     end;
-handle({sluice_woke, Pid}, St = #st{children = Children}) ->
-    St#st{children = sluice_sweep:woke(Pid, now_ms(), Children)};
 handle({sluice_park, Pid, Sock, HState, TS}, St) ->
     park(Pid, Sock, HState, TS, St);
 handle({timeout, _TRef, sluice_sweep}, St = #st{children = Children}) ->
@@ -187,7 +188,9 @@ idle_work(St) ->
     true = erlang:garbage_collect(),
     St#st{gc_due = false}.
 
-slice(St = #st{sweeping = {P, Now}, children = Children}) ->
+slice(St = #st{sweeping = {P, Now}, children = Children0}) ->
+    %% Before looking at any entry: which hibernated connections woke.
+    Children = sluice_sweep:take_woken(St#st.woke, now_ms(), Children0),
     case sluice_sweep:continue(P, Children, Now, St#st.sweep) of
         {more, P2, Children2, Changed} ->
             St#st{sweeping = {P2, Now}, children = Children2,

@@ -23,9 +23,17 @@
 %%      schedules it); a connection quiet for `hibernate_after' is sent
 %%      `{sluice_sweep, hibernate}', one quiet for `park_after' (infinity
 %%      unless the listener's connections can park) `{sluice_sweep, park}'.
-%%      A hibernated connection is not read at all until it reports
-%%      `{sluice_woke, Pid}' (woke/3).</li>
+%%      A hibernated connection is not read at all until it reports that
+%%      it woke (report_woke/1).</li>
 %% </ul>
+%% A connection reports waking by writing its pid into a table of its
+%% supervisor's, which each slice of a tick reads (take_woken/3), not by a
+%% message: a message woke the supervisor for every connection that woke
+%% (2.5 us of the 12 us a quiet spell added to a Ping, bench/wake_cost.sh
+%% and bench/README.md), and sat in the mailbox where the acceptors'
+%% requests wait. Only a tick decides anything on an entry, so reading the
+%% reports at the start of each of its slices is as prompt as the message
+%% was.
 %% Activity is noticed at the tick after it, so the idle timeout fires
 %% between `idle_timeout' and `idle_timeout' plus two ticks after the last
 %% byte.
@@ -33,9 +41,9 @@
 -module(sluice_sweep).
 
 -export([config/2, tick/1, new_entry/3, woke/3, sweep/3, start/1, continue/4, idle_since/1,
-         closing/1]).
+         closing/1, woke_table/0, report_woke/1, take_woken/3]).
 
--export_type([entry/0, children/0, config/0, progress/0]).
+-export_type([entry/0, children/0, config/0, progress/0, woke_table/0]).
 
 %% What the process was last seen doing, or was last told to do.
 -type run() :: awake | asleep | parking | closing.
@@ -54,6 +62,8 @@
 -type children() :: #{pid() => entry()}.
 -type config() :: #{transport := module(), idle := timeout(),
                     hibernate_after := timeout(), park_after := timeout()}.
+%% Where a supervisor's hibernated connections report waking.
+-type woke_table() :: ets:tid().
 %% A tick in progress: what is left to look at.
 -opaque progress() :: maps:iterator(pid(), entry()).
 
@@ -117,6 +127,41 @@ woke(Pid, Now, Children) ->
         #{Pid := #entry{run = closing}} -> Children;
         #{Pid := E} -> Children#{Pid := E#entry{run = awake, reds = unread, quiet_since = Now}};
         _ -> Children
+    end.
+
+%% @doc A table for the wake reports of one supervisor's connections,
+%% owned by the calling process. One row a connection at most (its pid),
+%% so it stays bounded whenever it is read.
+-spec woke_table() -> woke_table().
+woke_table() ->
+    %% One size counter (not one a scheduler): take_woken/3 reads the
+    %% size at every slice of a tick, and it is 0 most of the time.
+    ets:new(sluice_woke, [set, public, {write_concurrency, true},
+                          {decentralized_counters, false}]).
+
+%% @doc Called by a connection process woken from hibernation.
+-spec report_woke(woke_table()) -> ok.
+report_woke(Tab) ->
+    true = ets:insert(Tab, {self()}),
+    ok.
+
+%% @doc The reports in `Tab' (report_woke/1) at `Now', applied to the
+%% entries (woke/3) and taken out of the table.
+-spec take_woken(woke_table(), integer(), children()) -> children().
+take_woken(Tab, Now, Children) ->
+    case ets:info(Tab, size) of
+        0 ->
+            Children;
+        _ ->
+            %% A pid reported again between the read and its delete would
+            %% lose the second report, which says the same: it is marked
+            %% awake here. (It cannot happen: a connection reports once a
+            %% nudge, and this process sends the next only once it has
+            %% taken the report.)
+            lists:foldl(fun({Pid} = Row, Acc) ->
+                                true = ets:delete_object(Tab, Row),
+                                woke(Pid, Now, Acc)
+                        end, Children, ets:tab2list(Tab))
     end.
 
 %% @doc One whole tick over every connection at `Now' (monotonic ms);

@@ -12,6 +12,7 @@
          init_per_testcase/2, end_per_testcase/2]).
 -export([quiet_connection_hibernates_and_still_answers/1,
          idle_timeout_closes_a_hibernated_connection/1,
+         a_woken_connection_that_talks_is_not_idle/1,
          busy_connection_does_not_hibernate/1,
          hibernate_after_infinity_keeps_connections_awake/1,
          bad_hibernate_after_is_refused/1,
@@ -24,6 +25,7 @@ suite() -> [{timetrap, {seconds, 30}}].
 all() ->
     [quiet_connection_hibernates_and_still_answers,
      idle_timeout_closes_a_hibernated_connection,
+     a_woken_connection_that_talks_is_not_idle,
      busy_connection_does_not_hibernate,
      hibernate_after_infinity_keeps_connections_awake,
      bad_hibernate_after_is_refused,
@@ -91,6 +93,21 @@ idle_timeout_closes_a_hibernated_connection(Config) ->
     ct:log("closed ~b ms after the last Pong (idle_timeout 400)", [Ms]),
     ?assert(Ms >= 390 andalso Ms < 1500, Ms),
     sluice_test_lib:wait_info(?config(name, Config), closed, 1, 2000).
+
+%% A hibernated connection that its client wakes is watched again: pinging
+%% every 100 ms for 1.5 s after its sleep, it is not closed by an
+%% idle_timeout of 500 (the sweep must learn that it woke, or it would
+%% still count it idle since its first Ping), and it sleeps again once
+%% quiet.
+a_woken_connection_that_talks_is_not_idle(Config) ->
+    Port = ping_listener(Config, #{hibernate_after => 20, idle_timeout => 500}),
+    {ok, S} = sluice_test_lib:connect(Port),
+    ?assert(sluice_test_lib:ping_sock(S)),
+    [Pid] = sluice_test_lib:conn_pids(?config(name, Config)),
+    ok = wait_hibernated([Pid], 1000),
+    [begin timer:sleep(100), ?assert(sluice_test_lib:ping_sock(S)) end || _ <- lists:seq(1, 15)],
+    ok = wait_hibernated([Pid], 1000),
+    ?assertEqual({error, closed}, gen_tcp:recv(S, 0, 3000)).
 
 %% A connection that pings every 30 ms never stays quiet for
 %% hibernate_after (200): it is never told to hibernate while busy (its
