@@ -40,7 +40,7 @@
 %% @private
 -module(sluice_sweep).
 
--export([config/2, tick/1, new_entry/3, woke/3, sweep/3, start/1, continue/4, idle_since/1,
+-export([config/2, tick/1, new_entry/3, sweep/3, start/1, continue/4, idle_since/1,
          closing/1, woke_table/0, report_woke/1, take_woken/3]).
 
 -export_type([entry/0, children/0, config/0, progress/0, woke_table/0]).
@@ -118,10 +118,9 @@ idle_since(#entry{idle_since = Since}) ->
 closing(#entry{run = Run}) ->
     Run =:= closing.
 
-%% @doc A hibernated connection woke up (it had a message at `Now'): awake
-%% again. The message may not have been the client's, so the idle clock
+%% A hibernated connection reported by `Now' that it woke: awake
+%% again. What woke it may not have been the client, so the idle clock
 %% is left alone; the next tick reads the byte count.
--spec woke(pid(), integer(), children()) -> children().
 woke(Pid, Now, Children) ->
     case Children of
         #{Pid := #entry{run = closing}} -> Children;

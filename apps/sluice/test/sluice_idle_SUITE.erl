@@ -95,17 +95,17 @@ idle_timeout_closes_a_hibernated_connection(Config) ->
     sluice_test_lib:wait_info(?config(name, Config), closed, 1, 2000).
 
 %% A hibernated connection that its client wakes is watched again: pinging
-%% every 100 ms for 1.5 s after its sleep, it is not closed by an
-%% idle_timeout of 500 (the sweep must learn that it woke, or it would
-%% still count it idle since its first Ping), and it sleeps again once
-%% quiet.
+%% every 100 ms for 2.5 s after its sleep, it is not closed by an
+%% idle_timeout of 1000 (the sweep must learn that it woke, or it would
+%% still count it idle since its first Ping and close it 1 s in), and once
+%% quiet it sleeps again and is closed.
 a_woken_connection_that_talks_is_not_idle(Config) ->
-    Port = ping_listener(Config, #{hibernate_after => 20, idle_timeout => 500}),
+    Port = ping_listener(Config, #{hibernate_after => 20, idle_timeout => 1000}),
     {ok, S} = sluice_test_lib:connect(Port),
     ?assert(sluice_test_lib:ping_sock(S)),
     [Pid] = sluice_test_lib:conn_pids(?config(name, Config)),
     ok = wait_hibernated([Pid], 1000),
-    [begin timer:sleep(100), ?assert(sluice_test_lib:ping_sock(S)) end || _ <- lists:seq(1, 15)],
+    [begin timer:sleep(100), ?assert(sluice_test_lib:ping_sock(S)) end || _ <- lists:seq(1, 25)],
     ok = wait_hibernated([Pid], 1000),
     ?assertEqual({error, closed}, gen_tcp:recv(S, 0, 3000)).
 
