@@ -82,13 +82,12 @@ cells(#{scenario := Scs0, server := Svs0, quick := Quick}) ->
         {all, all} ->
             {ok, matrix(Quick)};
         {Scs, all} ->
-            in_matrix(Quick, fun({Sc, _}) -> lists:member(Sc, Scs) end);
+            in_matrix(Quick, fun({Sc, _}) -> lists:member(Sc, Scs) end,
+                      "no cell of the matrix has that scenario: name a server as well");
         {all, Svs} ->
-            case in_matrix(Quick, fun({_, Sv}) -> lists:member(Sv, Svs) end) of
-                {ok, Cells} -> {ok, Cells};
-                error -> {error, "no cell of the matrix has that server: "
-                                 "name a scenario as well (--scenario S --server X)"}
-            end;
+            in_matrix(Quick, fun({_, Sv}) -> lists:member(Sv, Svs) end,
+                      "no cell of the matrix has that server: "
+                      "name a scenario as well (--scenario S --server X)");
         {Scs, Svs} ->
             pairs([{Sc, Sv} || Sc <- Scs, Sv <- Svs])
     end.
@@ -105,11 +104,11 @@ matrix(false) -> sluice_bench_matrix:default().
 
 %% The matrix's cells that `Pick' keeps; the default matrix's when the
 %% quick one has none (`--quick --scenario paced').
-in_matrix(Quick, Pick) ->
+in_matrix(Quick, Pick, None) ->
     case {lists:filter(Pick, matrix(Quick)), lists:filter(Pick, matrix(false))} of
         {[_ | _] = Cells, _} -> {ok, Cells};
         {[], [_ | _] = Cells} -> {ok, Cells};
-        {[], []} -> error
+        {[], []} -> {error, None}
     end.
 
 %% Named scenarios and servers: every pair of them, in or out of the
