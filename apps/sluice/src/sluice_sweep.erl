@@ -34,6 +34,7 @@
 %% requests wait. Only a tick decides anything on an entry, so reading the
 %% reports at the start of each of its slices is as prompt as the message
 %% was.
+%%
 %% Activity is noticed at the tick after it, so the idle timeout fires
 %% between `idle_timeout' and `idle_timeout' plus two ticks after the last
 %% byte.
