@@ -71,8 +71,7 @@ for r in $(seq "$rounds"); do
             --quiet --json "$tmp/engine.json" || true
         sleep "$settle"
         read -r u1 s1 < <(group_ticks "$pid")
-        kill -TERM -- -"$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
+        stop_group "$pid"
         rate=$(sed -n 's/.*"rate": *\([0-9.]*\).*/\1/p' "$tmp/engine.json" | head -1)
         up=$(sed -n 's/.*"conns_up_at_end": *\([0-9]*\).*/\1/p' "$tmp/engine.json" | head -1)
         awk -v r="$r" -v sv="$sv" -v rate="${rate:-0}" -v up="${up:-0}" -v n="$conns" \

@@ -1,5 +1,5 @@
 # Sourced by bench/conn_cost.sh and bench/wake_cost.sh: the server's CPU
-# from /proc, and medians over rounds.
+# from /proc, stopping a server, and medians over rounds.
 
 # group_ticks PGID: user and system clock ticks of every process in the
 # process group (a server started with setsid: the VM under sluice-run and
@@ -12,6 +12,21 @@ group_ticks() {
         u=$((u + ${12})); s=$((s + ${13}))
     done
     echo "$u $s"
+}
+
+# stop_group PGID: stop a server started with setsid (SIGTERM to its whole
+# process group, so the VM drains and exits) and return once no process of
+# the group is left, killing what is left after 30 s: the next server is
+# pinned to the same core, and one that drains behind it slows its start.
+stop_group() {
+    kill -TERM -- -"$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+    local i
+    for i in $(seq 300); do
+        pgrep -g "$1" >/dev/null || return 0
+        sleep 0.1
+    done
+    kill -KILL -- -"$1" 2>/dev/null || true
 }
 
 # medians FILE KEYCOL COL...: for each value of column KEYCOL, one line

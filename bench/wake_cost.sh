@@ -9,7 +9,13 @@
 # every round:
 #
 #   sluice        bin/sluice serve --protocol ping, its defaults
-#   sluice-nohib  the same with --hibernate-after 100000
+#   sluice-nohib  the same with --hibernate-after 100000 (which also makes
+#                 the sweep tick every 5 s instead of every second)
+#   sluice-tick1  the same with --hibernate-after 100000 --idle-timeout 4000:
+#                 no hibernation, the sweep ticking every second as with
+#                 the defaults; so sluice-tick1 minus sluice-nohib is the
+#                 faster tick's share, sluice minus sluice-tick1 the
+#                 hibernation round's
 #
 # usage: bench/wake_cost.sh [ROUNDS]   (env: CONNS=5000 INTERVAL=2000)
 set -eu
@@ -27,19 +33,20 @@ pid=
 trap 'kill -TERM -- -$pid 2>/dev/null || true; rm -rf "$tmp"' EXIT
 tck=$(getconf CLK_TCK)
 
-servers=(sluice sluice-nohib)
+servers=(sluice sluice-nohib sluice-tick1)
 n=0
 for r in $(seq "$rounds"); do
     for sv in "${servers[@]}"; do
         n=$((n + 1))
         extra=()
         [ "$sv" = sluice-nohib ] && extra=(--hibernate-after 100000)
+        [ "$sv" = sluice-tick1 ] && extra=(--hibernate-after 100000 --idle-timeout 4000)
         setsid taskset -c 0 "$root/bin/sluice" serve --ip 127.0.0.1 --port 0 --protocol ping \
             "${extra[@]}" >"$tmp/server.out" 2>&1 &
         pid=$!
-        for _ in $(seq 400); do grep -qs "listening on" "$tmp/server.out" && break; sleep 0.05; done
+        for _ in $(seq 600); do grep -qs "listening on" "$tmp/server.out" && break; sleep 0.05; done
         port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$tmp/server.out" | head -1)
-        [ -n "$port" ] || { echo "$sv did not start:" >&2; cat "$tmp/server.out" >&2; exit 1; }
+        [ -n "$port" ] || { echo "$sv did not start within 30 s:" >&2; cat "$tmp/server.out" >&2; exit 1; }
         taskset -c 1 "$priv/sluice-load" --scenario ping --conns "$conns" --interval "$interval" \
             --duration 14 --port "$port" --threads 1 --quiet --json "$tmp/engine.json" \
             --source-ips "127.0.$((230 + n / 120)).$((2 * (n % 120) + 2))-127.0.$((230 + n / 120)).$((2 * (n % 120) + 3))" &
@@ -49,8 +56,7 @@ for r in $(seq "$rounds"); do
         sleep 8
         read -r u1 s1 < <(group_ticks "$pid")
         wait "$engine" || true
-        kill -TERM -- -"$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
+        stop_group "$pid"
         timeouts=$(sed -n 's/.*"timeouts": *\([0-9]*\).*/\1/p' "$tmp/engine.json" | head -1)
         awk -v r="$r" -v sv="$sv" -v n="$conns" -v iv="$interval" -v to="${timeouts:-?}" \
             -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v tck="$tck" 'BEGIN {
