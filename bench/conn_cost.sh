@@ -33,8 +33,8 @@ case $rounds in ''|*[!0-9]*|0) echo "usage: bench/conn_cost.sh [ROUNDS]" >&2; ex
 # shellcheck source=bench/cpu_lib.sh
 . "$root/bench/cpu_lib.sh"
 tmp=$(mktemp -d)
-trap 'kill $pid 2>/dev/null || true; rm -rf "$tmp"' EXIT
 pid=
+trap '[ -z "$pid" ] || stop_group "$pid"; rm -rf "$tmp"' EXIT
 tck=$(getconf CLK_TCK)
 
 start() {
@@ -52,9 +52,7 @@ start() {
                     --protocol ping >"$out" 2>&1 & ;;
     esac
     pid=$!
-    for _ in $(seq 400); do grep -qs "listening on" "$out" && break; sleep 0.05; done
-    port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$out" | head -1)
-    [ -n "$port" ] || { echo "$1 did not start:" >&2; cat "$out" >&2; exit 1; }
+    port=$(listening_port "$1" "$out")
 }
 
 servers=(sluice sluice-nohib handwritten c)

@@ -1,5 +1,5 @@
-# Sourced by bench/conn_cost.sh and bench/wake_cost.sh: the server's CPU
-# from /proc, stopping a server, and medians over rounds.
+# Sourced by bench/conn_cost.sh and bench/wake_cost.sh: a server's port
+# once it listens, its CPU from /proc, stopping it, and medians over rounds.
 
 # group_ticks PGID: user and system clock ticks of every process in the
 # process group (a server started with setsid: the VM under sluice-run and
@@ -12,6 +12,17 @@ group_ticks() {
         u=$((u + ${12})); s=$((s + ${13}))
     done
     echo "$u $s"
+}
+
+# listening_port NAME OUT: the port a server just started (writing to OUT)
+# prints in its `listening on 127.0.0.1:PORT' line, waiting up to 30 s for
+# it; if none comes, says so with what the server printed and exits 1.
+listening_port() {
+    local i port
+    for i in $(seq 600); do grep -qs "listening on" "$2" && break; sleep 0.05; done
+    port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$2" | head -1)
+    [ -n "$port" ] || { echo "$1 did not start within 30 s:" >&2; cat "$2" >&2; exit 1; }
+    echo "$port"
 }
 
 # stop_group PGID: stop a server started with setsid (SIGTERM to its whole

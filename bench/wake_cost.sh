@@ -30,7 +30,7 @@ case $rounds in ''|*[!0-9]*|0) echo "usage: bench/wake_cost.sh [ROUNDS]" >&2; ex
 . "$root/bench/cpu_lib.sh"
 tmp=$(mktemp -d)
 pid=
-trap 'kill -TERM -- -$pid 2>/dev/null || true; rm -rf "$tmp"' EXIT
+trap '[ -z "$pid" ] || stop_group "$pid"; rm -rf "$tmp"' EXIT
 tck=$(getconf CLK_TCK)
 
 servers=(sluice sluice-nohib sluice-tick1)
@@ -44,9 +44,7 @@ for r in $(seq "$rounds"); do
         setsid taskset -c 0 "$root/bin/sluice" serve --ip 127.0.0.1 --port 0 --protocol ping \
             "${extra[@]}" >"$tmp/server.out" 2>&1 &
         pid=$!
-        for _ in $(seq 600); do grep -qs "listening on" "$tmp/server.out" && break; sleep 0.05; done
-        port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$tmp/server.out" | head -1)
-        [ -n "$port" ] || { echo "$sv did not start within 30 s:" >&2; cat "$tmp/server.out" >&2; exit 1; }
+        port=$(listening_port "$sv" "$tmp/server.out")
         taskset -c 1 "$priv/sluice-load" --scenario ping --conns "$conns" --interval "$interval" \
             --duration 14 --port "$port" --threads 1 --quiet --json "$tmp/engine.json" \
             --source-ips "127.0.$((230 + n / 120)).$((2 * (n % 120) + 2))-127.0.$((230 + n / 120)).$((2 * (n % 120) + 3))" &

@@ -153,11 +153,9 @@ take_woken(Tab, Now, Children) ->
         0 ->
             Children;
         _ ->
-            %% A pid reported again between the read and its delete would
-            %% lose the second report, which says the same: it is marked
-            %% awake here. (It cannot happen: a connection reports once a
-            %% nudge, and this process sends the next only once it has
-            %% taken the report.)
+            %% A row written again between the read and its delete would
+            %% go with it, but none can be: a connection reports once a
+            %% nudge, and this process sends the next only after this.
             lists:foldl(fun({Pid} = Row, Acc) ->
                                 true = ets:delete_object(Tab, Row),
                                 woke(Pid, Now, Acc)

@@ -196,7 +196,7 @@ option_lines(Specs) ->
 
 arg(#{type := boolean}) -> "";
 arg(#{type := {enum, Atoms}}) -> " " ++ lists:join("|", [atom_to_list(A) || A <- Atoms]);
-arg(#{type := {enum_list, Atoms}}) -> " " ++ lists:join("|", [atom_to_list(A) || A <- Atoms]) ++ ",...";
+arg(#{type := {enum_list, Atoms}} = S) -> arg(S#{type := {enum, Atoms}}) ++ ",...";
 arg(#{type := {choice, Names}}) -> " " ++ lists:join("|", Names);
 arg(#{meta := Meta}) -> " " ++ Meta;
 arg(#{type := ip}) -> " IP";

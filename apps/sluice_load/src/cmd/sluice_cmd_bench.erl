@@ -114,13 +114,13 @@ in_matrix(Quick, Pick, None) ->
 %% Named scenarios and servers: every pair of them, in or out of the
 %% matrix, except those the server cannot run. One pair that cannot run is
 %% an error; among several, it is left out with a line saying so.
-pairs([Cell]) ->
-    case check(Cell) of
+pairs([{Sc, Sv} = Cell]) ->
+    case sluice_bench_matrix:check_cell(Sc, Sv) of
         ok -> {ok, [Cell]};
         {error, _} = E -> E
     end;
 pairs(Cells) ->
-    Checked = [{Cell, check(Cell)} || Cell <- Cells],
+    Checked = [{Cell, sluice_bench_matrix:check_cell(Sc, Sv)} || {Sc, Sv} = Cell <- Cells],
     case [Cell || {Cell, ok} <- Checked] of
         [] ->
             {error, "none of those servers can run those scenarios"};
@@ -129,6 +129,3 @@ pairs(Cells) ->
                  || {{Sc, Sv}, {error, Why}} <- Checked],
             {ok, Runnable}
     end.
-
-check({Sc, Sv}) ->
-    sluice_bench_matrix:check_cell(Sc, Sv).
