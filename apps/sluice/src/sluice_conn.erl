@@ -40,6 +40,8 @@
 -compile({inline, [uncollected/2]}).
 
 -export([template/2, init/3, wake/1, unpark/5]).
+%% the adaptive grant's rule, a pure function (sluice_conn_tests)
+-export([adapt_grant/5]).
 
 -export_type([template/0]).
 
@@ -414,12 +416,8 @@ passive(S) ->
 top_up(Left, Size, S = #s{t = T, ts = TS, grant = G, grant_min = Min, grant_max = Max}) ->
     G2 = case Min =:= Max of
              true -> G;
-             false ->
-                 case T:output_queued(TS) of
-                     true -> Min;
-                     false when S#s.exhausted; Size < S#s.small_read -> min(2 * G, Max);
-                     false -> G
-                 end
+             false -> adapt_grant(G, Min, Max, T:output_queued(TS),
+                                  S#s.exhausted orelse Size < S#s.small_read)
          end,
     case G2 > Left of
         true ->
@@ -429,6 +427,16 @@ top_up(Left, Size, S = #s{t = T, ts = TS, grant = G, grant_min = Min, grant_max 
             %% the credit falls under the new grant's half.
             loop(S#s{credit = Left, grant = G2, exhausted = false})
     end.
+
+%% @doc The adaptive grant after `G' (top_up/3): the minimum when the
+%% connection's output has backed up, twice `G' (up to the maximum) when
+%% the client wants more (the grant ran out, or its reads are small),
+%% otherwise `G'.
+-spec adapt_grant(pos_integer(), pos_integer(), pos_integer(), boolean(), boolean()) ->
+          pos_integer().
+adapt_grant(_G, Min, _Max, true, _WantsMore) -> Min;
+adapt_grant(G, _Min, Max, false, true) -> min(2 * G, Max);
+adapt_grant(G, _Min, _Max, false, false) -> G.
 
 rearm(Mode, S) ->
     case activate(Mode, S) of
