@@ -99,10 +99,9 @@ never_reading_client_is_cut_by_send_timeout(Config) ->
 %% active and read size): each client is blocked long before 32 MB, the
 %% server's memory grows by less than 20 x active x read size + 64 MiB (for
 %% `adaptive', its smallest grant), no mailbox holds more chunks of data
-%% than the largest grant a connection had (nor other messages piled up
-%% beside them), and once the clients close
-%% every connection ends and the memory returns to within 16 MiB of its
-%% baseline.
+%% than the largest grant its connection had (nor other messages piled up
+%% beside them), and once the clients close every connection ends and the
+%% memory returns to within 16 MiB of its baseline.
 never_reading_clients_are_held_back_by_tcp(Config) ->
     Peer = ?config(peer, Config),
     {ok, _} = peer:call(Peer, sluice, start_listener,
