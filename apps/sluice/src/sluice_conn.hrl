@@ -1,6 +1,7 @@
 %% The state of a connection process, shared by sluice_conn (the loop),
 %% sluice_conn_handler (the calls into the handler) and sluice_conn_close
-%% (the ways a connection ends). Private to those three modules.
+%% (the ways a connection ends). Private to those three modules (a test,
+%% sluice_pressure_SUITE, reads `#s.grant' from its trace of them).
 
 -record(s, {t :: module(),
             ts :: sluice_transport:tstate() | undefined,
