@@ -109,6 +109,16 @@ recv_line(S) ->
     ok = inet:setopts(S, [{packet, raw}]),
     R.
 
+%% The next report from the connection process Pid (its pid is the second
+%% element of every sluice_api_handler report). Reports from one process
+%% arrive in the order it sent them, so taking them one by one checks the
+%% order of the callbacks; a selective receive of each would not.
+next_report(Pid) ->
+    receive
+        M when is_tuple(M), tuple_size(M) >= 2, element(2, M) =:= Pid -> M
+    after 5000 -> error({no_report_from, Pid})
+    end.
+
 %% The messages queued for this process that match Pred.
 queued(Pred) ->
     {messages, Ms} = process_info(self(), messages),
@@ -154,15 +164,19 @@ result_timeout_calls_handle_timeout_and_any_result_clears_it(Config) ->
     receive {timeout, Pid} -> error(timeout_not_cleared) after 600 -> ok end.
 
 %% A handler without handle_timeout/1 that asks for a timeout is closed
-%% with reason `timeout' when it passes.
+%% with reason `timeout' when it passes. (close_reasons counts every
+%% reason it does not know as `handler': the reason itself is read from
+%% terminate/2.)
 without_handle_timeout_the_connection_closes_with_reason_timeout(Config) ->
     Name = ?config(name, Config),
-    _ = sluice_test_lib:start_listener(Name, #{handler => {sluice_timeout_handler, 150}}),
+    _ = sluice_test_lib:start_listener(Name, #{handler => {sluice_timeout_handler,
+                                                           {150, self()}}}),
     {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
     T0 = erlang:monotonic_time(millisecond),
     ok = sluice_test_lib:expect_closed(S, 3000),
     Ms = erlang:monotonic_time(millisecond) - T0,
     ?assert(Ms >= 140 andalso Ms < 2000, Ms),
+    ?expect({terminate, _, timeout}),
     ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
     ?assertMatch(#{close_reasons := #{handler := 1}}, sluice:info(Name)).
 
@@ -267,8 +281,9 @@ peer_close_calls_handle_close_before_terminate(Config) ->
     Name = ?config(name, Config),
     {S, Pid} = api(Config, #{}),
     ok = gen_tcp:close(S),
-    ?expect({peer_closed, Pid}),
-    ?expect({terminate, Pid, closed}),
+    %% In this order, and nothing between them (no handle_error/2).
+    ?assertEqual({peer_closed, Pid}, next_report(Pid)),
+    ?assertEqual({terminate, Pid, closed}, next_report(Pid)),
     ?assertEqual([], queued(fun({error, P, _}) -> P =:= Pid; (_) -> false end)),
     ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
     ?assertMatch(#{close_reasons := #{peer_closed := 1}}, sluice:info(Name)).
@@ -282,8 +297,10 @@ crash_calls_handle_error_then_terminate_and_is_counted(Config) ->
     {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
     Pid = receive {init, P, _} -> P after 5000 -> error(no_init) end,
     ok = gen_tcp:send(S, <<"crash">>),
-    ?expect({error, Pid, {crash, error, asked_to_crash, _}}),
-    ?expect({terminate, Pid, asked_to_crash}),
+    %% In this order: the data that crashed it, handle_error/2, terminate/2.
+    ?assertEqual({data, Pid, <<"crash">>}, next_report(Pid)),
+    ?assertMatch({error, Pid, {crash, error, asked_to_crash, _}}, next_report(Pid)),
+    ?assertEqual({terminate, Pid, asked_to_crash}, next_report(Pid)),
     ok = sluice_test_lib:expect_closed(S, 2000),
     ok = sluice_test_lib:wait_info(Name, connections, 1, 2000),
     ?assertMatch(#{close_reasons := #{crashed := 1}}, sluice:info(Name)),

@@ -273,7 +273,21 @@ child_spec_embeds_listener_in_user_supervisor(Config) ->
     stop_sup(Sup),
     sluice_test_lib:wait_until(fun() -> sluice:info(Name) =:= {error, not_found} end, 5000),
     sluice_test_lib:expect_closed(S, 2000),
-    ?assertEqual({error, econnrefused}, sluice_test_lib:connect(Port)).
+    ?assertEqual({error, econnrefused}, sluice_test_lib:connect(Port)),
+    %% drain/2 on an embedded listener (a fresh one: a drain is for good,
+    %% it stops accepting): its connection is told (FIN), and the drain
+    %% returns once the client has gone.
+    {ok, Sup2} = supervisor:start_link(?MODULE, Spec),
+    unlink(Sup2),
+    S2 = connect(sluice_test_lib:port(Name)),
+    ?assert(echo_ok(S2)),
+    Self = self(),
+    spawn_link(fun() -> Self ! {drained, sluice:drain(Name, 5000)} end),
+    ?assertEqual({error, closed}, gen_tcp:recv(S2, 0, 2000)),
+    ok = gen_tcp:close(S2),
+    ?assertEqual({ok, 0}, receive {drained, R} -> R after 5000 -> error(drain_stuck) end),
+    ?assertMatch(#{status := suspended, connections := 0}, sluice:info(Name)),
+    stop_sup(Sup2).
 
 stop_sup(Sup) ->
     MRef = erlang:monitor(process, Sup),
