@@ -54,14 +54,25 @@ listeners(Config) ->
 %% connection's pid, before the handler sees data; stop: `#{duration,
 %% monotonic_time}' where duration is the time since start (native units),
 %% `#{listener, pid, reason}', reason `closed' when the client closed.
+%% The handler (sluice_test_handler, an echo) tells this process of its
+%% init from the connection's process, which emits the start event too:
+%% the start event must come first in this mailbox.
 start_and_stop_of_a_connection_the_client_closes(Config) ->
     Name = ?config(name, Config),
-    sluice_test_lib:start_listener(Name, #{handler => {sluice_proto_echo, []}}),
+    sluice_test_lib:start_listener(Name, #{handler => {sluice_test_handler,
+                                                       #{test_pid => self()}}}),
     Before = erlang:monotonic_time(),
     {ok, Sock} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
     ok = gen_tcp:send(Sock, <<"hello">>),
     {ok, <<"hello">>} = gen_tcp:recv(Sock, 5, ?WAIT),
-    {Start, StartMeta} = event([sluice, connection, start], Name),
+    First = receive
+                {telemetry, [sluice, connection, start], M, #{listener := Name} = Md} -> {M, Md};
+                {sluice_test_handler, {init, _}} -> handler_init_first
+            after ?WAIT -> ct:fail({no_event, [sluice, connection, start], Name})
+            end,
+    ?assertNotEqual(handler_init_first, First),
+    {Start, StartMeta} = First,
+    receive {sluice_test_handler, {init, _}} -> ok after ?WAIT -> ct:fail(no_init) end,
     ?assertEqual([monotonic_time, system_time], lists:sort(maps:keys(Start))),
     #{monotonic_time := Started, system_time := SystemTime} = Start,
     ?assert(Started >= Before),
@@ -123,7 +134,11 @@ a_failed_accept_is_an_event(Config) ->
 %% With telemetry gone from the code path, refresh/0 (which a listener's
 %% connection supervisors call when they start) finds it absent: the same
 %% traffic as above, a failed accept included, works, and nothing tries
-%% to call it (the module is not loaded again, which a call would do).
+%% to call it. (Its directory is off the code path, so a call could not
+%% load it again: a call shows only as one to the error handler, which
+%% raises undef, and a `catch' around the call would hide that; calls to
+%% the error handler for telemetry are traced in every process started
+%% from here on, the listener's.)
 without_telemetry_nothing_is_called_and_nothing_breaks(Config) ->
     Name = ?config(name, Config),
     Dir = filename:dirname(code:which(telemetry)),
@@ -137,6 +152,8 @@ without_telemetry_nothing_is_called_and_nothing_breaks(Config) ->
         _ = code:purge(telemetry),
         ?assertNot(sluice_telemetry:refresh()),
         ?assertNot(sluice_telemetry:enabled()),
+        1 = erlang:trace_pattern({error_handler, undefined_function, 3}, true, [global]),
+        _ = erlang:trace(new_processes, true, [call, {tracer, self()}]),
         sluice_test_lib:start_listener(Name, #{handler => {sluice_test_handler, #{}},
                                               transport => sluice_faulty_transport,
                                               num_acceptors => 1}),
@@ -158,8 +175,15 @@ without_telemetry_nothing_is_called_and_nothing_breaks(Config) ->
         ?assertEqual(false, code:is_loaded(telemetry)),
         receive {telemetry, _, _, _} = Event -> ct:fail({unexpected, Event})
         after 200 -> ok
+        end,
+        receive
+            {trace, Pid, call, {error_handler, undefined_function, [telemetry | _] = Call}} ->
+                ct:fail({telemetry_called, Pid, Call})
+        after 0 -> ok
         end
     after
+        _ = erlang:trace(new_processes, false, [call]),
+        _ = erlang:trace_pattern({error_handler, undefined_function, 3}, false, [global]),
         true = code:add_patha(Dir),
         {module, telemetry} = code:ensure_loaded(telemetry),
         true = sluice_telemetry:refresh()

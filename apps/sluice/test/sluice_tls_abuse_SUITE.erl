@@ -248,9 +248,14 @@ garbage_client_hellos_close_only_their_connections(Config) ->
 %% 20 clients each write a v2 PROXY header (with TLVs) in random pieces
 %% of 1..3 bytes, 5 ms apart, then make their TLS handshake on the same
 %% socket and pipeline acks: every one is served and its handler sees its
-%% own source address; bystanders served; nothing left.
+%% own source address; bystanders served; nothing left. (The ack handler
+%% sits behind sluice_conn_report_handler, which reports each conn() to
+%% this process: the acks alone would pass with the header lost.)
 proxy_headers_split_across_reads_are_served(Config) ->
-    Port = listener(Config, #{proxy_protocol => true}),
+    Port = listener(Config, #{proxy_protocol => true,
+                              handler => {sluice_conn_report_handler,
+                                          #{test_pid => self(),
+                                            then => {sluice_proto_ack, #{ack => each}}}}}),
     {Results, Delta, VM0, VM1} =
         with_bystanders(Config, Port,
                         fun(_) ->
@@ -261,7 +266,29 @@ proxy_headers_split_across_reads_are_served(Config) ->
                         end),
     ?assertEqual([ok || _ <- Results], Results),
     ?assertMatch(#{accepted := 20, close_reasons := #{peer_closed := 20}}, Delta),
+    %% Every handler's conn() had its client's header: the 20 sources and
+    %% unique ids, each once (the bystanders' v1 headers come from
+    %% 10.9.9.x and carry no TLVs).
+    Reported = reported_proxies(),
+    ct:log("proxy of every handler: ~p", [Reported]),
+    ?assertEqual(lists:sort([{{{10, 9, 9, I}, 9000 + I}, none} || I <- lists:seq(1, ?BYSTANDERS)]
+                            ++ [{{{10, 0, 0, I}, 1000 + I}, <<I:32>>} || I <- lists:seq(1, 20)]),
+                 lists:sort(Reported)),
     back_to_baseline(VM0, VM1).
+
+%% {Source, UniqueId} of every handler's conn() reported so far.
+reported_proxies() ->
+    receive
+        {sluice_conn, _, Conn, _} ->
+            Proxy = maps:get(proxy, Conn, none),
+            Source = case Proxy of #{source := S} -> S; _ -> none end,
+            Id = case Proxy of
+                     #{tlvs := TLVs} -> proplists:get_value(unique_id, TLVs, none);
+                     _ -> none
+                 end,
+            [{Source, Id} | reported_proxies()]
+    after 0 -> []
+    end.
 
 split_header_client(Config, Port, I) ->
     Header = sluice_proxy_header:encode(#{version => 2, command => proxy, transport => tcp4,
