@@ -152,6 +152,11 @@ flood_against_echo(Config) ->
     ?assert(get(J, messages) > 1000),
     ?assert(get(J, bytes) > 6000),
     ?assert(get(J, writes) > 1000),
+    %% every write of the 6-byte message counted, not just some: the
+    %% bytes written are the writes' (a count of a few per wakeup is
+    %% still above 1000)
+    ?assertEqual(get(J, writes) * 6, get(J, sent_bytes)),
+    ?assertEqual(get(J, bytes) div 6, get(J, messages)),
     ?assert(get(J, rate) > 0),
     ?assertEqual(0, get(J, errors)).
 
@@ -211,10 +216,23 @@ connect_probe_ping(Config) ->
                          "--duration", "0.5"]),
     ?assertEqual(100, get(J, messages)),
     ?assertEqual(<<"ping">>, get(J, probe)),
-    ?assertEqual(0, get(J, errors)).
+    ?assertEqual(0, get(J, errors)),
+    %% against a ping server the figures are those of a TCP connect; a
+    %% server that accepts but never answers Pong (the ack protocol reads
+    %% "Ping\n" as half a header) tells them apart: nothing established
+    Silent = start_ref(Config, ["--protocol", "ack"]),
+    {3, J2} = load(Config, ["--scenario", "connect", "--probe", "ping",
+                            "--port", Silent, "--conns", "3",
+                            "--connect-timeout", "300"]),
+    ?assertEqual(0, get(J2, messages)),
+    ?assertEqual(3, get(get(J2, connect), handshakes)),
+    ?assertEqual(#{<<"ETIMEDOUT">> => 3}, get(J2, failures)).
 
 %% Source addresses are used round-robin (bind with
-%% IP_BIND_ADDRESS_NO_PORT before connect).
+%% IP_BIND_ADDRESS_NO_PORT before connect). One thread opening one
+%% connection at a time connects in index order, so the order the server
+%% accepts them shows the rotation (two each in blocks gives the same
+%% counts per address).
 source_ips_round_robin(Config) ->
     {ok, L} = gen_tcp:listen(0, [binary, {active, false}, {reuseaddr, true}]),
     {ok, Port} = inet:port(L),
@@ -222,12 +240,14 @@ source_ips_round_robin(Config) ->
     spawn_link(fun() -> collect_peers(L, 6, Self, []) end),
     J = load_ok(Config, ["--scenario", "connect", "--port", itoa(Port),
                          "--conns", "6", "--duration", "0.2",
+                         "--threads", "1", "--connect-concurrency", "1",
                          "--source-ips", "127.0.0.2-4"]),
     ?assertEqual(6, get(J, messages)),
     Peers = receive {peers, Ps} -> Ps after 5000 -> ct:fail(no_peers) end,
-    ?assertEqual([{127, 0, 0, 2}, {127, 0, 0, 2}, {127, 0, 0, 3},
-                  {127, 0, 0, 3}, {127, 0, 0, 4}, {127, 0, 0, 4}],
-                 lists:sort(Peers)).
+    %% collect_peers/4 gathers them last first
+    ?assertEqual([{127, 0, 0, 2}, {127, 0, 0, 3}, {127, 0, 0, 4},
+                  {127, 0, 0, 2}, {127, 0, 0, 3}, {127, 0, 0, 4}],
+                 lists:reverse(Peers)).
 
 %% The sockets stay open until the engine is done with them (a close by
 %% the server is an error of the run).
@@ -328,7 +348,16 @@ help_documents_every_option(Config) ->
             "--json", "--quiet", "--connect-timeout", "--probe",
             "--progress"],
     [?assertNotEqual(nomatch, string:find(Out, O ++ " ")) || O <- Opts],
-    ?assert(length(string:split(Out, "default:", all)) > 15).
+    ?assert(length(string:split(Out, "default:", all)) > 15),
+    %% each default of the engine's own table (--options-json) on its
+    %% option's line: a count of "default:" lets a few go missing
+    {0, Table} = run(Config, "sluice-load", ["--options-json"], 5000),
+    {ok, #{<<"options">> := Specs}} = sluice_json:decode(list_to_binary(Table)),
+    Defaults = [{N, D} || #{<<"name">> := N, <<"default">> := D} <- Specs],
+    ?assert(length(Defaults) > 15),
+    ?assertEqual([], [N || {N, D} <- Defaults,
+                           re:run(Out, ["^  --", N, " .*\\[default: \\Q", D, "\\E\\]$"],
+                                  [multiline]) =:= nomatch]).
 
 %% Nothing listens: every attempt fails with ECONNREFUSED, exit 3.
 closed_port_counts_econnrefused_and_exits_3(Config) ->

@@ -98,7 +98,11 @@ nodes_run_engines_on_local_peers(Config) ->
 remote_hosts_path_with_a_stand_in_for_ssh(Config) ->
     Port = start_ref(Config),
     Ssh = filename:join(?config(priv_dir, Config), "fake-ssh"),
-    ok = file:write_file(Ssh, "#!/bin/sh\n# drops the host, runs the rest here\nshift\nexec \"$@\"\n"),
+    %% the stand-in logs each host it is asked for: node names alone would
+    %% not show that the nodes were started through it
+    Log = filename:join(?config(priv_dir, Config), "fake-ssh.log"),
+    ok = file:write_file(Ssh, ["#!/bin/sh\n# logs the host, drops it, runs the rest here\n"
+                               "echo \"$1\" >> '", Log, "'\nshift\nexec \"$@\"\n"]),
     ok = file:change_mode(Ssh, 8#755),
     {ok, Here} = inet:gethostname(),
     J = load_ok(Config, ["--scenario", "ping", "--nodes", "localhost," ++ Here, "--ssh", Ssh,
@@ -108,6 +112,8 @@ remote_hosts_path_with_a_stand_in_for_ssh(Config) ->
     ?assertMatch([<<"sluice_load_", _/binary>>, <<"sluice_load_", _/binary>>], Nodes),
     ?assertEqual(lists:sort([<<"localhost">>, list_to_binary(Here)]),
                  lists:sort([lists:last(binary:split(N, <<"@">>)) || N <- Nodes])),
+    {ok, Logged} = file:read_file(Log),
+    ?assertEqual(lists:sort(["localhost", Here]), lists:sort(string:lexemes(binary_to_list(Logged), "\n"))),
     ?assertEqual(10, get(established, get(connect, J))).
 
 %% The scale scenario: 2,000 connections from 2 engines on 2 source
