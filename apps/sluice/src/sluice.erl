@@ -175,15 +175,25 @@ suspend(Name) ->
                            end
                    end).
 
-%% @doc Accept again, on the same port.
+%% @doc Accept again, on the same port. After a drain, the connections
+%% accepted from now on are served as usual (those it told still close).
 -spec resume(name()) -> ok | {error, term()}.
 resume(Name) ->
     with_sup(Name, fun(Sup) ->
+                           ok = resume_conns_sups(Name),
                            case restart(Sup, sluice_listen_sockets) of
                                ok -> restart(Sup, sluice_acceptors_sup);
                                Error -> Error
                            end
                    end).
+
+%% Each connection supervisor stops draining the connections it starts
+%% (one restarted since has no drain to stop).
+resume_conns_sups(Name) ->
+    #{num_conns_sups := NS} = sluice_registry:lookup(Name, opts),
+    _ = [sluice_conns_sup:resume(Sup)
+         || I <- lists:seq(1, NS), Sup <- [sluice_registry:conns_sup(Name, I)], is_pid(Sup)],
+    ok.
 
 restart(Sup, Child) ->
     case supervisor:restart_child(Sup, Child) of

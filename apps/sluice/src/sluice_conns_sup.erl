@@ -20,7 +20,7 @@
 %% @private
 -module(sluice_conns_sup).
 
--export([start_link/2, start_connection/3, drain/2]).
+-export([start_link/2, start_connection/3, drain/2, resume/1]).
 -export([init/3]).
 -export([system_continue/3, system_terminate/4, system_code_change/4]).
 
@@ -36,6 +36,11 @@
              %% sent to (a connection that parked just before it is drained
              %% as soon as its socket arrives here)
              drain = none :: none | {integer(), sluice_sweep:children()},
+             %% whether a connection started now is drained too: from a
+             %% drain (which stopped the acceptors first, so a start that
+             %% comes after it was accepted before) until the listener
+             %% accepts again (resume/1)
+             drain_new = false :: boolean(),
              tick :: pos_integer() | infinity,
              sweep :: sluice_sweep:config(),
              %% a tick in progress, done in slices between messages
@@ -80,6 +85,19 @@ start_connection(Sup, T, Sock) ->
 drain(Sup, Deadline) ->
     Sup ! {sluice_drain, Deadline},
     ok.
+
+%% @doc The listener accepts again (sluice:resume/1): connections started
+%% from now on are not drained (those told before still are). A call, made
+%% before the acceptors start again, so that no connection they accept
+%% reaches this supervisor before it.
+-spec resume(pid()) -> ok.
+resume(Sup) ->
+    try gen:call(Sup, '$gen_call', sluice_resume, infinity) of
+        {ok, ok} -> ok
+    catch
+        %% Gone: the one that replaces it starts with no drain.
+        exit:_ -> ok
+    end.
 
 -spec init(pid(), sluice_listener_sup:listener(), pos_integer()) -> no_return().
 init(Parent, Listener = #{name := Name, transport := T, stats := Stats}, Index) ->
@@ -135,12 +153,12 @@ handle({sluice_start, Sock}, St = #st{children = Children}) ->
     Now = now_ms(),
     Entry = sluice_sweep:new_entry(Sock, Now, Now),
     case St#st.drain of
-        none ->
-            St#st{children = Children#{Pid => Entry}};
-        {Deadline, Drained} ->
+        {Deadline, Drained} when St#st.drain_new ->
             %% Accepted just before the listener stopped accepting.
             Pid ! {sluice_drain, Deadline},
-            St#st{children = Children#{Pid => Entry}, drain = {Deadline, Drained#{Pid => Entry}}}
+            St#st{children = Children#{Pid => Entry}, drain = {Deadline, Drained#{Pid => Entry}}};
+        _ ->
+            St#st{children = Children#{Pid => Entry}}
     end;
 handle({'EXIT', Pid, Reason}, St = #st{children = Children}) ->
     case maps:take(Pid, Children) of
@@ -160,8 +178,11 @@ handle({timeout, _TRef, sluice_sweep}, St = #st{children = Children}) ->
 handle({sluice_drain, Deadline}, St = #st{children = Children}) ->
     _ = [Pid ! {sluice_drain, Deadline} || Pid <- maps:keys(Children)],
     lists:foldl(fun(Sock, Acc) -> unpark(Sock, {sluice_drain, Deadline}, Acc) end,
-                St#st{drain = {Deadline, Children}},
+                St#st{drain = {Deadline, Children}, drain_new = true},
                 sluice_parking:sockets(St#st.parked));
+handle({'$gen_call', From, sluice_resume}, St) ->
+    gen:reply(From, ok),
+    St#st{drain_new = false};
 handle({'$gen_call', From, Req}, St) ->
     gen:reply(From, call(Req, St)),
     St;

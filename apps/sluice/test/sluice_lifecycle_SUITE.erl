@@ -26,6 +26,7 @@
          drain_sends_pending_acks_then_fin/1,
          drain_flushes_mailbox_then_fin/1,
          drain_closes_what_is_left_at_the_deadline/1,
+         resume_after_drain_serves_new_connections/1,
          port_can_be_bound_again_right_after_stop/1,
          two_listen_sockets_share_the_port/1]).
 
@@ -47,6 +48,7 @@ groups() ->
                   drain_sends_pending_acks_then_fin,
                   {group, drain_modes},
                   drain_closes_what_is_left_at_the_deadline,
+                  resume_after_drain_serves_new_connections,
                   port_can_be_bound_again_right_after_stop]},
      {drain_modes, [], [{group, M} || M <- [active_false, active_once, active_100, active_true]]},
      {active_false, [], [drain_flushes_mailbox_then_fin]},
@@ -274,9 +276,9 @@ child_spec_embeds_listener_in_user_supervisor(Config) ->
     sluice_test_lib:wait_until(fun() -> sluice:info(Name) =:= {error, not_found} end, 5000),
     sluice_test_lib:expect_closed(S, 2000),
     ?assertEqual({error, econnrefused}, sluice_test_lib:connect(Port)),
-    %% drain/2 on an embedded listener (a fresh one: a drain is for good,
-    %% it stops accepting): its connection is told (FIN), and the drain
-    %% returns once the client has gone.
+    %% drain/2 on an embedded listener (a fresh one, the first is gone):
+    %% its connection is told (FIN), and the drain returns once the client
+    %% has gone.
     {ok, Sup2} = supervisor:start_link(?MODULE, Spec),
     unlink(Sup2),
     S2 = connect(sluice_test_lib:port(Name)),
@@ -427,6 +429,34 @@ drain_calls_handle_drain(Config) ->
                              after 2000 -> none end || _ <- Socks]),
     ?assertEqual(Conns, Terminated),
     ?assertEqual({error, not_found}, sluice:info(Name)).
+
+%% drain/2 suspends the listener and tells its connections; resume/1
+%% after it accepts again, and a connection accepted from then on is
+%% served as usual: not told to drain, still open after a while. (The
+%% connection supervisors kept draining every connection they started
+%% until 2026-11-27.)
+resume_after_drain_serves_new_connections(Config) ->
+    Name = ?config(name, Config),
+    Port = echo_listener(Config, #{handler => {sluice_test_handler, #{test_pid => self()}}}),
+    Old = connect(Port),
+    ?assert(echo_ok(Old)),
+    OldPid = receive {sluice_test_handler, {init, P}} -> P after 2000 -> error(no_init) end,
+    Self = self(),
+    spawn_link(fun() -> Self ! {drained, sluice:drain(Name, 5000)} end),
+    ?assertEqual({error, closed}, gen_tcp:recv(Old, 0, 2000)),
+    ok = gen_tcp:close(Old),
+    ?assertEqual({ok, 0}, receive {drained, R} -> R after 5000 -> error(drain_stuck) end),
+    receive {sluice_test_handler, {drain, OldPid}} -> ok after 0 -> error(old_not_told) end,
+    ok = sluice:resume(Name),
+    New = connect(Port),
+    ?assert(echo_ok(New)),
+    NewPid = receive {sluice_test_handler, {init, P2}} -> P2 after 2000 -> error(no_init) end,
+    timer:sleep(200),
+    ?assert(echo_ok(New)),
+    receive {sluice_test_handler, {drain, NewPid}} -> error(new_connection_drained)
+    after 0 -> ok
+    end,
+    ?assertMatch(#{status := running, connections := 1}, sluice:info(Name)).
 
 %% Default drain (no handle_drain/1) on the ack protocol: a client that has
 %% written frames and not read a single ack yet still gets every ack, in
