@@ -349,16 +349,35 @@ idle_means_no_bytes_from_the_client(Config) ->
 
 %% framing => line: handle_data/2 gets one line at a time, without its
 %% delimiter, however the bytes were split; the replies to one chunk's
-%% lines go out together.
+%% lines go out together. The client cannot tell one send from two (TCP
+%% joins them), so the connection's calls to its transport's send/2 are
+%% traced: one for the two lines of the first chunk, one for the second.
+%% The second chunk is sent once the first one's replies are in, so that
+%% the two are not read as one.
 line_framing_delivers_whole_lines(Config) ->
     {S, Pid} = api(Config, #{framing => line}),
+    T = sluice_transport:module(sluice_test_lib:transport()),
+    1 = erlang:trace_pattern({T, send, 2}, true, [global]),
+    1 = erlang:trace(Pid, true, [call]),
     ok = gen_tcp:send(S, <<"echo a\necho b\nech">>),
+    ?assertEqual([{ok, <<"a\n">>}, {ok, <<"b\n">>}], [recv_line(S) || _ <- [a, b]]),
     ok = gen_tcp:send(S, <<"o c\n">>),
-    ?assertEqual([{ok, <<"a\n">>}, {ok, <<"b\n">>}, {ok, <<"c\n">>}],
-                 [recv_line(S) || _ <- [a, b, c]]),
+    ?assertEqual({ok, <<"c\n">>}, recv_line(S)),
+    _ = erlang:trace(Pid, false, [call]),
+    _ = erlang:trace_pattern({T, send, 2}, false, [global]),
+    Ref = erlang:trace_delivered(Pid),
+    ?expect({trace_delivered, Pid, Ref}),
     ?expect({data, Pid, <<"echo a">>}),
     ?expect({data, Pid, <<"echo b">>}),
-    ?expect({data, Pid, <<"echo c">>}).
+    ?expect({data, Pid, <<"echo c">>}),
+    ?assertEqual([<<"a\nb\n">>, <<"c\n">>], sends(Pid, T)).
+
+%% The data of Pid's traced calls to T:send/2, in order.
+sends(Pid, T) ->
+    receive
+        {trace, Pid, call, {T, send, [_, Out]}} -> [iolist_to_binary(Out) | sends(Pid, T)]
+    after 0 -> []
+    end.
 
 %% framing => {length, 4}: a frame split over many writes arrives whole.
 length_framing_delivers_whole_frames_across_chunks(Config) ->

@@ -134,16 +134,36 @@ nudges(Pid, Wait) ->
     end.
 
 %% hibernate_after infinity (and no idle timeout): nothing is swept, the
-%% connection stays in its receive loop.
+%% connection stays in its receive loop. Watching the connection alone
+%% cannot show "never": a sweep that took infinity for some finite time
+%% would first hibernate it two of its ticks later (up to 2 x 5 s), so
+%% what each connection supervisor's sweep decided is read too (sys
+%% state): hibernate_after infinity, and no tick at all.
 hibernate_after_infinity_keeps_connections_awake(Config) ->
     Port = ping_listener(Config, #{hibernate_after => infinity, idle_timeout => infinity}),
+    Sweeps = sweep_configs(?config(name, Config)),
+    ?assertNotEqual([], Sweeps),
+    [begin
+         ?assertMatch(#{hibernate_after := infinity, idle := infinity}, Sweep),
+         ?assertEqual(infinity, sluice_sweep:tick(Sweep))
+     end || Sweep <- Sweeps],
     {ok, S} = sluice_test_lib:connect(Port),
     ?assert(sluice_test_lib:ping_sock(S)),
     [Pid] = sluice_test_lib:conn_pids(?config(name, Config)),
+    1 = erlang:trace(Pid, true, ['receive']),
     timer:sleep(300),
+    ?assertEqual(0, nudges(Pid, 0)),
     ?assertNot(hibernated(Pid)),
     ?assert(sluice_test_lib:ping_sock(S)),
     ok = gen_tcp:close(S).
+
+%% The sweep settings (sluice_sweep:config/2) each connection supervisor of
+%% listener Name runs with: the one map in its state with a
+%% hibernate_after key.
+sweep_configs(Name) ->
+    [Sweep || Sup <- sluice_test_lib:conns_sups(Name),
+              Sweep <- tuple_to_list(sys:get_state(Sup)),
+              is_map(Sweep), is_map_key(hibernate_after, Sweep)].
 
 %% A bad hibernate_after is refused with an error that names it.
 bad_hibernate_after_is_refused(_Config) ->

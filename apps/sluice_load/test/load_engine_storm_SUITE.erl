@@ -43,7 +43,8 @@ end_per_testcase(_Case, Config) -> sluice_load_test_lib:stop_reaper(Config).
 
 %% 500 connections, each pinged; all closed by the client and reopened at
 %% once: every one back (Pong) in both waves, with the figures a user reads
-%% (time until all back, latency, failures, kernel counters).
+%% (time until all back, latency, failures, kernel counters). Back means
+%% Pong: against a server that never answers, nothing is.
 storm_reestablishes_every_connection(Config) ->
     Port = start_ref(Config, ["--protocol", "ping"]),
     {0, J} = load(Config, ["--scenario", "storm", "--port", Port,
@@ -79,7 +80,19 @@ storm_reestablishes_every_connection(Config) ->
     ?assert(get(K, listen_drops) >= 0),
     ?assert(get(get(J, kernel), listen_overflows) >= 0),
     %% both waves' connections, as the generic connect figures
-    ?assertEqual(1000, get(get(J, connect), established)).
+    ?assertEqual(1000, get(get(J, connect), established)),
+    %% against a ping server "back" and a TCP handshake look the same; a
+    %% server that accepts but never answers Pong (the ack protocol reads
+    %% "Ping\n" as half a header) tells them apart: wave 1 has its
+    %% handshakes, nothing is back, there is no wave 2
+    Silent = start_ref(Config, ["--protocol", "ack"]),
+    {3, J2} = load(Config, ["--scenario", "storm", "--port", Silent,
+                            "--conns", "3", "--connect-timeout", "300"]),
+    S2 = get(J2, storm),
+    ?assertEqual(<<"open">>, get(S2, reached)),
+    ?assertEqual(3, get(get(S2, open), handshakes)),
+    ?assertEqual(0, get(get(S2, open), back)),
+    ?assertEqual(#{<<"ETIMEDOUT">> => 3}, get(get(S2, open), failures)).
 
 %% --probe none: back as soon as the handshake is done.
 storm_without_probe_counts_handshakes(Config) ->

@@ -210,7 +210,10 @@ telemetry_events_carry_the_figures(_Config) ->
                        #{connections := 1, accepted := 1, bytes_in := 5, accept_errors := 0,
                          beam_memory := _, resident_memory := _},
                        #{listener := Name, node := N}} when N =:= Node orelse N =:= all, E)
-         || E <- Events]
+         || E <- Events],
+        %% one of each (the first tick's two events), not the node's twice
+        ?assertEqual(lists:sort([Node, all]),
+                     lists:sort([maps:get(node, Meta) || {_, _, Meta} <- Events]))
     after
         unlink(Pid), exit(Pid, kill),
         unregister(sluice_serve_telemetry_test),
