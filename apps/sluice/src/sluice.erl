@@ -30,6 +30,11 @@
 -type conn() :: #{listener := name(), pid := pid(), socket := term(), transport := module(),
                   proxy => sluice_proxy_header:header(), tls => map()}.
 
+%% How long suspend/1 gives the acceptors to end by themselves beyond
+%% max_connections_wait: an accept and a handover take microseconds, so
+%% only a VM too loaded to run them comes near it.
+-define(ACCEPTOR_STOP_MS, 5000).
+
 %% @doc Start a listener under sluice's own supervisor. Options are
 %% documented in docs/listener-options.md and checked by sluice_opts; a bad
 %% one gives `{error, {bad_option, Key, Value}}' (see format_error/1).
@@ -168,12 +173,44 @@ wait_empty(Stats, Deadline) ->
 -spec suspend(name()) -> ok | {error, not_found}.
 suspend(Name) ->
     with_sup(Name, fun(Sup) ->
-                           _ = supervisor:terminate_child(Sup, sluice_acceptors_sup),
+                           %% The listen sockets close first, and each
+                           %% acceptor ends by itself once the connection it
+                           %% may be admitting is counted and handed over:
+                           %% one killed in between left that connection
+                           %% counted for good (sluice_acceptor). Bounded: it
+                           %% may be waiting for a slot (max_connections_wait).
+                           Acceptors = [erlang:monitor(process, P) || P <- acceptors(Sup)],
                            case supervisor:terminate_child(Sup, sluice_listen_sockets) of
                                ok -> ok;
                                {error, not_found} -> ok
-                           end
+                           end,
+                           #{max_connections_wait := Wait} = sluice_registry:lookup(Name, opts),
+                           ok = wait_down(Acceptors, erlang:monotonic_time(millisecond)
+                                          + Wait + ?ACCEPTOR_STOP_MS),
+                           _ = supervisor:terminate_child(Sup, sluice_acceptors_sup),
+                           ok
                    end).
+
+%% The acceptors of a listener that is accepting ([] when it is not).
+acceptors(Sup) ->
+    case lists:keyfind(sluice_acceptors_sup, 1, supervisor:which_children(Sup)) of
+        {_, AccSup, _, _} when is_pid(AccSup) ->
+            [P || {_, P, _, _} <- supervisor:which_children(AccSup), is_pid(P)];
+        _ ->
+            []
+    end.
+
+%% Wait until the monitored processes are gone or the deadline has passed
+%% (what is left is then killed with its supervisor).
+wait_down([], _Deadline) ->
+    ok;
+wait_down([Ref | Refs], Deadline) ->
+    receive
+        {'DOWN', Ref, process, _, _} -> wait_down(Refs, Deadline)
+    after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
+            _ = [erlang:demonitor(R, [flush]) || R <- [Ref | Refs]],
+            ok
+    end.
 
 %% @doc Accept again, on the same port. After a drain, the connections
 %% accepted from now on are served as usual (those it told still close).

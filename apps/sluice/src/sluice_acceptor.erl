@@ -74,9 +74,14 @@ loop(L = #{transport := T}, LSock, SupIndex, Spare) ->
             admit(L, Sock, SupIndex),
             loop(L, LSock, SupIndex, reopen(Spare));
         {error, closed} ->
-            %% The listen socket is gone: the supervisor is stopping or the
-            %% socket was closed under us; either way this acceptor is done.
-            exit(closed);
+            %% The listen socket is closed: the listener is suspending
+            %% (sluice:suspend/1 closes the sockets first and waits for
+            %% the acceptors to end here, between two connections, so that
+            %% none is killed holding one it has counted) or its sockets'
+            %% owner died (then the listener restarts the acceptors with
+            %% new sockets). Either way this acceptor is done, and not
+            %% restarted (a transient child).
+            exit(normal);
         {error, Reason} ->
             %% Counted and logged first: shedding a long backlog takes a
             %% while, and the error is news before it is over.

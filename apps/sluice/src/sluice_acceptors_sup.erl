@@ -20,6 +20,9 @@ init(Listener = #{name := Name, opts := #{num_acceptors := NA}}) ->
     Children = [#{id => {sluice_acceptor, I},
                   start => {sluice_acceptor, start_link,
                             [Listener, element((I - 1) rem NL + 1, Tuple), I]},
+                  %% Ends by itself once its listen socket is closed
+                  %% (sluice_acceptor); killed only when the listener stops.
+                  restart => transient,
                   shutdown => brutal_kill,
                   modules => [sluice_acceptor]}
                 || I <- lists:seq(1, NA)],

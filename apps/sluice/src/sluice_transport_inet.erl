@@ -104,6 +104,14 @@ accept(LSock, Timeout) ->
                 {inet_async, LSock, Ref, Error} ->
                     Error
             end;
+        {error, einval} = Error ->
+            %% What prim_inet answers for a listen socket already closed
+            %% (an accept pending when it closes gets `closed'): said as
+            %% the other transports say it, so that an acceptor stops.
+            case erlang:port_info(LSock, id) of
+                undefined -> {error, closed};
+                _ -> Error
+            end;
         Error ->
             Error
     end.

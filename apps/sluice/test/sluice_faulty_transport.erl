@@ -7,12 +7,16 @@
 %%  <li>the next pause first tells a test process, then waits, running,
 %%      until the socket has read more bytes (at most 2 s): a chunk the
 %%      driver delivers meanwhile reaches the connection while it is busy
-%%      deciding to park, the race sluice_conn:queued/0 is about.</li>
+%%      deciding to park, the race sluice_conn:queued/0 is about;</li>
+%%  <li>the next handover (an acceptor's, of a connection it has just
+%%      counted, to a connection supervisor) first tells a test process,
+%%      then waits for its go: a suspend can then come in the middle of an
+%%      admission.</li>
 %% </ul>
 -module(sluice_faulty_transport).
 -behaviour(sluice_transport).
 
--export([fail_next_accept/1, data_before_next_pause/1, disarm/0]).
+-export([fail_next_accept/1, data_before_next_pause/1, hold_next_handover/1, go/1, disarm/0]).
 -export([listen/2, accept/2, listen_port/1, close_listener/1, controlling_process/2, handover/2,
          recv/3, bytes_received/1, close_socket/1, peername/1, sockname/1,
          handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1, shutdown/2,
@@ -21,6 +25,7 @@
 
 -define(FAULT, {?MODULE, fault}).
 -define(PAUSE_FAULT, {?MODULE, pause_fault}).
+-define(HANDOVER_FAULT, {?MODULE, handover_fault}).
 -define(INET, sluice_transport_inet).
 
 -spec fail_next_accept(term()) -> ok.
@@ -32,11 +37,21 @@ fail_next_accept(Reason) ->
 data_before_next_pause(Pid) ->
     persistent_term:put(?PAUSE_FAULT, Pid).
 
-%% Neither fault left armed for whatever runs next.
+%% The next handover sends `{handing_over, self()}' to Pid, then waits (at
+%% most 5 s) until go/1 is called with the pid it sent.
+-spec hold_next_handover(pid()) -> ok.
+hold_next_handover(Pid) ->
+    persistent_term:put(?HANDOVER_FAULT, Pid).
+
+-spec go(pid()) -> ok.
+go(Held) ->
+    Held ! {?MODULE, go},
+    ok.
+
+%% No fault left armed for whatever runs next.
 -spec disarm() -> ok.
 disarm() ->
-    _ = persistent_term:erase(?FAULT),
-    _ = persistent_term:erase(?PAUSE_FAULT),
+    _ = [persistent_term:erase(F) || F <- [?FAULT, ?PAUSE_FAULT, ?HANDOVER_FAULT]],
     ok.
 
 pause(TS) ->
@@ -84,7 +99,16 @@ listen(Port, Opts) -> ?INET:listen(Port, Opts).
 listen_port(LSock) -> ?INET:listen_port(LSock).
 close_listener(LSock) -> ?INET:close_listener(LSock).
 controlling_process(Sock, Pid) -> ?INET:controlling_process(Sock, Pid).
-handover(Sock, Pid) -> ?INET:handover(Sock, Pid).
+handover(Sock, Pid) ->
+    case persistent_term:get(?HANDOVER_FAULT, none) of
+        none ->
+            ok;
+        Test ->
+            _ = persistent_term:erase(?HANDOVER_FAULT),
+            Test ! {handing_over, self()},
+            receive {?MODULE, go} -> ok after 5000 -> ok end
+    end,
+    ?INET:handover(Sock, Pid).
 output_queued(TS) -> ?INET:output_queued(TS).
 recv(Sock, Len, Timeout) -> ?INET:recv(Sock, Len, Timeout).
 bytes_received(Sock) -> ?INET:bytes_received(Sock).

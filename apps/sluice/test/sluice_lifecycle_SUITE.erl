@@ -20,6 +20,7 @@
          port_zero_gives_real_port/1,
          info_of_a_stopped_listener_is_not_found/1,
          suspend_refuses_new_keeps_existing_and_resume_reuses_port/1,
+         suspend_lets_an_acceptor_finish_the_connection_it_counted/1,
          crashing_handler_takes_down_only_its_connection/1,
          idle_timeout_closes_only_idle_connections/1,
          drain_calls_handle_drain/1,
@@ -42,6 +43,7 @@ groups() ->
                     child_spec_embeds_listener_in_user_supervisor, port_zero_gives_real_port,
                     info_of_a_stopped_listener_is_not_found]},
      {running, [], [suspend_refuses_new_keeps_existing_and_resume_reuses_port,
+                    suspend_lets_an_acceptor_finish_the_connection_it_counted,
                     crashing_handler_takes_down_only_its_connection,
                     idle_timeout_closes_only_idle_connections]},
      {drain, [], [drain_calls_handle_drain,
@@ -351,6 +353,51 @@ suspend_refuses_new_keeps_existing_and_resume_reuses_port(Config) ->
     ?assertMatch(#{connections := 2, accepted := 2}, sluice:info(Name)),
     ?assertEqual({error, not_found}, sluice:suspend(no_such_listener)),
     ?assertEqual({error, not_found}, sluice:resume(no_such_listener)).
+
+%% suspend/1 while an acceptor is handing over a connection it has just
+%% counted (held there by sluice_faulty_transport): the listen sockets
+%% close, the acceptor finishes, the connection is served, and once its
+%% client has gone the listener counts none. (Killed in between, as until
+%% 2026-11-27, the acceptor left the connection counted for good: one slot
+%% of max_connections lost, and a drain waiting for it to its deadline.)
+%% The faulty transport wraps inet; the socket backend's acceptors end the
+%% same way (socket:accept/2 answers `closed' when the socket closes).
+suspend_lets_an_acceptor_finish_the_connection_it_counted(Config) ->
+    case ?config(transport, Config) of
+        socket -> {skip, "sluice_faulty_transport wraps the inet transport"};
+        _ -> suspend_mid_admission(?config(name, Config))
+    end.
+
+suspend_mid_admission(Name) ->
+    _ = sluice_test_lib:start_listener(Name, #{transport => sluice_faulty_transport,
+                                               handler => {sluice_proto_echo, []}}),
+    Port = sluice_test_lib:port(Name),
+    ok = sluice_faulty_transport:hold_next_handover(self()),
+    try
+        S = connect(Port),
+        ok = gen_tcp:send(S, <<"x">>),
+        Acceptor = receive {handing_over, A} -> A after 5000 -> error(no_handover) end,
+        Self = self(),
+        spawn_link(fun() -> Self ! {suspended, sluice:suspend(Name)} end),
+        %% (Not by connecting: a connect before they close would be
+        %% accepted, and counted.)
+        sluice_test_lib:wait_until(fun() -> listen_sockets_closed(Name) end, 5000),
+        ok = sluice_faulty_transport:go(Acceptor),
+        ?assertEqual(ok, receive {suspended, R} -> R after 10000 -> error(suspend_stuck) end),
+        ?assertEqual({ok, <<"x">>}, gen_tcp:recv(S, 1, 2000)),
+        ok = gen_tcp:close(S),
+        ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
+        ?assertMatch(#{status := suspended, accepted := 1}, sluice:info(Name))
+    after
+        sluice_faulty_transport:disarm()
+    end.
+
+listen_sockets_closed(Name) ->
+    Sup = sluice_registry:lookup(Name, sup),
+    case lists:keyfind(sluice_listen_sockets, 1, supervisor:which_children(Sup)) of
+        {_, Pid, _, _} when is_pid(Pid) -> false;
+        _ -> true
+    end.
 
 %% A handler that raises takes down its own connection only: that client
 %% is closed, the other clients keep being served, the listener's
