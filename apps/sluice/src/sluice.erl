@@ -85,6 +85,7 @@ sluice_already_started(Name) ->
 
 %% Dig the cause (eaddrinuse, eacces, ...) out of the supervisor's wrapping.
 start_error({shutdown, {failed_to_start_child, _, Reason}}) -> start_error(Reason);
+start_error({shutdown, already_started}) -> already_started;
 start_error({Reason, Child}) when element(1, Child) =:= child -> start_error(Reason);
 start_error({bad_return, {_, init, {stop, Reason}}}) -> start_error(Reason);
 start_error(Reason) -> Reason.
@@ -132,16 +133,34 @@ stop_listener(Name) ->
 %% then stop the listener and close whatever is left.
 -spec stop_listener(name(), non_neg_integer()) -> ok | {error, not_found}.
 stop_listener(Name, DrainMs) ->
-    case drain(Name, DrainMs) of
-        {ok, _Left} -> stop_listener(Name);
-        Error -> Error
+    check_drain_ms(Name, DrainMs),
+    %% Only a listener this function can stop is drained: an embedded one
+    %% (child_spec/1,2) is its owner's to stop, and draining it here
+    %% before answering not_found would leave it suspended.
+    case supervisor:get_childspec(sluice_sup, {sluice_listener, Name}) of
+        {ok, _} ->
+            case drain(Name, DrainMs) of
+                {ok, _Left} -> stop_listener(Name);
+                Error -> Error
+            end;
+        {error, not_found} ->
+            {error, not_found}
     end.
+
+%% A drain's time is a receive timeout in the connections (at most
+%% 2^32 - 1 ms, about 49 days): anything else is the caller's error.
+check_drain_ms(_Name, DrainMs) when is_integer(DrainMs), DrainMs >= 0,
+                                    DrainMs =< 16#ffffffff ->
+    ok;
+check_drain_ms(Name, DrainMs) ->
+    erlang:error(badarg, [Name, DrainMs]).
 
 %% @doc Suspend the listener and ask every connection to drain; returns when
 %% none is left or after `DrainMs', with the number still open. Works on
 %% embedded listeners too (their owner then stops them).
 -spec drain(name(), non_neg_integer()) -> {ok, non_neg_integer()} | {error, not_found}.
 drain(Name, DrainMs) ->
+    check_drain_ms(Name, DrainMs),
     case sluice_registry:lookup(Name) of
         {ok, #{stats := Stats, opts := #{num_conns_sups := NS}}} ->
             Deadline = erlang:monotonic_time(millisecond) + DrainMs,
@@ -346,6 +365,10 @@ format_error(Reason) ->
 send(#{pid := Pid}, Data) ->
     send(Pid, Data);
 send(Pid, Data) ->
+    %% Data that is not iodata is the caller's error, raised here (badarg,
+    %% as gen_tcp:send/2 does): sent on, it failed in the connection and
+    %% closed it.
+    _ = is_binary(Data) orelse iolist_size(Data),
     case get('$initial_call') of
         {sluice_conn, _, _} ->
             Pid ! {'$sluice', none, {send, Data}},

@@ -28,7 +28,12 @@ start_link(Name, Opts) ->
           {ok, {supervisor:sup_flags(), [supervisor:child_spec()]}}.
 init({Name, Opts = #{num_conns_sups := NS, max_connections := Max, transport := T}}) ->
     Stats = sluice_stats:new(NS, Max),
-    ok = sluice_registry:register_listener(Name, self(), #{opts => Opts, stats => Stats}),
+    case sluice_registry:register_listener(Name, self(), #{opts => Opts, stats => Stats}) of
+        ok -> ok;
+        %% A shutdown reason: the start fails with it, without a crash
+        %% report (sluice:start_listener/2 says `already_started').
+        {error, already_started} -> exit({shutdown, already_started})
+    end,
     Listener = #{name => Name, opts => Opts, stats => Stats,
                  transport => sluice_transport:module(T)},
     Children = [#{id => sluice_conns_sup_sup,

@@ -22,7 +22,11 @@ start_link() ->
     gen_server:start_link({local, ?MODULE}, ?MODULE, [], []).
 
 %% @doc Publish a listener; its rows go when `Sup' goes down.
--spec register_listener(term(), pid(), map()) -> ok.
+%% @doc Register listener `Name''s supervisor; `{error, already_started}'
+%% while another live supervisor has the name (a listener under sluice_sup
+%% and one embedded with child_spec/1,2, say). A restarted supervisor
+%% replaces its dead predecessor.
+-spec register_listener(term(), pid(), map()) -> ok | {error, already_started}.
 register_listener(Name, Sup, Info) ->
     gen_server:call(?MODULE, {register, Name, Sup, Info}).
 
@@ -79,11 +83,19 @@ init([]) ->
 
 -spec handle_call(term(), gen_server:from(), map()) -> {reply, term(), map()}.
 handle_call({register, Name, Sup, Info}, _From, Monitors) ->
-    %% A restarted listener supervisor replaces the rows of its predecessor.
-    delete_rows(Name),
-    true = ets:insert(?TAB, {{listener, Name}, Info#{sup => Sup}}),
-    MRef = erlang:monitor(process, Sup),
-    {reply, ok, Monitors#{MRef => {Name, Sup}}};
+    case lookup(Name) of
+        {ok, #{sup := Other}} when Other =/= Sup ->
+            case is_process_alive(Other) of
+                true ->
+                    %% Two listeners under one name would share its rows:
+                    %% one's connections counted by the other.
+                    {reply, {error, already_started}, Monitors};
+                false ->
+                    insert_listener(Name, Sup, Info, Monitors)
+            end;
+        _ ->
+            insert_listener(Name, Sup, Info, Monitors)
+    end;
 handle_call({set, Name, Key, Value}, _From, Monitors) ->
     Reply = case lookup(Name) of
                 {ok, Info} ->
@@ -120,6 +132,13 @@ handle_info({'ETS-TRANSFER', Tab, _DeadConnsSup, {sluice_parked, T}}, Monitors) 
     {noreply, Monitors};
 handle_info(_Msg, Monitors) ->
     {noreply, Monitors}.
+
+%% A restarted listener supervisor replaces the rows of its predecessor.
+insert_listener(Name, Sup, Info, Monitors) ->
+    delete_rows(Name),
+    true = ets:insert(?TAB, {{listener, Name}, Info#{sup => Sup}}),
+    MRef = erlang:monitor(process, Sup),
+    {reply, ok, Monitors#{MRef => {Name, Sup}}}.
 
 delete_rows(Name) ->
     _ = ets:select_delete(?TAB, [{{{listener, Name}, '_'}, [], [true]},

@@ -251,7 +251,31 @@ start_errors_are_reported(Config) ->
     ok = gen_tcp:close(Other),
     ?assertEqual({error, not_found}, sluice:stop_listener({Name, other})),
     ?assertEqual({error, not_found}, sluice:stop_listener({Name, other}, 100)),
+    %% The same name embedded in another supervisor fails to start (two
+    %% listeners under one name shared its counts and its connections),
+    %% and so does start_listener/2 of a name an embedded listener has.
+    process_flag(trap_exit, true),
+    Spec = sluice:child_spec(Name, #{ip => ?LOOPBACK, port => 0,
+                                     transport => sluice_test_lib:transport(),
+                                     handler => {sluice_proto_echo, []}}),
+    ?assertMatch({error, {shutdown, {failed_to_start_child, {sluice_listener, Name},
+                                     {shutdown, already_started}}}},
+                 supervisor:start_link(?MODULE, Spec)),
+    Embedded = {Name, embedded},
+    {ok, Sup} = supervisor:start_link(?MODULE, sluice:child_spec(Embedded, #{
+                                                   ip => ?LOOPBACK, port => 0,
+                                                   transport => sluice_test_lib:transport(),
+                                                   handler => {sluice_proto_echo, []}})),
+    ?assertEqual({error, already_started},
+                 sluice:start_listener(Embedded, #{handler => {sluice_proto_echo, []}})),
+    ?assert(echo_ok(connect(sluice_test_lib:port(Embedded)))),
+    stop_sup(Sup),
+    process_flag(trap_exit, false),
+    %% A drain's time is a number of ms a receive can wait.
+    [?assertError(badarg, sluice:drain(Name, Bad)) || Bad <- [infinity, -1, 1 bsl 32]],
+    [?assertError(badarg, sluice:stop_listener(Name, Bad)) || Bad <- [infinity, -1, 1 bsl 32]],
     %% The first listener is unharmed.
+    ?assertMatch(#{status := running, connections := 0}, sluice:info(Name)),
     ?assert(echo_ok(connect(Port))).
 
 flush_logs() ->
@@ -271,6 +295,12 @@ child_spec_embeds_listener_in_user_supervisor(Config) ->
     S = connect(Port),
     ?assert(echo_ok(S)),
     ?assertMatch(#{connections := 1, accepted := 1}, sluice:info(Name)),
+    %% stop_listener/1,2 stop only listeners under sluice_sup: this one is
+    %% its owner's, and is left as it was (not drained, not suspended).
+    ?assertEqual({error, not_found}, sluice:stop_listener(Name, 1000)),
+    ?assertEqual({error, not_found}, sluice:stop_listener(Name)),
+    ?assertMatch(#{status := running, connections := 1}, sluice:info(Name)),
+    ?assert(echo_ok(S)),
     ?assertEqual(false, lists:keymember({sluice_listener, Name}, 1,
                                         supervisor:which_children(sluice_sup))),
     ?assertMatch([{{sluice_listener, Name}, _, supervisor, _}], supervisor:which_children(Sup)),
