@@ -30,7 +30,8 @@
 %% No timer is set on the per-message path: the idle timeout, hibernation
 %% and parking are decided by the connection supervisor's sweep
 %% (sluice_sweep), which sends a nudge; a handler's own timeout (a result
-%% with a Timeout) costs a timer only while it asks for one.
+%% with a Timeout) costs a timer only while it asks for one, and a drain's
+%% deadline one only while a handler carries on through a drain.
 %% @private
 -module(sluice_conn).
 
@@ -268,6 +269,11 @@ control({sluice_sweep, idle_timeout}, S) ->
     sluice_conn_close:finish(idle_timeout, S);
 control({timeout, Ref, sluice_timeout}, S = #s{timer = Ref}) ->
     continue(sluice_conn_handler:timeout(S));
+control({timeout, Ref, sluice_drain}, S = #s{drain = {Ref, _}}) ->
+    %% The deadline of a drain the handler carried on through
+    %% (draining/2). Matched by its reference: a handler's own timer
+    %% with the same message still goes to handle_info/2.
+    drained(S);
 control({'$sluice', From, {send, Data}}, S) ->
     case sluice_conn_handler:send(Data, S) of
         ok ->
@@ -331,13 +337,49 @@ data(Data, S) ->
     end.
 
 %% The listener drains. A handler that closes then closes gracefully:
-%% what was read is still answered, and the client sees FIN.
+%% what was read is still answered, and the client sees FIN. One that
+%% carries on does so until it closes or the deadline passes (draining/2).
 drain(Deadline, S) ->
     case sluice_conn_handler:drain(S) of
-        {continue, S2} -> loop(S2);
+        {continue, S2} -> draining(Deadline, S2);
         {stop, Reason, S2} -> sluice_conn_close:graceful_close(Reason, Deadline, S2);
         {stop_after, Out, Reason, S2} -> sluice_conn_close:linger_close(Out, Reason, S2)
     end.
+
+%% A handler that carries on through a drain is closed at its deadline
+%% all the same (sluice_handler's handle_drain/1 promises it): a timer of
+%% the connection's own, whose message the loop takes among the library's
+%% (control/2), so the per-chunk path is the same, the handler never sees
+%% it, and its own timer (`timer') is left alone. A timer rather than the
+%% sweep: a hibernated connection is woken by its message, and the drain's
+%% deadline is kept to the millisecond. While it runs the connection does
+%% not park (park/1): the new process would be handed the drain again
+%% (sluice_conns_sup), and its handler asked a second time.
+%%
+%% A second drain (say drain/2, then stop_listener/2 with less time) asks
+%% handle_drain/1 again; the earlier of the two deadlines stands. A timer
+%% that can no longer be cancelled has fired: its deadline, later than the
+%% new one, has passed.
+draining(Deadline, S = #s{drain = undefined}) ->
+    loop(S#s{drain = drain_timer(Deadline)});
+draining(Deadline, S = #s{drain = {_, Set}}) when Set =< Deadline ->
+    loop(S);
+draining(Deadline, S = #s{drain = {Ref, _}}) ->
+    case erlang:cancel_timer(Ref) of
+        false -> drained(S);
+        _Left -> loop(S#s{drain = drain_timer(Deadline)})
+    end.
+
+drain_timer(Deadline) ->
+    {erlang:start_timer(Deadline, self(), sluice_drain, [{abs, true}]), Deadline}.
+
+%% The drain's deadline has passed: close as a drain does, with reason
+%% `drained' (what a handler without handle_drain/1 is closed with). By
+%% now there is no time left to wait for the client's close, but what was
+%% read is still answered and the client sees FIN, as when a drain's
+%% graceful close reaches its deadline (sluice_conn_close:graceful_close/3).
+drained(S) ->
+    sluice_conn_close:graceful_close(drained, erlang:monotonic_time(millisecond), S).
 
 %%% Flow control -------------------------------------------------------
 
@@ -461,7 +503,7 @@ activate(Mode, S = #s{activate = Activate, ts = TS}) ->
 %% re-arms and carries on (and tells the conns_sup it is awake). The sweep
 %% sends `park' only to a connection of a listener that parks
 %% (sluice_parking:parkable/1).
-park(S = #s{t = T, parent = Parent, hstate = HState, timer = undefined}) ->
+park(S = #s{t = T, parent = Parent, hstate = HState, timer = undefined, drain = undefined}) ->
     case T:pause(S#s.ts) of
         {ok, TS} ->
             S2 = S#s{ts = TS},
@@ -484,7 +526,8 @@ park(S = #s{t = T, parent = Parent, hstate = HState, timer = undefined}) ->
             sluice_conn_close:finish({error, Reason}, S)
     end;
 park(S) ->
-    %% A handler's timer is running: the process it would fire in must stay.
+    %% A handler's timer, or a drain's deadline (draining/2), is running:
+    %% the process it would fire in must stay.
     ok = sluice_sweep:report_woke(S#s.woke),
     loop(S).
 

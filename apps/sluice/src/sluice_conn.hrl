@@ -55,6 +55,11 @@
             frame = none :: none | sluice_frame:state(),
             %% the timer of the last result's Timeout, if any
             timer = undefined :: undefined | reference(),
+            %% draining with a handler that carries on (handle_drain/1's
+            %% `{ok, _}'): the timer of the drain's deadline, and that
+            %% deadline (monotonic ms); kept apart from `timer', which is
+            %% the handler's (sluice_conn:draining/2)
+            drain = undefined :: undefined | {reference(), integer()},
             %% the optional callbacks the handler exports
             has :: #{atom() => boolean()}}).
 

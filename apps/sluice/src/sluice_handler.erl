@@ -6,7 +6,8 @@
 %% `self()' is the connection's pid for its whole life, timers and monitors
 %% a handler sets are its own. (Parking, which ends that process while the
 %% connection is quiet, happens only on a listener that asks for it with
-%% `park_after', and never to a handler with handle_info/2.)
+%% `park_after', and never to a handler with handle_info/2 or
+%% handle_call/3.)
 %%
 %% == Results ==
 %% handle_data/2, handle_info/2, handle_call/3, handle_timeout/1 and
@@ -66,7 +67,8 @@
 %% Any message that is not the library's, e.g. from other processes.
 -callback handle_info(term(), State) -> result(State).
 %% sluice:call/3 from another process; answer with sluice:reply(From,
-%% Reply), now or later.
+%% Reply), now or later. (The caller waits on the connection's pid: a
+%% handler that has this callback never parks.)
 -callback handle_call(Request :: term(), From :: from(), State) -> result(State).
 %% No callback ran within the Timeout of the last result. Without this
 %% callback the connection closes with reason `timeout'.
@@ -75,7 +77,11 @@
 %% Reason, State}' (what happens when the callback is absent) makes the
 %% library finish what it has read, send a FIN and wait for the peer to
 %% close up to the drain deadline; `{ok, State}' keeps the connection
-%% going until the handler closes it or the deadline passes.
+%% going until the handler closes it or the deadline passes, when the
+%% library closes it with reason `drained' (what was read is answered,
+%% then FIN). The deadline takes nothing from the handler: its own
+%% timeout and timers run as before, and no message of the library's
+%% reaches handle_info/2.
 -callback handle_drain(State) -> result(State).
 %% The client closed the connection. The return value is ignored.
 -callback handle_close(State :: term()) -> any().

@@ -23,8 +23,11 @@
 %% @doc Whether a listener's quiet connections park. All of: `park_after'
 %% is set, the transport can hold a socket armed for its owner (inet), the
 %% active mode is not `false' (its pending read belongs to the connection
-%% process), and the handler has no handle_info/2 (a handler that expects
-%% messages needs its process and its pid).
+%% process), and the handler has neither handle_info/2 nor handle_call/3:
+%% a handler that expects messages, or calls (sluice:call/3), is reached at
+%% its pid, which parking changes; and a call it answers later holds a
+%% monitor on the process, whose end the caller would take for the
+%% connection's (it exits, though the handler may still answer).
 -spec parkable(sluice_listener_sup:listener()) -> boolean().
 parkable(#{transport := T, opts := #{park_after := ParkAfter, active := Active,
                                      handler := {H, _}}}) ->
@@ -34,7 +37,8 @@ parkable(#{transport := T, opts := #{park_after := ParkAfter, active := Active,
     ParkAfter =/= infinity
         andalso Active =/= false
         andalso erlang:function_exported(T, park, 1)
-        andalso not erlang:function_exported(H, handle_info, 2).
+        andalso not erlang:function_exported(H, handle_info, 2)
+        andalso not erlang:function_exported(H, handle_call, 3).
 
 %% @doc A table for a connection supervisor of a listener on transport `T'.
 -spec new(module()) -> table().

@@ -29,6 +29,10 @@
          length_framing_delivers_whole_frames_across_chunks/1,
          oversized_frame_sends_replies_owed_then_closes/1,
          close_with_replies_queued_sends_them_all_before_fin/1,
+         drain_carried_on_closes_at_the_deadline/1,
+         drain_deadline_reaches_a_hibernated_connection/1,
+         second_drain_the_earlier_deadline_stands/1,
+         call_answered_later_survives_park_after/1,
          child_spec_1_takes_the_name_from_the_options/1,
          parking_is_off_by_default/1]).
 
@@ -59,7 +63,11 @@ network_cases() ->
      line_framing_delivers_whole_lines,
      length_framing_delivers_whole_frames_across_chunks,
      oversized_frame_sends_replies_owed_then_closes,
-     close_with_replies_queued_sends_them_all_before_fin].
+     close_with_replies_queued_sends_them_all_before_fin,
+     drain_carried_on_closes_at_the_deadline,
+     drain_deadline_reaches_a_hibernated_connection,
+     second_drain_the_earlier_deadline_stands,
+     call_answered_later_survives_park_after].
 
 all() ->
     [{group, inet}, {group, socket}, child_spec_1_takes_the_name_from_the_options,
@@ -424,6 +432,123 @@ recv_until_closed(S, N) ->
         {ok, B} -> recv_until_closed(S, N + byte_size(B));
         {error, closed} -> N
     end.
+
+%% A drain whose handle_drain/1 carries on (`{ok, S, 50}'): the
+%% connection is served until the drain's deadline, then closed there with
+%% FIN and reason `drained' (terminate/2, close_reasons). The handler's
+%% world is its own meanwhile: its result timeout still fires
+%% (handle_timeout/1), a timer of its own with the very message the
+%% deadline comes in reaches handle_info/2, and nothing of the library's
+%% does.
+drain_carried_on_closes_at_the_deadline(Config) ->
+    Name = ?config(name, Config),
+    {S, Pid} = drain_listener(Config, #{}, #{drain_timeout => 50}),
+    DrainMs = 600,
+    T0 = erlang:monotonic_time(millisecond),
+    Drainer = spawn_drain(Name, DrainMs),
+    ?expect({drain, Pid}),
+    ?expect({timeout, Pid}),
+    ok = gen_tcp:send(S, <<"timer 100">>),
+    ?assertEqual({ok, <<"set\n">>}, gen_tcp:recv(S, 0, 2000)),
+    ?expect({info, Pid, {timeout, _, sluice_drain}}),
+    ok = gen_tcp:send(S, <<"still served">>),
+    ?assertEqual({ok, <<"still served">>}, gen_tcp:recv(S, 0, 2000)),
+    ?assert(erlang:monotonic_time(millisecond) - T0 < DrainMs),
+    ?assertEqual({error, closed}, gen_tcp:recv(S, 0, 3000)),
+    Ms = erlang:monotonic_time(millisecond) - T0,
+    ct:log("closed ~b ms after a drain of ~b ms", [Ms, DrainMs]),
+    ?assert(Ms >= DrainMs - 10 andalso Ms < DrainMs + 1000, Ms),
+    ?expect({terminate, Pid, drained}),
+    ?expect({drained, Drainer, {ok, _}}),
+    ?assertEqual([], queued(fun({info, P, _}) -> P =:= Pid; (_) -> false end)),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
+    ?assertMatch(#{close_reasons := #{drained := 1}}, sluice:info(Name)).
+
+%% A connection that carries on through a drain and then hibernates is
+%% woken at the deadline and closed there all the same.
+drain_deadline_reaches_a_hibernated_connection(Config) ->
+    Name = ?config(name, Config),
+    {S, Pid} = drain_listener(Config, #{hibernate_after => 20}, #{}),
+    DrainMs = 1000,
+    T0 = erlang:monotonic_time(millisecond),
+    Drainer = spawn_drain(Name, DrainMs),
+    ?expect({drain, Pid}),
+    %% (Looked at every 100 ms: process_info/2 on a process runs it, and
+    %% a process that runs is not quiet.)
+    ok = sluice_test_lib:wait_until(
+           fun() -> process_info(Pid, current_function) =:=
+                        {current_function, {erlang, hibernate, 3}}
+           end, DrainMs - 200, 100),
+    ?assertEqual({error, closed}, gen_tcp:recv(S, 0, 3000)),
+    Ms = erlang:monotonic_time(millisecond) - T0,
+    ?assert(Ms >= DrainMs - 10 andalso Ms < DrainMs + 1000, Ms),
+    ?expect({terminate, Pid, drained}),
+    ?expect({drained, Drainer, {ok, _}}),
+    ?assertEqual([], queued(fun({info, P, _}) -> P =:= Pid; (_) -> false end)).
+
+%% Two drains of a connection that carries on through both (say drain/2,
+%% then stop_listener/2): the handler is asked each time, and the
+%% connection closes at the earlier deadline, whichever drain set it.
+second_drain_the_earlier_deadline_stands(Config) ->
+    Name = ?config(name, Config),
+    lists:foreach(
+      fun({FirstMs, SecondMs}) ->
+              {S, Pid} = drain_listener(Config, #{}, #{}),
+              T0 = erlang:monotonic_time(millisecond),
+              First = spawn_drain(Name, FirstMs),
+              ?expect({drain, Pid}),
+              T1 = erlang:monotonic_time(millisecond),
+              Second = spawn_drain(Name, SecondMs),
+              ?expect({drain, Pid}),
+              ?assertEqual({error, closed}, gen_tcp:recv(S, 0, 5000)),
+              Ms = erlang:monotonic_time(millisecond),
+              Earlier = min(T0 + FirstMs, T1 + SecondMs),
+              ?assert(Ms >= Earlier - 10 andalso Ms < Earlier + 800,
+                      {FirstMs, SecondMs, Ms - Earlier}),
+              ?expect({terminate, Pid, drained}),
+              ?expect({drained, First, {ok, _}}),
+              ?expect({drained, Second, {ok, _}}),
+              sluice_test_lib:stop_listener(Name)
+      end, [{3000, 400}, {400, 3000}]).
+
+%% A listener of sluice_drain_handler reporting to this process; returns a
+%% connected client socket (answered once) and the connection's pid.
+drain_listener(Config, Opts, HOpts) ->
+    Name = ?config(name, Config),
+    _ = sluice_test_lib:start_listener(
+          Name, maps:merge(#{handler => {sluice_drain_handler, HOpts#{test => self()}}}, Opts)),
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    Pid = receive {init, P} -> P after 5000 -> error(no_init) end,
+    ok = gen_tcp:send(S, <<"hello">>),
+    {ok, <<"hello">>} = gen_tcp:recv(S, 0, 2000),
+    {S, Pid}.
+
+%% sluice:drain/2 returns at its deadline at the earliest here: run it
+%% aside, its result sent as `{drained, Pid, Result}'.
+spawn_drain(Name, DrainMs) ->
+    Self = self(),
+    spawn_link(fun() -> Self ! {drained, self(), sluice:drain(Name, DrainMs)} end).
+
+%% A call its handler answers later, from a later callback, outlives a
+%% quiet spell longer than park_after: a handler that takes calls is
+%% reached at its pid (the caller monitors it), so it does not park. (On
+%% the socket backend nothing parks.)
+call_answered_later_survives_park_after(Config) ->
+    Name = ?config(name, Config),
+    _ = sluice_test_lib:start_listener(
+          Name, #{handler => {sluice_call_handler, #{test => self()}},
+                  hibernate_after => 20, park_after => 50}),
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    Pid = receive {init, P} -> P after 5000 -> error(no_init) end,
+    Self = self(),
+    Caller = spawn_link(fun() -> Self ! {answer, self(), catch sluice:call(Pid, later, 5000)} end),
+    ?expect({call, Pid, later}),
+    timer:sleep(400),
+    ?assertEqual(0, maps:get(parked, sluice:info(Name))),
+    ?assertEqual([Pid], sluice:connections(Name)),
+    ok = gen_tcp:send(S, <<"answer">>),
+    ?assertEqual({ok, <<"done">>}, gen_tcp:recv(S, 0, 2000)),
+    ?expect({answer, Caller, answered}).
 
 %% child_spec/1 (Elixir's `{:sluice, opts}'): the name comes from the
 %% options; the listener runs under the caller's supervisor.

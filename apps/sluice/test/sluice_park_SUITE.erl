@@ -4,8 +4,9 @@
 %% Each case checks what a client and sluice:info/1 see: answers as before,
 %% state kept, still counted (and limited), closed by the peer, the idle
 %% timeout, a drain (with FIN) or a stop, and no parking where it cannot
-%% work (socket backend, a handler with handle_info/2, active false,
-%% park_after infinity).
+%% work (socket backend, a handler with handle_info/2 or handle_call/3,
+%% active false, park_after infinity), and a drain a handler carries on
+%% through still closes at its deadline.
 -module(sluice_park_SUITE).
 
 -include_lib("common_test/include/ct.hrl").
@@ -21,6 +22,8 @@
          peer_close_of_a_parked_connection_is_counted/1,
          idle_timeout_closes_a_parked_connection/1,
          drain_closes_a_parked_connection_with_fin/1,
+         drain_carried_on_closes_parked_and_quiet_connections_at_the_deadline/1,
+         call_answered_later_is_not_lost_to_parking/1,
          stop_closes_parked_connections/1,
          killed_conns_sup_closes_its_parked_connections/1,
          parked_connections_count_against_the_limit/1,
@@ -38,6 +41,8 @@ all() ->
      peer_close_of_a_parked_connection_is_counted,
      idle_timeout_closes_a_parked_connection,
      drain_closes_a_parked_connection_with_fin,
+     drain_carried_on_closes_parked_and_quiet_connections_at_the_deadline,
+     call_answered_later_is_not_lost_to_parking,
      stop_closes_parked_connections,
      killed_conns_sup_closes_its_parked_connections,
      parked_connections_count_against_the_limit,
@@ -227,6 +232,71 @@ drain_closes_a_parked_connection_with_fin(Config) ->
                  [receive {ended, C, End} -> End end || C <- Clients]),
     ?assertMatch(#{drained := 5}, info(Config, close_reasons)).
 
+%% A drain whose handle_drain/1 carries on (`{ok, S}'), told to a
+%% connection parked before it (woken for it) and to one that then stays
+%% quiet for longer than park_after: neither parks while the drain lasts
+%% (the handler is asked once each, and keeps its pid), both are served
+%% until the deadline and closed there with FIN and reason `drained'.
+drain_carried_on_closes_parked_and_quiet_connections_at_the_deadline(Config) ->
+    Name = ?config(name, Config),
+    _ = sluice_test_lib:start_listener(Name, #{handler => {sluice_park_drain_handler,
+                                                          #{test => self()}},
+                                               transport => inet, hibernate_after => 20,
+                                               park_after => 150}),
+    Port = sluice_test_lib:port(Name),
+    Echo = fun(S, X) -> ok = gen_tcp:send(S, X), gen_tcp:recv(S, 0, 2000) end,
+    {ok, Parked} = sluice_test_lib:connect(Port),
+    {ok, <<"a">>} = Echo(Parked, <<"a">>),
+    ok = wait_parked(Config, 1),
+    {ok, Quiet} = sluice_test_lib:connect(Port),
+    {ok, <<"b">>} = Echo(Quiet, <<"b">>),
+    [receive {init, _} -> ok after 5000 -> error(no_init) end || _ <- [1, 2]],
+    DrainMs = 1000,
+    T0 = erlang:monotonic_time(millisecond),
+    Self = self(),
+    _ = spawn_link(fun() -> Self ! {drained, sluice:drain(Name, DrainMs)} end),
+    Drained = [receive {drain, P} -> P after 2000 -> error(no_drain) end || _ <- [1, 2]],
+    %% Quiet for three times park_after.
+    timer:sleep(450),
+    ?assertEqual(0, info(Config, parked)),
+    ?assertEqual(lists:sort(Drained), lists:sort(sluice_test_lib:conn_pids(Name))),
+    ?assertEqual({ok, <<"c">>}, Echo(Parked, <<"c">>)),
+    ?assertEqual({ok, <<"d">>}, Echo(Quiet, <<"d">>)),
+    ?assert(erlang:monotonic_time(millisecond) - T0 < DrainMs),
+    [?assertEqual({error, closed}, gen_tcp:recv(S, 0, 3000)) || S <- [Parked, Quiet]],
+    Ms = erlang:monotonic_time(millisecond) - T0,
+    ct:log("closed ~b ms after a drain of ~b ms", [Ms, DrainMs]),
+    ?assert(Ms >= DrainMs - 10 andalso Ms < DrainMs + 1000, Ms),
+    [receive {terminate, P, R} -> ?assertEqual(drained, R) after 2000 -> error(no_terminate) end
+     || P <- Drained],
+    receive {drained, _} -> ok after 3000 -> error(drain_stuck) end,
+    ?assertEqual([], [M || {messages, Ms2} <- [process_info(self(), messages)],
+                           M = {drain, _} <- Ms2]),
+    ?assertMatch(#{drained := 2}, info(Config, close_reasons)).
+
+%% A handler with handle_call/3 (and no handle_info/2) does not park: a
+%% call it answers later, from a later callback, gets its answer after the
+%% connection was quiet for longer than park_after (parking would end the
+%% process the caller waits on, and the caller would exit).
+call_answered_later_is_not_lost_to_parking(Config) ->
+    Name = ?config(name, Config),
+    _ = sluice_test_lib:start_listener(Name, #{handler => {sluice_call_handler,
+                                                          #{test => self()}},
+                                               transport => inet, hibernate_after => 20,
+                                               park_after => 50}),
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    Pid = receive {init, P} -> P after 5000 -> error(no_init) end,
+    Self = self(),
+    _ = spawn_link(fun() -> Self ! {answer, catch sluice:call(Pid, later, 5000)} end),
+    receive {call, Pid, later} -> ok after 5000 -> error(no_call) end,
+    timer:sleep(400),
+    ?assertEqual(0, info(Config, parked)),
+    ok = gen_tcp:send(S, <<"answer">>),
+    ?assertEqual({ok, <<"done">>}, gen_tcp:recv(S, 0, 2000)),
+    ?assertEqual(answered, receive {answer, A} -> A after 5000 -> no_answer end),
+    ?assertEqual([Pid], sluice_test_lib:conn_pids(Name)),
+    ok = gen_tcp:close(S).
+
 %% Stopping the listener closes parked sockets too.
 stop_closes_parked_connections(Config) ->
     Port = ping_listener(Config, #{}),
@@ -273,11 +343,13 @@ parked_connections_count_against_the_limit(Config) ->
     [gen_tcp:close(S) || S <- [S3 | Socks]].
 
 %% No parking on the socket backend, for a handler with handle_info/2 (it
-%% expects messages at its pid), with active false, or with park_after
-%% infinity: those connections hibernate (their process stays).
+%% expects messages at its pid) or handle_call/3 (it is called at its
+%% pid), with active false, or with park_after infinity: those
+%% connections hibernate (their process stays).
 no_parking_where_it_cannot_work(Config) ->
     Name = ?config(name, Config),
     Echo = {sluice_test_handler, #{}},
+    Calls = {sluice_call_handler, #{test => self()}},
     lists:foreach(
       fun(Opts) ->
               _ = sluice_test_lib:start_listener(
@@ -301,8 +373,8 @@ no_parking_where_it_cannot_work(Config) ->
               ?assertEqual([Pid], sluice_test_lib:conn_pids(Name)),
               ok = gen_tcp:close(S),
               sluice_test_lib:stop_listener(Name)
-      end, [#{transport => socket}, #{handler => Echo}, #{active => false},
-            #{park_after => infinity}]).
+      end, [#{transport => socket}, #{handler => Echo}, #{handler => Calls},
+            #{active => false}, #{park_after => infinity}]).
 
 bad_park_after_is_refused(_Config) ->
     [begin
