@@ -288,6 +288,13 @@ control({'$sluice', From, close}, S) ->
     sluice_conn_close:linger_close([], closed_by_api, S);
 control({'$sluice', From, {call, Req}}, S) ->
     continue(sluice_conn_handler:call(Req, From, S));
+control({'EXIT', Parent, Reason}, S = #s{parent = Parent}) ->
+    %% Only a handler that traps exits gets this as a message (otherwise
+    %% the signal ends the process): its connection supervisor is shutting
+    %% it down, or died. As a gen_server does, and as a sys terminate
+    %% does (system_terminate/4): end, with terminate/2. Handed to
+    %% handle_info/2 instead, the connection lived on after its supervisor.
+    sluice_conn_close:finish({shutdown, Reason}, S);
 control({system, From, Req}, S) ->
     sys:handle_system_msg(Req, From, S#s.parent, ?MODULE, [], S);
 control({timeout, _StaleRef, sluice_timeout}, S) ->

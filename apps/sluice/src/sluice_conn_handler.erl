@@ -12,6 +12,9 @@
 -include("sluice_conn.hrl").
 
 -define(IS_TIMEOUT(T), (T =:= infinity orelse (is_integer(T) andalso T >= 0))).
+%% What a reply may be at a glance (a type test, no walk): a list's
+%% elements are checked by the send, and only when it fails (unsent/3).
+-define(IS_IODATA(D), (is_binary(D) orelse is_list(D))).
 
 -export([init/3, data/2, chunk/3, info/2, call/3, timeout/1, drain/1, closed/1, failed/2,
          terminate/2, send/2]).
@@ -26,10 +29,17 @@
 -spec init(sluice:conn(), term(), #s{}) -> outcome().
 init(Conn, HOpts, S = #s{handler = H}) ->
     try H:init(Conn, HOpts) of
-        {close, Reason} -> {stop, Reason, S};
+        {close, Reason} -> {stop, Reason, uninitialised(S)};
         Result -> outcome(read(init, Result, [], S))
-    catch Class:Reason:Stack -> sluice_conn_close:crash(Class, Reason, Stack, S)
+    catch Class:Reason:Stack -> sluice_conn_close:crash(Class, Reason, Stack, uninitialised(S))
     end.
+
+%% init/2 gave no state: the handler has none for handle_error/2 or
+%% terminate/2, which are not called (as a gen_server's terminate/2 is
+%% not after its init/1 fails), rather than called with one it never
+%% returned.
+uninitialised(S = #s{has = Has}) ->
+    S#s{has = Has#{handle_error := false, terminate := false, handle_close := false}}.
 
 %% @doc A chunk from the client: counted, then handed over as it is or, with
 %% framing, as the whole frames it completes. The replies to the frames of
@@ -83,7 +93,12 @@ frames([Frame | Rest], Out, S = #s{handle_data = HandleData, hstate = HState}) -
                 {continue, Out2, S2} -> frames(Rest, Out2, S2);
                 Stop -> Stop
             end
-    catch Class:Reason:Stack -> sluice_conn_close:crash(Class, Reason, Stack, S)
+    catch Class:Reason:Stack ->
+            %% The replies to the frames before this one are owed first:
+            %% what the client gets must not depend on how TCP cut the
+            %% bytes into chunks.
+            ok = owed(Out, S),
+            sluice_conn_close:crash(Class, Reason, Stack, S)
     end.
 
 %% @doc A message that is neither the transport's nor the library's.
@@ -160,11 +175,25 @@ quietly(Fun) ->
 
 %% @doc Queue Out on the socket; what was queued counts as written.
 -spec send(iodata(), #s{}) -> ok | {error, term()}.
-send(Out, #s{send = Send, ts = TS, stats = Stats}) ->
+send(Out, S = #s{send = Send, ts = TS, stats = Stats}) ->
     case Send(TS, Out) of
         ok -> sluice_stats:sent(Stats, size_of(Out));
-        Error -> Error
+        Error -> unsent(Out, Error, S)
     end.
+
+%% A send failed: the socket's error, unless what was to be sent is not
+%% iodata (a list in a handler's reply with something else in it; other
+%% terms are refused by read/4): then the handler's fault, not the
+%% socket's. Only on failure, so that a reply is walked once, by the send.
+unsent(Out, Error, S) ->
+    try iolist_size(Out) of
+        _ -> Error
+    catch error:badarg -> sluice_conn_close:crash(exit, {bad_iodata, Out}, [], S)
+    end.
+
+%% Send the replies owed before a crash, whatever becomes of them.
+owed([], _S) -> ok;
+owed(Out, S) -> _ = send(Out, S), ok.
 
 %% A reply is most often one binary, whose size is a field: iolist_size/1
 %% is a call.
@@ -175,18 +204,23 @@ size_of(Out) -> iolist_size(Out).
 %% of the same chunk asked to send; the caller sends it once (outcome/1).
 read(_Cb, {ok, HState}, Out, S) ->
     {continue, Out, timer(infinity, S#s{hstate = HState})};
-read(_Cb, {reply, More, HState}, Out, S) ->
+read(_Cb, {reply, More, HState}, Out, S) when ?IS_IODATA(More) ->
     {continue, add(Out, More), timer(infinity, S#s{hstate = HState})};
 read(_Cb, {ok, HState, Timeout}, Out, S) when ?IS_TIMEOUT(Timeout) ->
     {continue, Out, timer(Timeout, S#s{hstate = HState})};
-read(_Cb, {reply, More, HState, Timeout}, Out, S) when ?IS_TIMEOUT(Timeout) ->
+read(_Cb, {reply, More, HState, Timeout}, Out, S) when ?IS_IODATA(More), ?IS_TIMEOUT(Timeout) ->
     {continue, add(Out, More), timer(Timeout, S#s{hstate = HState})};
 read(_Cb, {close, Reason, HState}, Out, S) ->
     {stop, Out, Reason, S#s{hstate = HState}};
-read(_Cb, {reply_close, More, Reason, HState}, Out, S) ->
+read(_Cb, {reply_close, More, Reason, HState}, Out, S) when ?IS_IODATA(More) ->
     {stop, add(Out, More), Reason, S#s{hstate = HState}};
-read(Cb, Other, _Out, S = #s{handler = H}) ->
-    sluice_conn_close:crash(exit, {bad_return_value, {H, Cb, Other}}, [], S).
+read(Cb, Other, Out, S = #s{handler = H}) ->
+    ok = owed(Out, S),
+    S2 = case Cb of
+             init -> uninitialised(S);
+             _ -> S
+         end,
+    sluice_conn_close:crash(exit, {bad_return_value, {H, Cb, Other}}, [], S2).
 
 add([], More) -> More;
 add(Out, More) -> [Out, More].

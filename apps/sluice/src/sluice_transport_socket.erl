@@ -230,12 +230,18 @@ pause(T) ->
 %% send buffer is full, for at most the send timeout (see the module doc).
 -spec send(#sk{}, iodata()) -> ok | {error, term()}.
 send(#sk{sock = Sock, send_timeout = Timeout}, Data) ->
-    case socket:send(Sock, Data, nowait) of
+    try socket:send(Sock, Data, nowait) of
         ok -> ok;
         {select, {SelectInfo, Rest}} -> wait_writable(Sock, Rest, SelectInfo, deadline(Timeout));
         {select, SelectInfo} -> wait_writable(Sock, Data, SelectInfo, deadline(Timeout));
         {error, {Reason, _Rest}} -> {error, Reason};
         {error, Reason} -> {error, Reason}
+    catch
+        %% Data that is not iodata: an error like the inet transport's,
+        %% which the connection tells from the socket's (it checks the
+        %% data when a send fails), rather than an exception in it.
+        error:badarg -> {error, badarg};
+        error:{invalid, {data, _}} -> {error, badarg}
     end.
 
 deadline(infinity) -> infinity;

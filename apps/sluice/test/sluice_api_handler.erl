@@ -8,7 +8,11 @@
 %%   "bad"         -> returns a value that is not a result
 %%   "close"       -> {close, asked, S}
 %%   "bye X"       -> {reply_close, "X\n", asked, S}
+%%   "badio"       -> {reply, foo, S} (a reply that is not iodata)
+%%   "badlist"     -> {reply, [<<"a">>, 256], S} (a list that is not iodata)
 %% Anything else is echoed back as it came (chunks, without framing).
+%% Opts also take `init => close | crash' (init/2 fails, after reporting)
+%% and `trap_exit => true' (init/2 sets it).
 -module(sluice_api_handler).
 -behaviour(sluice_handler).
 
@@ -17,8 +21,14 @@
 
 init(Conn, Opts = #{test := Test}) ->
     Test ! {init, self(), Conn},
+    %% for handle_error/2 and terminate/2 called with a state init/2 did
+    %% not return (they must not be)
+    put(sluice_api_test, Test),
     S = Opts#{conn => Conn},
+    _ = maps:get(trap_exit, Opts, false) andalso process_flag(trap_exit, true),
     case Opts of
+        #{init := close} -> {close, refused};
+        #{init := crash} -> error(init_crash);
         #{greeting := G} -> {reply, G, S};
         _ -> {ok, S}
     end.
@@ -32,6 +42,8 @@ handle_data(Data, S = #{test := Test}) ->
         <<"bad">> -> {what, S};
         <<"close">> -> {close, asked, S};
         <<"bye ", X/binary>> -> {reply_close, [X, $\n], asked, S};
+        <<"badio">> -> {reply, foo, S};
+        <<"badlist">> -> {reply, [<<"a">>, 256], S};
         _ -> {reply, Data, S}
     end.
 
@@ -71,7 +83,11 @@ handle_close(#{test := Test}) ->
     Test ! {peer_closed, self()}.
 
 handle_error(Reason, #{test := Test}) ->
-    Test ! {error, self(), Reason}.
+    Test ! {error, self(), Reason};
+handle_error(Reason, State) ->
+    get(sluice_api_test) ! {error, self(), {Reason, with_state, State}}.
 
 terminate(Reason, #{test := Test}) ->
-    Test ! {terminate, self(), Reason}.
+    Test ! {terminate, self(), Reason};
+terminate(Reason, State) ->
+    get(sluice_api_test) ! {terminate, self(), {Reason, with_state, State}}.

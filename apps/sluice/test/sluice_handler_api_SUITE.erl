@@ -24,6 +24,11 @@
          peer_close_calls_handle_close_before_terminate/1,
          crash_calls_handle_error_then_terminate_and_is_counted/1,
          bad_return_crashes_naming_handler_and_callback/1,
+         reply_that_is_not_iodata_is_the_handlers_crash/1,
+         crash_on_a_frame_sends_the_replies_of_the_frames_before/1,
+         init_that_fails_gets_no_handle_error_or_terminate/1,
+         handler_that_traps_exits_ends_with_its_supervisor/1,
+         send_of_what_is_not_iodata_raises_in_the_caller/1,
          idle_means_no_bytes_from_the_client/1,
          line_framing_delivers_whole_lines/1,
          length_framing_delivers_whole_frames_across_chunks/1,
@@ -59,6 +64,11 @@ network_cases() ->
      peer_close_calls_handle_close_before_terminate,
      crash_calls_handle_error_then_terminate_and_is_counted,
      bad_return_crashes_naming_handler_and_callback,
+     reply_that_is_not_iodata_is_the_handlers_crash,
+     crash_on_a_frame_sends_the_replies_of_the_frames_before,
+     init_that_fails_gets_no_handle_error_or_terminate,
+     handler_that_traps_exits_ends_with_its_supervisor,
+     send_of_what_is_not_iodata_raises_in_the_caller,
      idle_means_no_bytes_from_the_client,
      line_framing_delivers_whole_lines,
      length_framing_delivers_whole_frames_across_chunks,
@@ -325,6 +335,113 @@ bad_return_crashes_naming_handler_and_callback(Config) ->
     Reason = receive {'DOWN', MRef, process, Pid, R} -> R after 5000 -> error(no_exit) end,
     ?assertMatch({bad_return_value, {sluice_api_handler, handle_data, {what, #{}}}}, Reason),
     ok = sluice_test_lib:expect_closed(S, 2000).
+
+%% A reply that is not iodata is the handler's fault, not the socket's:
+%% handle_error/2 and terminate/2 are told, the close counts as crashed. A
+%% term that is neither a binary nor a list is not a result
+%% (bad_return_value); a list with something else in it is found when it
+%% is sent (bad_iodata). (Until 2026-11-27 both closed the connection as a
+%% socket error on inet, and crashed it without callbacks on socket.)
+reply_that_is_not_iodata_is_the_handlers_crash(Config) ->
+    Name = ?config(name, Config),
+    {S, Pid} = api(Config, #{}),
+    ok = gen_tcp:send(S, <<"badio">>),
+    ?assertEqual({data, Pid, <<"badio">>}, next_report(Pid)),
+    ?assertMatch({error, Pid, {crash, exit, {bad_return_value,
+                                            {sluice_api_handler, handle_data, {reply, foo, _}}},
+                               []}}, next_report(Pid)),
+    ?assertMatch({terminate, Pid, {bad_return_value, _}}, next_report(Pid)),
+    ok = sluice_test_lib:expect_closed(S, 2000),
+    {ok, S2} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    Pid2 = receive {init, P, _} -> P after 5000 -> error(no_init) end,
+    ok = gen_tcp:send(S2, <<"badlist">>),
+    ?assertEqual({data, Pid2, <<"badlist">>}, next_report(Pid2)),
+    ?assertEqual({error, Pid2, {crash, exit, {bad_iodata, [<<"a">>, 256]}, []}},
+                 next_report(Pid2)),
+    ?assertEqual({terminate, Pid2, {bad_iodata, [<<"a">>, 256]}}, next_report(Pid2)),
+    ok = sluice_test_lib:expect_closed(S2, 2000),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
+    ?assertMatch(#{close_reasons := #{crashed := 2, socket_error := 0}}, sluice:info(Name)).
+
+%% With framing, a handler that crashes on one frame of a chunk: the
+%% replies to the frames before it go out first, as they would have had
+%% the frames come in chunks of their own (what the client gets does not
+%% depend on how TCP cut the bytes).
+crash_on_a_frame_sends_the_replies_of_the_frames_before(Config) ->
+    {S, Pid} = api(Config, #{framing => line}),
+    ok = gen_tcp:send(S, <<"echo a\necho b\ncrash\n">>),
+    ?expect({error, Pid, {crash, error, asked_to_crash, _}}),
+    ?assertEqual({ok, <<"a\nb\n">>}, gen_tcp:recv(S, 4, 2000)),
+    ?assertEqual({error, closed}, gen_tcp:recv(S, 0, 2000)),
+    {S2, Pid2} = api2(Config),
+    ok = gen_tcp:send(S2, <<"echo a\nbad\n">>),
+    ?expect({terminate, Pid2, {bad_return_value, _}}),
+    ?assertEqual({ok, <<"a\n">>}, gen_tcp:recv(S2, 2, 2000)),
+    ?assertEqual({error, closed}, gen_tcp:recv(S2, 0, 2000)).
+
+%% A second client of the listener api/2 started.
+api2(Config) ->
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(?config(name, Config))),
+    Pid = receive {init, P, _} -> P after 5000 -> error(no_init) end,
+    {S, Pid}.
+
+%% init/2 that closes or raises leaves no state: handle_error/2 and
+%% terminate/2 are not called (as a gen_server's terminate/2 is not after
+%% its init/1 fails) rather than called with a state the handler never
+%% returned; the close is still counted.
+init_that_fails_gets_no_handle_error_or_terminate(Config) ->
+    Name = ?config(name, Config),
+    {S, Pid} = api(Config, #{}, #{init => close}),
+    ok = sluice_test_lib:expect_closed(S, 2000),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
+    sluice_test_lib:stop_listener(Name),
+    {S2, Pid2} = api(Config, #{}, #{init => crash}),
+    ok = sluice_test_lib:expect_closed(S2, 2000),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
+    ?assertMatch(#{close_reasons := #{crashed := 1}}, sluice:info(Name)),
+    receive
+        {Callback, P, _} when (Callback =:= error orelse Callback =:= terminate),
+                              (P =:= Pid orelse P =:= Pid2) ->
+            error({called_after_init_failed, Callback, P})
+    after 300 -> ok
+    end.
+
+%% A handler that traps exits (process_flag in init/2) gets its
+%% supervisor's shutdown as a gen_server does: the connection ends at
+%% once, with terminate/2 ({shutdown, shutdown}), and handle_info/2 never
+%% sees the supervisor's 'EXIT'. (It was handed to handle_info/2: the
+%% connection lived on until the shutdown_timeout killed it, without
+%% terminate/2, and outlived a supervisor that was killed.)
+handler_that_traps_exits_ends_with_its_supervisor(Config) ->
+    Name = ?config(name, Config),
+    {S, Pid} = api(Config, #{shutdown_timeout => 5000}, #{trap_exit => true}),
+    T0 = erlang:monotonic_time(millisecond),
+    ok = sluice:stop_listener(Name),
+    Ms = erlang:monotonic_time(millisecond) - T0,
+    ?assertEqual({terminate, Pid, {shutdown, shutdown}}, next_report(Pid)),
+    ?assert(Ms < 2000, {stop_took, Ms}),
+    ok = sluice_test_lib:expect_closed(S, 2000),
+    {S2, Pid2} = api(Config, #{}, #{trap_exit => true}),
+    [Sup] = [P || P <- sluice_test_lib:conns_sups(Name),
+                  lists:member(Pid2, element(2, process_info(P, links)))],
+    exit(Sup, kill),
+    ?assertEqual({terminate, Pid2, {shutdown, killed}}, next_report(Pid2)),
+    ok = sluice_test_lib:expect_closed(S2, 2000).
+
+%% sluice:send/2 with data that is not iodata fails in the caller
+%% (badarg, as gen_tcp:send/2), and the connection is untouched. (It was
+%% sent on, and closed the connection.)
+send_of_what_is_not_iodata_raises_in_the_caller(Config) ->
+    Name = ?config(name, Config),
+    {S, Pid} = api(Config, #{}),
+    ?assertError(badarg, sluice:send(Pid, not_iodata)),
+    ?assertError(badarg, sluice:send(Pid, [<<"a">>, 300])),
+    ok = gen_tcp:send(S, <<"echo still">>),
+    ?assertEqual({ok, <<"still\n">>}, gen_tcp:recv(S, 6, 2000)),
+    ?assertEqual(ok, sluice:send(Pid, [<<"and">>, $\n])),
+    ?assertEqual({ok, <<"and\n">>}, gen_tcp:recv(S, 4, 2000)),
+    ?assertMatch(#{connections := 1, close_reasons := #{socket_error := 0, crashed := 0}},
+                 sluice:info(Name)).
 
 %% Idle is "no bytes from the client": messages to the handler, calls and
 %% process inspection do not keep a connection open; bytes do.
