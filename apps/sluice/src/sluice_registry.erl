@@ -22,8 +22,7 @@ start_link() ->
     gen_server:start_link({local, ?MODULE}, ?MODULE, [], []).
 
 %% @doc Publish a listener; its rows go when `Sup' goes down.
-%% @doc Register listener `Name''s supervisor; `{error, already_started}'
-%% while another live supervisor has the name (a listener under sluice_sup
+%% `{error, already_started}' while another live supervisor has the name (a listener under sluice_sup
 %% and one embedded with child_spec/1,2, say). A restarted supervisor
 %% replaces its dead predecessor.
 -spec register_listener(term(), pid(), map()) -> ok | {error, already_started}.
