@@ -95,7 +95,10 @@ start_error(Reason) -> Reason.
 %% `{sluice, Opts}' in a child list, as Elixir's `{:sluice, opts}' does.
 -spec child_spec(map() | list()) -> supervisor:child_spec().
 child_spec(Opts) when is_list(Opts) ->
-    child_spec(maps:from_list([case O of {_, _} -> O; K -> {K, true} end || O <- Opts]));
+    case sluice_opts:from_list(Opts) of
+        {ok, Map} -> child_spec(Map);
+        {error, Reason} -> erlang:error({badarg, Reason})
+    end;
 child_spec(Opts) when is_map(Opts) ->
     {Name, Rest} = case maps:take(name, Opts) of
                        {N, R} -> {N, R};

@@ -4,8 +4,9 @@
 %% @private
 -module(sluice_opts).
 
--export([validate/1, defaults/0, default_max_connections/0, default_backlog/0,
-         adaptive_grant/0, format_error/1, format_address/2]).
+-export([validate/1, from_list/1, check_max_connections/1, defaults/0,
+         default_max_connections/0, default_backlog/0, adaptive_grant/0,
+         format_error/1, format_address/2]).
 
 -export_type([opts/0, error/0]).
 
@@ -68,6 +69,37 @@
 %% </ul>
 -define(SOCKET_DEFAULTS, [{buffer, 262144}, {send_timeout, 30000},
                           {send_timeout_close, true}, {nodelay, true}]).
+
+%% The largest C `int', what setsockopt(2) takes for recbuf, sndbuf,
+%% priority, linger's seconds and a raw option's level and name, and what
+%% the inet driver keeps a send timeout or a watermark in. Above it the
+%% inet driver keeps the low 32 bits without a word (recbuf 2^40 is set as
+%% 0, send_timeout 2^31 reads back negative) and the socket NIF refuses the
+%% value only when the listener opens its socket: refused here, on both.
+-define(INT_MAX, 16#7fffffff).
+
+%% The most `buffer' may be (64 MiB). The socket backend allocates a
+%% binary of this size for every read ({otp, rcvbuf}): one the VM cannot
+%% allocate aborts the whole node at the first connection (64 GiB did),
+%% and the inet driver keeps only its low 32 bits. A read never returns
+%% more than the kernel's receive buffer holds, which Linux caps at
+%% net.core.rmem_max / tcp_rmem (6 MiB by default, tens of MiB on hosts
+%% tuned for long fat links): 64 MiB is above any of those, so the cap
+%% costs no one a byte of a read.
+-define(MAX_BUFFER, (64 * 1024 * 1024)).
+
+%% The largest `max_connections': sluice_stats keeps the limit in a signed
+%% 64-bit atomic, whose largest value, 2^63 - 1, stands for `infinity'.
+%% Larger did not fit (badarg from atomics:put/3 at start, or from
+%% set_max_connections/2); 2^63 - 1 itself would read back as `infinity'.
+-define(MAX_CONNECTIONS, ((1 bsl 63) - 2)).
+
+%% The largest `shutdown_timeout' (ms): sluice_conns_sup_sup gives each
+%% connection supervisor this plus 1000 ms as its supervisor shutdown,
+%% which a receive timeout must hold (2^32 - 1 ms at most); more crashed
+%% the stop with timeout_value. About 49.7 days; `infinity' is accepted
+%% for longer and means what it does to a supervisor: wait for ever.
+-define(MAX_SHUTDOWN_TIMEOUT, (16#ffffffff - 1000)).
 
 -spec defaults() -> map().
 defaults() ->
@@ -172,8 +204,9 @@ max_fds() ->
 
 -spec validate(map() | list()) -> {ok, opts()} | {error, error()}.
 validate(Opts) when is_list(Opts) ->
-    try maps:from_list(Opts) of M -> validate(M)
-    catch error:_ -> {error, not_a_map}
+    case from_list(Opts) of
+        {ok, M} -> validate(M);
+        {error, _} = E -> E
     end;
 validate(Opts) when is_map(Opts) ->
     case maps:is_key(handler, Opts) of
@@ -184,12 +217,44 @@ validate(Opts) when is_map(Opts) ->
             try
                 maps:foreach(fun check/2, Merged),
                 ok = check_tls(Merged),
+                ok = check_raw(Merged),
                 {ok, normalize(Merged)}
             catch throw:Error -> {error, Error}
             end
     end;
 validate(_) ->
     {error, not_a_map}.
+
+%% @doc Options in a list, read as proplists and Elixir's Keyword read
+%% them: a bare atom is `{Atom, true}' (`[reuseport | Opts]') and the first
+%% of a repeated key wins, so `[{port, 4000} | Defaults]' overrides
+%% Defaults. Every entry point that takes a list (start_listener/2,
+%% child_spec/1,2) reads it here. Anything else in the list (or an
+%% improper list) is `not_a_map'.
+-spec from_list(list()) -> {ok, map()} | {error, not_a_map}.
+from_list(L) ->
+    from_list(L, #{}).
+
+from_list([], Acc) ->
+    {ok, Acc};
+from_list([{K, V} | Rest], Acc) ->
+    from_list(Rest, first(K, V, Acc));
+from_list([K | Rest], Acc) when is_atom(K) ->
+    from_list(Rest, first(K, true, Acc));
+from_list(_, _) ->
+    {error, not_a_map}.
+
+first(K, _V, Acc) when is_map_key(K, Acc) -> Acc;
+first(K, V, Acc) -> Acc#{K => V}.
+
+%% @doc The check of `max_connections' at start, for
+%% sluice:set_max_connections/2 (through sluice_stats) to apply at run time.
+-spec check_max_connections(term()) -> ok | {error, error()}.
+check_max_connections(Max) ->
+    try check(max_connections, Max) of
+        true -> ok
+    catch throw:Error -> {error, Error}
+    end.
 
 normalize(Opts = #{socket_opts := SO}) when is_map(SO) ->
     normalize(Opts#{socket_opts := maps:to_list(SO)});
@@ -228,7 +293,8 @@ check(reuseport, B) ->
 check(max_connections, infinity) ->
     true;
 check(max_connections, N) ->
-    (is_integer(N) andalso N >= 0) orelse bad(max_connections, N);
+    (is_integer(N) andalso N >= 0 andalso N =< ?MAX_CONNECTIONS)
+        orelse bad(max_connections, N);
 check(gc_after_bytes, infinity) ->
     true;
 check(gc_after_bytes, N) ->
@@ -258,7 +324,10 @@ check(framing, Spec) ->
         {ok, _} -> true;
         {error, _} -> bad(framing, Spec)
     end;
-check(K, T) when K =:= idle_timeout; K =:= shutdown_timeout; K =:= hibernate_after;
+check(shutdown_timeout, T) ->
+    T =:= infinity orelse (is_integer(T) andalso T > 0 andalso T =< ?MAX_SHUTDOWN_TIMEOUT)
+        orelse bad(shutdown_timeout, T);
+check(K, T) when K =:= idle_timeout; K =:= hibernate_after;
                  K =:= park_after; K =:= handshake_timeout; K =:= proxy_timeout ->
     T =:= infinity orelse (is_integer(T) andalso T > 0) orelse bad(K, T);
 check(K, _) ->
@@ -290,7 +359,7 @@ readable(K, F) ->
     end.
 
 check_socket_opt(O = {raw, P, N, V}) ->
-    (is_integer(P) andalso is_integer(N) andalso is_binary(V))
+    (is_int(P, 0) andalso is_int(N, 0) andalso is_binary(V))
         orelse bad(socket_opts, O);
 check_socket_opt(O = {K, V}) ->
     lists:member(K, ?SOCKET_OPTS) orelse bad(socket_opts, O),
@@ -301,14 +370,70 @@ check_socket_opt(O) ->
 socket_opt_value(K, V) when K =:= nodelay; K =:= keepalive;
                             K =:= send_timeout_close; K =:= delay_send ->
     is_boolean(V);
+socket_opt_value(buffer, V) ->
+    is_integer(V) andalso V >= 1 andalso V =< ?MAX_BUFFER;
 socket_opt_value(send_timeout, V) ->
-    V =:= infinity orelse (is_integer(V) andalso V >= 0);
+    V =:= infinity orelse is_int(V, 0);
 socket_opt_value(linger, {B, T}) ->
-    is_boolean(B) andalso is_integer(T) andalso T >= 0;
+    is_boolean(B) andalso is_int(T, 0);
 socket_opt_value(linger, _) ->
     false;
+%% The IP header's type-of-service is one byte: both backends keep the low
+%% 8 bits of a larger value (99999 was set as 156).
+socket_opt_value(tos, V) ->
+    is_integer(V) andalso V >= 0 andalso V =< 255;
+%% The inet driver refuses 0 (einval when the socket opens); the socket
+%% backend ignores message-queue watermarks, so they are held to inet's.
+socket_opt_value(K, V) when K =:= high_msgq_watermark; K =:= low_msgq_watermark ->
+    is_int(V, 1);
+%% Only as {raw, Level, Name, Binary}.
+socket_opt_value(raw, _) ->
+    false;
+%% recbuf, sndbuf (0: the kernel's least), priority, high_watermark,
+%% low_watermark.
 socket_opt_value(_, V) ->
-    is_integer(V) andalso V >= 0.
+    is_int(V, 0).
+
+%% An integer from Min up to a C int's largest.
+is_int(V, Min) ->
+    is_integer(V) andalso V >= Min andalso V =< ?INT_MAX.
+
+%% A raw option is the kernel's to judge (whether its level and name exist
+%% and take that value): the inet driver did not say when the kernel
+%% refused one, and the socket backend failed the start with a bare errno.
+%% Each is set here on a throwaway socket of the listener's family, so
+%% both backends refuse the same ones, as bad options. Where no such socket
+%% can be opened (no socket NIF on the platform, no free descriptor), the
+%% transport is left to find out as before.
+check_raw(#{ip := IP, socket_opts := SO}) ->
+    case [O || O = {raw, _, _, _} <- socket_opts_list(SO)] of
+        [] -> ok;
+        Raw -> probe_raw(family(IP), Raw)
+    end.
+
+socket_opts_list(SO) when is_map(SO) -> maps:to_list(SO);
+socket_opts_list(SO) -> SO.
+
+family(IP) when tuple_size(IP) =:= 8 -> inet6;
+family(_) -> inet.
+
+probe_raw(Family, Raw) ->
+    try socket:open(Family, stream, tcp) of
+        {ok, S} ->
+            try
+                _ = [case socket:setopt_native(S, {L, N}, V) of
+                         ok -> ok;
+                         {error, _} -> bad(socket_opts, O)
+                     end || O = {raw, L, N, V} <- Raw],
+                ok
+            after
+                socket:close(S)
+            end;
+        {error, _} ->
+            ok
+    catch error:_ ->
+            ok
+    end.
 
 is_ip({A, B, C, D}) ->
     lists:all(fun(X) -> is_integer(X) andalso X >= 0 andalso X =< 255 end, [A, B, C, D]);
@@ -350,11 +475,19 @@ expected(handler) -> "{Module, Opts} where Module implements the sluice_handler 
 expected(transport) -> "inet (gen_tcp, the inet driver), socket (OTP's socket NIF), ssl "
                          "(TLS) or a module implementing the sluice_transport behaviour";
 expected(reuseport) -> "a boolean";
-expected(max_connections) -> "a non-negative integer or infinity";
+expected(max_connections) ->
+    "an integer 0.." ++ integer_to_list(?MAX_CONNECTIONS) ++ " (2^63 - 2) or infinity";
 expected(max_connections_wait) -> "an integer 0..3600000 (ms; 0: close at once)";
 expected(active) -> "adaptive, false, once, true or an integer 1..32767";
 expected(socket_opts) -> "a list of {Key, Value} with Key one of " ++
-                             lists:flatten(io_lib:format("~w", [?SOCKET_OPTS]));
+                             lists:flatten(io_lib:format("~w", [?SOCKET_OPTS])) ++
+                             " and a value both backends take: buffer 1.." ++
+                             integer_to_list(?MAX_BUFFER) ++ " (64 MiB), tos 0..255, booleans for nodelay, keepalive, "
+                             "send_timeout_close and delay_send, linger {Boolean, Secs}, "
+                             "message-queue watermarks 1.." ++ integer_to_list(?INT_MAX) ++
+                             ", the other integers 0.." ++ integer_to_list(?INT_MAX) ++
+                             " (send_timeout also infinity), and "
+                             "{raw, Level, Name, Binary} that the kernel accepts";
 expected(proxy_protocol) -> "true or false";
 expected(gc_after_bytes) -> "a positive integer (bytes read between two collections of a "
                             "connection process) or infinity";
@@ -365,7 +498,10 @@ expected(framing) -> "none, or a framing spec of sluice_frame: {length, 1 | 2 | 
 expected(tls_opts) -> "a list of ssl server options with a certificate and its key "
                      "(certfile and keyfile, cert and key, or certs_keys) whose files exist "
                      "and hold them; socket options go in socket_opts";
-expected(K) when K =:= idle_timeout; K =:= shutdown_timeout; K =:= hibernate_after;
+expected(shutdown_timeout) ->
+    "an integer 1.." ++ integer_to_list(?MAX_SHUTDOWN_TIMEOUT) ++
+        " (ms; 2^32 - 1001, about 49.7 days) or infinity";
+expected(K) when K =:= idle_timeout; K =:= hibernate_after;
                  K =:= park_after; K =:= handshake_timeout; K =:= proxy_timeout ->
     "a positive integer (ms) or infinity";
 expected(_) -> "a positive integer".

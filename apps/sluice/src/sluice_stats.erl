@@ -231,9 +231,19 @@ stop_shedding(A, N) ->
         Now -> stop_shedding(A, Now)
     end.
 
--spec set_max_connections(stats(), non_neg_integer() | infinity) -> ok.
-set_max_connections(#stats{a = A}, infinity) -> atomics:put(A, ?MAX_CONNS, ?INFINITY);
-set_max_connections(#stats{a = A}, Max) -> atomics:put(A, ?MAX_CONNS, Max).
+%% @doc Set the connection limit, checked as the `max_connections' option
+%% is at start (sluice_opts): sluice:set_max_connections/2 comes here, and
+%% a limit that does not fit the atomic is an error, not a badarg.
+-spec set_max_connections(stats(), non_neg_integer() | infinity) ->
+          ok | {error, sluice_opts:error()}.
+set_max_connections(St, Max) ->
+    case sluice_opts:check_max_connections(Max) of
+        ok -> put_max_connections(St, Max);
+        {error, _} = E -> E
+    end.
+
+put_max_connections(#stats{a = A}, infinity) -> atomics:put(A, ?MAX_CONNS, ?INFINITY);
+put_max_connections(#stats{a = A}, Max) -> atomics:put(A, ?MAX_CONNS, Max).
 
 %% @doc Whether a log line about a fault of `Kind' is due at `Now' (ms): at
 %% most one per `Interval' per listener however many processes see it,

@@ -47,3 +47,25 @@ first_of_a_repeated_key_wins_test() ->
     %% As Keyword.get/2 and proplists:get_value/2 read it.
     {ok, St} = sluice_frame:new({line, [{max, 2}, {max, 100}]}),
     ?assertMatch({error, {line_too_long, _, 2}, [], _}, sluice_frame:decode(<<"abc">>, St)).
+
+%% `[port: 4000] ++ defaults' and `[name: :a] ++ opts', the Elixir idiom
+%% for overriding defaults: the first of a repeated option wins in every
+%% entry point, `name' included. child_spec/1 used to take the last.
+child_spec_takes_the_first_of_a_repeated_option_test() ->
+    Spec = sluice:child_spec([{name, first}, {port, 4000}, {handler, ?HANDLER},
+                              {name, second}, {port, 4001}]),
+    ?assertMatch(#{id := {sluice_listener, first},
+                   start := {_, _, [first, #{port := 4000}]}}, Spec),
+    ?assertMatch(#{start := {_, _, [kv, #{port := 4000}]}},
+                 sluice:child_spec(kv, [{port, 4000}, {handler, ?HANDLER}, {port, 4001}])).
+
+%% A bare atom is `true' in child_spec/2 as in child_spec/1 (`[:reuseport |
+%% opts]'); child_spec/2 used to raise `{badarg, not_a_map}'.
+child_spec_reads_a_bare_atom_as_true_test() ->
+    [?assertMatch(#{start := {_, _, [_, #{reuseport := true, own_port := false}]}}, S)
+     || S <- [sluice:child_spec(kv, [reuseport, {handler, ?HANDLER}]),
+              sluice:child_spec([reuseport, {name, kv}, {handler, ?HANDLER}])]].
+
+child_spec_raises_on_a_list_that_is_not_a_proplist_test() ->
+    ?assertError({badarg, not_a_map}, sluice:child_spec([{handler, ?HANDLER}, 42])),
+    ?assertError({badarg, not_a_map}, sluice:child_spec(kv, [{handler, ?HANDLER}, 42])).

@@ -1,0 +1,155 @@
+%% EUnit: sluice_opts' reading of option lists and the bounds it puts on
+%% values that used to pass validation and then fail later: when the
+%% listener started (a crash report and a raw reason instead of
+%% `{bad_option, K, V}'), when it stopped, at the first connection (the
+%% whole VM aborted), or at set_max_connections/2 (badarg).
+-module(sluice_opts_tests).
+-include_lib("eunit/include/eunit.hrl").
+
+-define(HANDLER, {sluice_proto_echo, []}).
+-define(BASE, [{ip, {127, 0, 0, 1}}, {port, 0}, {handler, ?HANDLER}]).
+-define(INT_MAX, 16#7fffffff).
+-define(MIB, (1024 * 1024)).
+
+valid(Opts) ->
+    case sluice_opts:validate(Opts) of
+        {ok, V} -> V;
+        Error -> erlang:error({not_valid, Opts, Error})
+    end.
+
+with(K, V) ->
+    maps:from_list([{K, V} | ?BASE]).
+
+on(Transport, SocketOpts) ->
+    (with(socket_opts, SocketOpts))#{transport => Transport}.
+
+%% --- lists: proplists and Elixir keyword lists -------------------------
+
+%% `[reuseport | Opts]' as proplists read it: {reuseport, true}. It was
+%% refused as `not_a_map'.
+bare_atom_in_a_list_is_true_test() ->
+    ?assertMatch(#{reuseport := true, own_port := false}, valid([reuseport | ?BASE])),
+    ?assertMatch(#{proxy_protocol := true}, valid([proxy_protocol | ?BASE])).
+
+%% `[{port, 4000} | Defaults]' overrides Defaults, as Keyword.get/2 and
+%% proplists:get_value/2 read it. The last used to win.
+first_of_a_repeated_key_wins_test() ->
+    ?assertMatch(#{idle_timeout := 100},
+                 valid([{idle_timeout, 100}, {idle_timeout, 60000} | ?BASE])),
+    ?assertMatch(#{port := 4000}, valid([{port, 4000} | ?BASE] ++ [{port, 99999}])),
+    ?assertMatch(#{reuseport := true, own_port := false},
+                 valid([reuseport, {reuseport, false} | ?BASE])).
+
+from_list_test() ->
+    ?assertEqual({ok, #{a => true, b => 1}}, sluice_opts:from_list([a, {b, 1}, {a, 2}, {b, 3}])),
+    ?assertEqual({ok, #{}}, sluice_opts:from_list([])),
+    ?assertEqual({error, not_a_map}, sluice_opts:from_list([{a, 1}, 2])),
+    ?assertEqual({error, not_a_map}, sluice_opts:from_list([{a, 1, 2}])),
+    ?assertEqual({error, not_a_map}, sluice_opts:from_list([{a, 1} | b])).
+
+not_a_proplist_is_not_a_map_test() ->
+    ?assertEqual({error, not_a_map}, sluice_opts:validate([1, 2])),
+    ?assertEqual({error, not_a_map}, sluice_opts:validate([{handler, ?HANDLER} | port])),
+    ?assertEqual("options must be a map or a proplist", sluice:format_error(not_a_map)).
+
+%% --- max_connections ----------------------------------------------------
+
+%% The limit lives in a signed 64-bit atomic (sluice_stats): 2^63 and up
+%% passed validation and then failed the start with badarg.
+max_connections_fits_its_atomic_test() ->
+    Max = (1 bsl 63) - 2,
+    ?assertMatch(#{max_connections := Max}, valid(with(max_connections, Max))),
+    ?assertMatch(#{max_connections := infinity}, valid(with(max_connections, infinity))),
+    [?assertEqual({error, {bad_option, max_connections, N}},
+                  sluice_opts:validate(with(max_connections, N)))
+     || N <- [(1 bsl 63) - 1, 1 bsl 63, 1 bsl 64, -1, ten]],
+    ?assertMatch("bad value for option max_connections: 9223372036854775808 (expected an "
+                 "integer 0..9223372036854775806" ++ _,
+                 sluice:format_error({bad_option, max_connections, 1 bsl 63})).
+
+%% set_max_connections/2's path at run time: the same check, an error
+%% instead of badarg, and the limit left as it was.
+set_max_connections_checks_the_bound_test() ->
+    St = sluice_stats:new(1, 10),
+    ?assertEqual({error, {bad_option, max_connections, 1 bsl 63}},
+                 sluice_stats:set_max_connections(St, 1 bsl 63)),
+    ?assertMatch(#{max_connections := 10}, sluice_stats:read(St)),
+    ?assertEqual(ok, sluice_stats:set_max_connections(St, (1 bsl 63) - 2)),
+    ?assertMatch(#{max_connections := 9223372036854775806}, sluice_stats:read(St)),
+    ?assertEqual(ok, sluice_stats:set_max_connections(St, infinity)),
+    ?assertMatch(#{max_connections := infinity}, sluice_stats:read(St)).
+
+%% --- shutdown_timeout ---------------------------------------------------
+
+%% A connection supervisor's own shutdown is shutdown_timeout + 1000 ms
+%% (sluice_conns_sup_sup), which must be a receive timeout (2^32 - 1 at
+%% most): 2^32 - 1000 used to start and then crash the stop.
+shutdown_timeout_leaves_room_for_the_supervisor_test() ->
+    Max = (1 bsl 32) - 1001,
+    ?assertMatch(#{shutdown_timeout := Max}, valid(with(shutdown_timeout, Max))),
+    ?assertMatch(#{shutdown_timeout := infinity}, valid(with(shutdown_timeout, infinity))),
+    [?assertEqual({error, {bad_option, shutdown_timeout, T}},
+                  sluice_opts:validate(with(shutdown_timeout, T)))
+     || T <- [(1 bsl 32) - 1000, 1 bsl 40, 0]],
+    ?assertMatch("bad value for option shutdown_timeout: 4294966296 (expected an integer "
+                 "1..4294966295" ++ _,
+                 sluice:format_error({bad_option, shutdown_timeout, (1 bsl 32) - 1000})).
+
+%% --- socket_opts ----------------------------------------------------------
+
+%% The socket backend allocates a read of `buffer' bytes: 64 GiB aborted
+%% the VM (prim_socket_nif's ALLOC_BIN) at the first connection.
+buffer_is_capped_test() ->
+    [begin
+         ?assertMatch(#{}, valid(on(T, [{buffer, 64 * ?MIB}]))),
+         ?assertMatch(#{}, valid(on(T, [{buffer, 1}]))),
+         [?assertEqual({error, {bad_option, socket_opts, {buffer, B}}},
+                       sluice_opts:validate(on(T, [{buffer, B}])))
+          || B <- [64 * ?MIB + 1, 1 bsl 36, 0]]
+     end || T <- [inet, socket]].
+
+%% Values one backend refused only when the listener opened its socket
+%% (a crash report and `{{invalid, ...}, Opt}') and the other took with
+%% their high bits dropped: now a bad option on both, before anything
+%% starts.
+socket_option_values_are_checked_for_both_backends_test() ->
+    Bad = [{buffer, 0}, {recbuf, 1 bsl 40}, {recbuf, ?INT_MAX + 1}, {sndbuf, 1 bsl 32},
+           {priority, 1 bsl 40}, {tos, 256}, {tos, 99999}, {send_timeout, 1 bsl 31},
+           {linger, {true, 1 bsl 40}}, {linger, {true, -1}}, {linger, true},
+           {high_watermark, 1 bsl 40}, {low_watermark, -1},
+           {high_msgq_watermark, 0}, {low_msgq_watermark, 1 bsl 40},
+           {raw, 1 bsl 40, 2, <<1:32/native>>}, {raw, -1, 2, <<1:32/native>>},
+           {raw, x}],
+    [?assertEqual({T, {error, {bad_option, socket_opts, O}}},
+                  {T, sluice_opts:validate(on(T, [O]))})
+     || T <- [inet, socket], O <- Bad],
+    ?assertMatch("bad value for option socket_opts: {buffer,0} (expected " ++ _,
+                 sluice:format_error({bad_option, socket_opts, {buffer, 0}})).
+
+%% The largest of each is taken, as gen_tcp and the socket NIF take it.
+socket_option_bounds_are_accepted_test() ->
+    Good = [{recbuf, ?INT_MAX}, {sndbuf, 0}, {priority, 0}, {tos, 255},
+            {send_timeout, ?INT_MAX}, {send_timeout, infinity}, {send_timeout, 0},
+            {linger, {true, ?INT_MAX}}, {linger, {false, 0}},
+            {high_watermark, ?INT_MAX}, {low_watermark, 0},
+            {high_msgq_watermark, ?INT_MAX}, {low_msgq_watermark, 1}],
+    [?assertMatch({T, {ok, _}}, {T, sluice_opts:validate(on(T, [O]))})
+     || T <- [inet, socket], O <- Good].
+
+%% A raw option is judged by the kernel, on a throwaway socket: one it
+%% refuses is a bad option on both backends (the inet driver used to say
+%% nothing, the socket backend failed the start with an errno).
+raw_options_are_judged_by_the_kernel_test() ->
+    {SolSocket, SoKeepalive} = case os:type() of
+                                   {unix, linux} -> {1, 9};
+                                   _ -> {16#ffff, 8}
+                               end,
+    Keepalive = {raw, SolSocket, SoKeepalive, <<1:32/native>>},
+    [begin
+         ?assertMatch({T, {ok, _}}, {T, sluice_opts:validate(on(T, [Keepalive]))}),
+         ?assertMatch({T, {ok, _}},
+                      {T, sluice_opts:validate((on(T, [Keepalive]))#{ip => {0, 0, 0, 0, 0, 0, 0, 1}})}),
+         [?assertEqual({T, {error, {bad_option, socket_opts, O}}},
+                       {T, sluice_opts:validate(on(T, [Keepalive, O]))})
+          || O <- [{raw, SolSocket, SoKeepalive, <<>>}, {raw, 99999, 99999, <<1, 2, 3, 4>>}]]
+     end || T <- [inet, socket]].
