@@ -101,6 +101,13 @@
 %% for longer and means what it does to a supervisor: wait for ever.
 -define(MAX_SHUTDOWN_TIMEOUT, (16#ffffffff - 1000)).
 
+%% The longest idle_timeout, hibernate_after, park_after, handshake_timeout
+%% and proxy_timeout (ms): the handshake's and the PROXY header's are
+%% receive timeouts, which hold at most 2^32 - 1 ms (a longer one crashed
+%% each connection with timeout_value), and the others are held to the
+%% same rule; longer is `infinity'.
+-define(MAX_TIMEOUT, 16#ffffffff).
+
 -spec defaults() -> map().
 defaults() ->
     #{ip => {0, 0, 0, 0},
@@ -329,7 +336,8 @@ check(shutdown_timeout, T) ->
         orelse bad(shutdown_timeout, T);
 check(K, T) when K =:= idle_timeout; K =:= hibernate_after;
                  K =:= park_after; K =:= handshake_timeout; K =:= proxy_timeout ->
-    T =:= infinity orelse (is_integer(T) andalso T > 0) orelse bad(K, T);
+    T =:= infinity orelse (is_integer(T) andalso T > 0 andalso T =< ?MAX_TIMEOUT)
+        orelse bad(K, T);
 check(K, _) ->
     throw({unknown_option, K}).
 
@@ -465,6 +473,15 @@ format_error({bad_option, K, V}) ->
                                 [K, V, expected(K)]));
 format_error(not_a_map) ->
     "options must be a map or a proplist";
+format_error(already_started) ->
+    "a listener of that name is running";
+format_error(Posix) when is_atom(Posix) ->
+    %% What start_listener/2 returns when the port cannot be had
+    %% (eaddrinuse, eacces, eaddrnotavail): the system's words for it.
+    case inet:format_error(Posix) of
+        "unknown POSIX error" -> atom_to_list(Posix);
+        Text -> Text
+    end;
 format_error(Other) ->
     lists:flatten(io_lib:format("~p", [Other])).
 
@@ -503,5 +520,6 @@ expected(shutdown_timeout) ->
         " (ms; 2^32 - 1001, about 49.7 days) or infinity";
 expected(K) when K =:= idle_timeout; K =:= hibernate_after;
                  K =:= park_after; K =:= handshake_timeout; K =:= proxy_timeout ->
-    "a positive integer (ms) or infinity";
+    "an integer 1.." ++ integer_to_list(?MAX_TIMEOUT) ++ " (ms; 2^32 - 1, about 49.7 days) "
+        "or infinity";
 expected(_) -> "a positive integer".

@@ -95,6 +95,19 @@ shutdown_timeout_leaves_room_for_the_supervisor_test() ->
                  "1..4294966295" ++ _,
                  sluice:format_error({bad_option, shutdown_timeout, (1 bsl 32) - 1000})).
 
+%% The handshake's and the PROXY header's timeouts are receive timeouts
+%% (2^32 - 1 ms at most: proxy_timeout 2^40 crashed every connection on the
+%% socket backend with a bad receive timeout); the idle, hibernation and
+%% parking times are held to the same rule.
+ms_timeouts_fit_a_receive_test() ->
+    Max = (1 bsl 32) - 1,
+    [begin
+         ?assertMatch(#{K := Max}, valid(with(K, Max))),
+         ?assertMatch(#{K := infinity}, valid(with(K, infinity))),
+         [?assertEqual({error, {bad_option, K, T}}, sluice_opts:validate(with(K, T)))
+          || T <- [Max + 1, 1 bsl 40, 0]]
+     end || K <- [idle_timeout, hibernate_after, park_after, handshake_timeout, proxy_timeout]].
+
 %% --- socket_opts ----------------------------------------------------------
 
 %% The socket backend allocates a read of `buffer' bytes: 64 GiB aborted
@@ -153,3 +166,12 @@ raw_options_are_judged_by_the_kernel_test() ->
                        {T, sluice_opts:validate(on(T, [Keepalive, O]))})
           || O <- [{raw, SolSocket, SoKeepalive, <<>>}, {raw, 99999, 99999, <<1, 2, 3, 4>>}]]
      end || T <- [inet, socket]].
+
+%% The errors start_listener/2 returns that are not options' are said in
+%% words too.
+start_errors_are_said_in_words_test() ->
+    ?assertEqual("address already in use", sluice:format_error(eaddrinuse)),
+    ?assertEqual("permission denied", sluice:format_error(eacces)),
+    ?assertEqual("a listener of that name is running", sluice:format_error(already_started)),
+    ?assertEqual("no_such_reason", sluice:format_error(no_such_reason)),
+    ?assertEqual("{some,term}", sluice:format_error({some, term})).
