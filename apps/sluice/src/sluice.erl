@@ -26,7 +26,8 @@
 %% with its transport module (for peername/1, sockname/1); with the PROXY
 %% protocol, the header the load balancer sent (`proxy': the client's
 %% `source' and `destination' addresses, TLVs); under TLS, `tls':
-%% `protocol', `cipher', `sni' and `alpn'.
+%% `protocol', `cipher', `sni', `alpn' and `peer_cert' (the client's
+%% certificate, DER, or `undefined').
 -type conn() :: #{listener := name(), pid := pid(), socket := term(), transport := module(),
                   proxy => sluice_proxy_header:header(), tls => map()}.
 

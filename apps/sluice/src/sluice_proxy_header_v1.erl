@@ -2,9 +2,14 @@
 %% sluice_proxy_header: `PROXY TCP4|TCP6 Src Dst SrcPort DstPort\r\n' or
 %% `PROXY UNKNOWN ...\r\n', at most 107 bytes with its CRLF. Addresses and
 %% ports are read as the specification writes them: IPv4 as four decimal
-%% numbers without leading zeros, IPv6 as hexadecimal groups (`::' allowed,
-%% no dotted IPv4 tail), ports as decimal numbers without leading zeros;
-%% one space between fields; a lone CR or LF is an error.
+%% numbers without leading zeros, IPv6 as hexadecimal groups (`::' allowed),
+%% ports as decimal numbers without leading zeros; one space between
+%% fields; a lone CR or LF is an error. An IPv6 address may end in a dotted
+%% IPv4 tail (`::ffff:192.0.2.1'): the specification writes hexadecimal
+%% groups only, but haproxy writes its addresses with inet_ntop(3), which
+%% gives IPv4-mapped ones that way (a `v4v6' bind relaying IPv4 clients
+%% over IPv6, or one IPv4 and one IPv6 side), and reads them back with
+%% inet_pton(3). encode/1 writes hexadecimal groups only.
 %% @private
 -module(sluice_proxy_header_v1).
 
@@ -65,7 +70,7 @@ prefix(Part, Whole) ->
 field_char(_, $\s) -> true;
 field_char(_, C) when C >= $0, C =< $9 -> true;
 field_char(<<"TCP4">>, $.) -> true;
-field_char(<<"TCP6">>, C) when C >= $a, C =< $f; C >= $A, C =< $F; C =:= $: -> true;
+field_char(<<"TCP6">>, C) when C >= $a, C =< $f; C >= $A, C =< $F; C =:= $:; C =:= $. -> true;
 field_char(_, _) -> false.
 
 %% A whole line, without its CRLF.

@@ -33,6 +33,8 @@
          shutdown/2, close/1, info/1, socket/1]).
 -export([check_opts/1]).
 
+-include_lib("public_key/include/public_key.hrl").
+
 -define(INET, sluice_transport_inet).
 
 %% One whole TLS record (2^14 bytes of plaintext, up to 2048 of expansion,
@@ -62,8 +64,11 @@
 %% handshake, so that a mistake is named when the listener starts rather
 %% than failing every connection: each is an ssl server option with a
 %% value ssl accepts (ssl's own check), none is a socket option (those
-%% belong in `socket_opts', or to the library), and the PEM files hold
-%% what their option says (a certificate, a private key).
+%% belong in `socket_opts', or to the library), `handshake' is not
+%% `hello' (the library runs the whole handshake: a paused one would
+%% leave every connection hanging), the PEM files hold what their option
+%% says (a certificate, a private key), the private key can be read (with
+%% `password' if it is encrypted) and it is the certificate's.
 -spec check_opts(term()) -> ok | {error, term()}.
 check_opts(TlsOpts) when is_list(TlsOpts) ->
     case [O || O <- TlsOpts, not (is_tuple(O) andalso tuple_size(O) =:= 2
@@ -77,7 +82,11 @@ check_opts(TlsOpts) ->
 check_keys(TlsOpts) ->
     case [K || {K, _} <- TlsOpts, lists:member(K, ?SOCKET_KEYS)] of
         [K | _] -> {error, {socket_option, K}};
-        [] -> check_ssl(TlsOpts)
+        [] ->
+            case lists:keyfind(handshake, 1, TlsOpts) of
+                {handshake, hello} -> {error, {handshake, {not_supported, hello}}};
+                _ -> check_ssl(TlsOpts)
+            end
     end.
 
 check_ssl(TlsOpts) ->
@@ -104,10 +113,16 @@ check_known(TlsOpts, Config) when is_tuple(Config), tuple_size(Config) >= 2,
     case [K || {K, _} <- TlsOpts, not maps:is_key(K, Kept),
                not lists:member(K, ?SSL_ALIASES)] of
         [K | _] -> {error, {unknown_option, K}};
-        [] -> check_files(TlsOpts)
+        [] -> check_files(TlsOpts, TlsOpts)
     end;
 check_known(TlsOpts, _Config) ->
-    check_files(TlsOpts).
+    check_files(TlsOpts, TlsOpts).
+
+check_files(TlsOpts, All) ->
+    case check_files(TlsOpts) of
+        ok -> check_key_pair(All);
+        Error -> Error
+    end.
 
 check_files([]) ->
     ok;
@@ -139,6 +154,144 @@ has_pem(keyfile, Types) ->
     lists:any(fun(T) -> lists:member(T, pem_wanted(keyfile)) end, Types);
 has_pem(K, Types) ->
     lists:member(hd(pem_wanted(K)), Types).
+
+%% The certificate and the private key ssl will use (the first
+%% certificate of `certfile' or `cert', the first key of `keyfile' or
+%% `key'), read as ssl reads them: an encrypted key with `password'. A key
+%% that cannot be read, or whose public half is not the certificate's,
+%% fails every handshake (ssl reads them then): named here instead.
+%% Keys given another way (`certs_keys', an engine) are left to ssl.
+check_key_pair(TlsOpts) ->
+    case private_key(TlsOpts) of
+        none -> ok;
+        {error, _} = Error -> Error;
+        {ok, Where, Key} ->
+            case certificate(TlsOpts) of
+                {ok, CertDer} ->
+                    case key_matches(Key, CertDer) of
+                        false -> {error, key_error(Where, {key_does_not_match, cert_source(TlsOpts)})};
+                        _TrueOrUnknown -> ok
+                    end;
+                none ->
+                    ok
+            end
+    end.
+
+private_key(TlsOpts) ->
+    case lists:keyfind(keyfile, 1, TlsOpts) of
+        {keyfile, File} ->
+            {ok, Bin} = file:read_file(File),
+            case [E || E <- public_key:pem_decode(Bin),
+                       lists:member(element(1, E), pem_wanted(keyfile))] of
+                [Entry | _] ->
+                    case decode_key(Entry, password(TlsOpts)) of
+                        {ok, Key} -> {ok, {keyfile, File}, Key};
+                        error -> {error, key_error({keyfile, File}, bad_password(Entry, TlsOpts))}
+                    end;
+                [] ->
+                    none
+            end;
+        false ->
+            case lists:keyfind(key, 1, TlsOpts) of
+                {key, {Type, Der}} when is_atom(Type), is_binary(Der) ->
+                    try {ok, key, public_key:der_decode(Type, Der)}
+                    catch _:_ -> none
+                    end;
+                _ ->
+                    none
+            end
+    end.
+
+key_error({keyfile, File}, Why) -> {keyfile, File, Why};
+key_error(key, Why) -> {key, Why}.
+
+%% The password as ssl takes it: a string, or a fun returning one.
+password(TlsOpts) ->
+    case lists:keyfind(password, 1, TlsOpts) of
+        {password, F} when is_function(F, 0) ->
+            try F() catch _:_ -> "" end;
+        {password, P} ->
+            P;
+        false ->
+            ""
+    end.
+
+bad_password({_, _, not_encrypted}, _TlsOpts) -> not_a_key;
+bad_password(_Encrypted, TlsOpts) ->
+    case lists:keymember(password, 1, TlsOpts) of
+        true -> {encrypted, wrong_password};
+        false -> {encrypted, no_password}
+    end.
+
+decode_key({_, _, not_encrypted} = Entry, _Password) ->
+    try {ok, public_key:pem_entry_decode(Entry)}
+    catch _:_ -> error
+    end;
+decode_key(Entry, Password) ->
+    try public_key:pem_entry_decode(Entry, Password) of
+        Key when is_tuple(Key) -> {ok, Key};
+        _ -> error
+    catch _:_ -> error
+    end.
+
+certificate(TlsOpts) ->
+    case lists:keyfind(certfile, 1, TlsOpts) of
+        {certfile, File} ->
+            {ok, Bin} = file:read_file(File),
+            case [Der || {'Certificate', Der, _} <- public_key:pem_decode(Bin)] of
+                [Der | _] -> {ok, Der};
+                [] -> none
+            end;
+        false ->
+            case lists:keyfind(cert, 1, TlsOpts) of
+                {cert, Der} when is_binary(Der) -> {ok, Der};
+                {cert, [Der | _]} when is_binary(Der) -> {ok, Der};
+                _ -> none
+            end
+    end.
+
+cert_source(TlsOpts) ->
+    case lists:keymember(certfile, 1, TlsOpts) of
+        true -> certfile;
+        false -> cert
+    end.
+
+%% Whether the private key's public half is the certificate's public key:
+%% `true', `false', or `unknown' (a kind of key not compared here).
+key_matches(Key, CertDer) ->
+    try public_key:pkix_decode_cert(CertDer, otp) of
+        #'OTPCertificate'{tbsCertificate = #'OTPTBSCertificate'{
+                              subjectPublicKeyInfo = #'OTPSubjectPublicKeyInfo'{
+                                                        subjectPublicKey = Public}}} ->
+            same_key(Key, Public)
+    catch _:_ ->
+            unknown
+    end.
+
+same_key({#'RSAPrivateKey'{} = Key, _PssParams}, Public) ->
+    same_key(Key, Public);
+same_key(#'RSAPrivateKey'{modulus = N, publicExponent = E}, #'RSAPublicKey'{} = Public) ->
+    Public#'RSAPublicKey'.modulus =:= N andalso Public#'RSAPublicKey'.publicExponent =:= E;
+same_key(#'ECPrivateKey'{publicKey = <<4, _/binary>> = Point},
+         #'ECPoint'{point = <<4, _/binary>> = Point2}) ->
+    %% Both uncompressed points, as keys and certificates write them.
+    Point =:= Point2;
+same_key(#'DSAPrivateKey'{y = Y}, Y2) when is_integer(Y2) ->
+    Y =:= Y2;
+same_key(Key, Public) ->
+    %% A key of one kind for a certificate of another.
+    case {key_kind(Key), key_kind(Public)} of
+        {K1, K2} when K1 =/= other, K2 =/= other, K1 =/= K2 -> false;
+        _ -> unknown
+    end.
+
+key_kind(#'RSAPrivateKey'{}) -> rsa;
+key_kind(#'RSAPublicKey'{}) -> rsa;
+key_kind(#'ECPrivateKey'{}) -> ec;
+key_kind(#'ECPoint'{}) -> ec;
+key_kind(#'DSAPrivateKey'{}) -> dsa;
+key_kind(Y) when is_integer(Y) -> dsa;
+key_kind(_) -> other.
 
 pem_wanted(keyfile) ->
     ['PrivateKeyInfo', 'RSAPrivateKey', 'ECPrivateKey', 'DSAPrivateKey',
@@ -327,8 +480,9 @@ close(#tls{ssl = S}) ->
     ok.
 
 %% @doc What a handler gets in its conn() under `tls': protocol version,
-%% cipher suite, the client's SNI host name and the ALPN protocol agreed
-%% (`undefined' when there is none).
+%% cipher suite, the client's SNI host name, the ALPN protocol agreed and
+%% the client's certificate (DER; with `{verify, verify_peer}' in
+%% tls_opts, verified) (`undefined' when there is none).
 -spec info(#tls{}) -> #{tls := map()}.
 info(#tls{ssl = S}) ->
     Info = case ssl:connection_information(S, [protocol, selected_cipher_suite, sni_hostname]) of
@@ -339,10 +493,15 @@ info(#tls{ssl = S}) ->
                {ok, P} -> P;
                {error, _} -> undefined
            end,
+    PeerCert = case ssl:peercert(S) of
+                   {ok, Der} -> Der;
+                   {error, _} -> undefined
+               end,
     #{tls => #{protocol => maps:get(protocol, Info, undefined),
                cipher => maps:get(selected_cipher_suite, Info, undefined),
                sni => maps:get(sni_hostname, Info, undefined),
-               alpn => Alpn}}.
+               alpn => Alpn,
+               peer_cert => PeerCert}}.
 
 -spec socket(#tls{}) -> gen_tcp:socket().
 socket(#tls{tcp = Sock}) ->

@@ -21,7 +21,7 @@
 -export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
          init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
 -export([v1_tcp4_reaches_the_handler/1,
-         v1_tcp6_reaches_the_handler/1,
+         v1_tcp6_reaches_the_handler/1, v1_tcp6_ipv4_mapped_reaches_the_handler/1,
          v1_unknown_reaches_the_handler/1,
          v2_proxy_with_tlvs_reaches_the_handler/1,
          v2_local_has_no_addresses/1,
@@ -44,7 +44,8 @@ suite() -> [{timetrap, {seconds, 60}}].
 all() -> [{group, inet}, {group, socket}, {group, ssl}].
 
 cases() ->
-    [v1_tcp4_reaches_the_handler, v1_tcp6_reaches_the_handler, v1_unknown_reaches_the_handler,
+    [v1_tcp4_reaches_the_handler, v1_tcp6_reaches_the_handler,
+     v1_tcp6_ipv4_mapped_reaches_the_handler, v1_unknown_reaches_the_handler,
      v2_proxy_with_tlvs_reaches_the_handler, v2_local_has_no_addresses,
      header_a_byte_at_a_time_is_read_whole, data_in_the_header_write_reaches_the_handler_intact,
      missing_header_is_refused, malformed_headers_are_refused,
@@ -191,6 +192,16 @@ v1_tcp6_reaches_the_handler(Config) ->
     check_reaches(Config, <<"PROXY TCP6 2001:db8::1 2001:db8::ab:cd 40000 8443\r\n">>, alone,
                   #{version => 1, command => proxy, transport => tcp6,
                     source => ?SRC6, destination => ?DST6}).
+
+%% Version 1, TCP6 with IPv4-mapped addresses as haproxy writes them
+%% (inet_ntop(3): a dotted tail) when it relays an IPv4 client over IPv6
+%% (a `v4v6' bind): served, not refused as malformed.
+v1_tcp6_ipv4_mapped_reaches_the_handler(Config) ->
+    check_reaches(Config, <<"PROXY TCP6 ::ffff:192.0.2.1 ::ffff:198.51.100.7 56324 443\r\n">>,
+                  joined,
+                  #{version => 1, command => proxy, transport => tcp6,
+                    source => {{0, 0, 0, 0, 0, 16#ffff, 16#c000, 16#0201}, 56324},
+                    destination => {{0, 0, 0, 0, 0, 16#ffff, 16#c633, 16#6407}, 443}}).
 
 %% Version 1, UNKNOWN (what follows it is ignored): no addresses.
 v1_unknown_reaches_the_handler(Config) ->

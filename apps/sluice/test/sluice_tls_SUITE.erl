@@ -30,7 +30,8 @@
          drain_sends_close_notify_before_fin/1,
          failed_handshakes_are_logged_about_once_a_second/1,
          bad_tls_opts_are_named_at_start/1,
-         pem_files_in_tls_opts_work/1]).
+         pem_files_in_tls_opts_work/1,
+         client_certificate_reaches_the_handler/1]).
 %% run in the peer
 -export([start_sampler/0, stop_sampler/0]).
 
@@ -56,6 +57,7 @@ groups() ->
                       pending_handshakes_do_not_hold_the_acceptors,
                       alpn_sni_and_session_reach_the_handler,
                       no_alpn_no_sni_are_undefined,
+                      client_certificate_reaches_the_handler,
                       failed_handshakes_are_logged_about_once_a_second]},
      {flow, [], [never_reading_flood_is_held_back,
                  never_reading_flood_is_held_back_with_ssl_active_n_10]},
@@ -452,6 +454,15 @@ bad_tls_opts_are_named_at_start(Config) ->
     NotPem = filename:join(Dir, "not.pem"),
     ok = file:write_file(NotPem, <<"this is not a certificate\n">>),
     Missing = filename:join(Dir, "missing.pem"),
+    %% The server's key encrypted (with "secret"), and another key (the
+    %% client's) that is not the server certificate's.
+    Encrypted = encrypted_key(Dir, Good, "secret"),
+    {key, OtherKey} = lists:keyfind(key, 1, maps:get(client, ?config(certs, Config))),
+    OtherDir = filename:join(Dir, "other"),
+    ok = filelib:ensure_dir(filename:join(OtherDir, "x")),
+    [_, {keyfile, OtherKeyFile}, _] =
+        sluice_tls_test_lib:write_pem(OtherDir,
+                                      [{key, OtherKey} | lists:keydelete(key, 1, Good)]),
     Cases = [{[], missing},
              {[{certfile, Missing}, {keyfile, KeyFile}], certfile},
              {[{certfile, NotPem}, {keyfile, KeyFile}], certfile},
@@ -461,7 +472,15 @@ bad_tls_opts_are_named_at_start(Config) ->
              {[{active, true} | Good], active},
              {[{mode, list} | Good], mode},
              {[{alpn_prefered_protocols, [<<"h2">>]} | Good], alpn_prefered_protocols},
-             {[verify_none | Good], verify_none}],
+             {[verify_none | Good], verify_none},
+             %% ssl reads the key only at each handshake: every connection
+             %% failed, the listener started.
+             {[{certfile, CertFile}, {keyfile, Encrypted}, {password, "wrong"}], wrong_password},
+             {[{certfile, CertFile}, {keyfile, Encrypted}], no_password},
+             {[{certfile, CertFile}, {keyfile, OtherKeyFile}], key_does_not_match},
+             {[{key, OtherKey} | lists:keydelete(key, 1, Good)], key_does_not_match},
+             %% A handshake paused at the ClientHello: every connection hung.
+             {[{handshake, hello} | Good], handshake}],
     lists:foreach(
       fun({TlsOpts, Named}) ->
               R = sluice:start_listener(?config(name, Config),
@@ -484,16 +503,54 @@ bad_tls_opts_are_named_at_start(Config) ->
     ?assertEqual([], [L || L <- sluice:listeners(), L =:= ?config(name, Config)]).
 
 %% Certificates as PEM files (certfile, keyfile, cacertfile) work as the
-%% in-memory ones do.
+%% in-memory ones do, and so does an encrypted key with its password.
 pem_files_in_tls_opts_work(Config) ->
-    Files = sluice_tls_test_lib:write_pem(?config(priv_dir, Config),
-                                          sluice_tls_test_lib:server_opts(Config)),
+    Dir = ?config(priv_dir, Config),
+    Files = sluice_tls_test_lib:write_pem(Dir, sluice_tls_test_lib:server_opts(Config)),
+    Encrypted = encrypted_key(Dir, sluice_tls_test_lib:server_opts(Config), "secret"),
     Name = ?config(name, Config),
-    sluice_test_lib:start_listener(Name, #{transport => ssl, tls_opts => Files,
-                                           handler => {sluice_proto_ack, #{ack => each}}}),
-    {ok, S} = sluice_tls_test_lib:connect(sluice_test_lib:port(Name), Config),
-    ?assertEqual(ok, sluice_tls_test_lib:ack_pipeline(S, 100, 10)),
-    ok = ssl:close(S).
+    lists:foreach(
+      fun(TlsOpts) ->
+              sluice_test_lib:start_listener(Name, #{transport => ssl, tls_opts => TlsOpts,
+                                                     handler => {sluice_proto_ack, #{ack => each}}}),
+              {ok, S} = sluice_tls_test_lib:connect(sluice_test_lib:port(Name), Config),
+              ?assertEqual(ok, sluice_tls_test_lib:ack_pipeline(S, 100, 10)),
+              ok = ssl:close(S),
+              sluice_test_lib:stop_listener(Name)
+      end, [Files, [{keyfile, Encrypted}, {password, "secret"} | lists:keydelete(keyfile, 1, Files)],
+            [{keyfile, Encrypted}, {password, fun() -> "secret" end}
+             | lists:keydelete(keyfile, 1, Files)]]).
+
+%% The server's key (of ServerOpts) as a PEM file encrypted with Password.
+encrypted_key(Dir, ServerOpts, Password) ->
+    {key, {Type, Der}} = lists:keyfind(key, 1, ServerOpts),
+    Entry = public_key:pem_entry_encode(Type, public_key:der_decode(Type, Der),
+                                        {{"AES-128-CBC", crypto:strong_rand_bytes(16)}, Password}),
+    File = filename:join(Dir, "encrypted.key"),
+    ok = file:write_file(File, public_key:pem_encode([Entry])),
+    File.
+
+%% With verify_peer, the client's certificate (verified against the
+%% listener's CA) is in conn()'s `tls' as `peer_cert' (DER): the handler
+%% can tell which client it is. Without one, `undefined'.
+client_certificate_reaches_the_handler(Config) ->
+    #{client := ClientOpts, server := ServerOpts} = ?config(certs, Config),
+    {cert, ClientCert} = lists:keyfind(cert, 1, ClientOpts),
+    {key, ClientKey} = lists:keyfind(key, 1, ClientOpts),
+    %% The server trusts the client chain's root.
+    {cacerts, ClientCAs} = lists:keyfind(cacerts, 1, ClientOpts),
+    {cacerts, ServerCAs} = lists:keyfind(cacerts, 1, ServerOpts),
+    Port = reporting(Config, #{tls_extra => [{verify, verify_peer},
+                                             {cacerts, ClientCAs ++ ServerCAs}]}),
+    {ok, S} = sluice_tls_test_lib:connect(Port, Config, [{cert, ClientCert}, {key, ClientKey}]),
+    Conn = receive {sluice_conn, _, C, _} -> C after 5000 -> error(no_init) end,
+    ct:log("conn() ~p", [Conn]),
+    ?assertMatch(#{tls := #{peer_cert := ClientCert}}, Conn),
+    ok = ssl:close(S),
+    {ok, S2} = sluice_tls_test_lib:connect(Port, Config),
+    Conn2 = receive {sluice_conn, _, C2, _} -> C2 after 5000 -> error(no_init) end,
+    ?assertMatch(#{tls := #{peer_cert := undefined}}, Conn2),
+    ok = ssl:close(S2).
 
 %%% ------------------------------------------------------------------
 %%% In the peer
