@@ -73,11 +73,16 @@ void json_i64(struct json *j, const char *key, int64_t v)
 
 void json_dbl(struct json *j, const char *key, double v)
 {
+    json_dbl_prec(j, key, v, 3);
+}
+
+void json_dbl_prec(struct json *j, const char *key, double v, int decimals)
+{
     prefix(j, key);
     if (v != v || v > 1e300 || v < -1e300)
         fputs("null", j->f);
     else
-        fprintf(j->f, "%.3f", v);
+        fprintf(j->f, "%.*f", decimals, v);
 }
 
 void json_str(struct json *j, const char *key, const char *s)

@@ -22,6 +22,8 @@ void json_end_arr(struct json *j);
 void json_u64(struct json *j, const char *key, uint64_t v);
 void json_i64(struct json *j, const char *key, int64_t v);
 void json_dbl(struct json *j, const char *key, double v); /* 3 decimals */
+/* with `decimals' decimals (a time in s to the ns: 9) */
+void json_dbl_prec(struct json *j, const char *key, double v, int decimals);
 void json_str(struct json *j, const char *key, const char *s);
 void json_bool(struct json *j, const char *key, int v);
 void json_null(struct json *j, const char *key);

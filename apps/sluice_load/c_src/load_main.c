@@ -169,6 +169,15 @@ int main(int argc, char **argv)
     load_configure(&cfg, opts, argc, argv);
     if (cfg.check)
         return 0;
+    if (cfg.json) {
+        /* a --json that cannot be written is said now, not after the run
+         * (it was a line on stderr, no JSON, and exit 0); append, so
+         * that nothing is lost if the run never gets to write it */
+        FILE *jf = fopen(cfg.json, "a");
+        if (!jf)
+            usage_error(PROG, "--json %s: %s", cfg.json, strerror(errno));
+        fclose(jf);
+    }
 
     static const struct scenario *const table[] = {
         &sc_ack, &sc_ack, &sc_flood, &sc_ping, &sc_connect, &sc_ping,

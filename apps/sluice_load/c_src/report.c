@@ -257,9 +257,11 @@ int report_json(struct run *r, const char *path, double secs, int exit_code)
     json_u64(&j, "handshakes", t.handshakes);
     json_u64(&j, "established", t.established);
     json_dbl(&j, "rate_per_s", connect_rate(&t));
-    json_dbl(&j, "span_s", t.last_established > t.first_connect
+    /* to the ns: a coordinator divides by it (rounded to the ms, a
+     * sub-ms ramp of a few connections gave a rate of 0) */
+    json_dbl_prec(&j, "span_s", t.last_established > t.first_connect
                                ? (double)(t.last_established -
-                                          t.first_connect) / 1e9 : 0);
+                                          t.first_connect) / 1e9 : 0, 9);
     report_latency_json(&j, "latency_us", clat);
     report_hist_json(&j, "latency_hist", clat);
     json_end_obj(&j);

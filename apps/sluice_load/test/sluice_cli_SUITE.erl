@@ -20,10 +20,13 @@
          unknown_option_exits_2_with_one_line/1,
          malformed_value_exits_2_with_one_line/1,
          port_in_use_exits_1_with_one_line/1,
+         metrics_port_in_use_exits_1_with_one_line/1,
+         hosts_without_nodes_exits_2_with_one_line/1,
          help_mentions_every_option/1,
          every_help_has_exit_codes_units_and_one_default/1,
          load_help_lists_coordinator_and_engine_options/1,
          load_bad_option_exits_2_with_one_line/1,
+         load_unwritable_json_exits_2_before_the_run/1,
          socket_backend_and_poll_sets_reach_the_vm/1,
          more_poll_sets_than_threads_exits_2_with_one_line/1]).
 
@@ -40,9 +43,11 @@ all() ->
     [serve_prints_one_listening_line_and_acks, sigterm_drains_and_exits_0,
      sigint_drains_and_exits_0, unknown_option_exits_2_with_one_line,
      malformed_value_exits_2_with_one_line, port_in_use_exits_1_with_one_line,
+     metrics_port_in_use_exits_1_with_one_line, hosts_without_nodes_exits_2_with_one_line,
      help_mentions_every_option, every_help_has_exit_codes_units_and_one_default,
      load_help_lists_coordinator_and_engine_options,
-     load_bad_option_exits_2_with_one_line, socket_backend_and_poll_sets_reach_the_vm,
+     load_bad_option_exits_2_with_one_line, load_unwritable_json_exits_2_before_the_run,
+     socket_backend_and_poll_sets_reach_the_vm,
      more_poll_sets_than_threads_exits_2_with_one_line].
 
 init_per_suite(Config) ->
@@ -172,6 +177,31 @@ port_in_use_exits_1_with_one_line(Config) ->
     ?assertMatch([_], Lines),
     ?assertNotEqual(nomatch, binary:match(hd(Lines), <<"address in use">>)).
 
+%% A --metrics-port that is taken: status 1 and one line in words, as for
+%% the listen port (not inets' supervisor reports and a nested start
+%% error), in this VM and with --nodes.
+metrics_port_in_use_exits_1_with_one_line(Config) ->
+    {ok, L} = gen_tcp:listen(0, [{ip, {127, 0, 0, 1}}]),
+    {ok, Taken} = inet:port(L),
+    Results = [run(Config, ["serve", "--ip", ?LOOPBACK, "--port", "0",
+                            "--metrics-port", integer_to_list(Taken) | Extra])
+               || Extra <- [[], ["--nodes", "1"]]],
+    ok = gen_tcp:close(L),
+    ct:log("~p", [Results]),
+    Expected = iolist_to_binary(io_lib:format("sluice: cannot serve metrics on port ~b: "
+                                              "address in use", [Taken])),
+    [?assertEqual({1, [Expected]}, R) || R <- Results].
+
+%% --hosts without --nodes: exit 2 and one line naming both (it was
+%% ignored, and the server ran in this VM as if it had not been given).
+hosts_without_nodes_exits_2_with_one_line(Config) ->
+    {Status, Lines} = run(Config, ["serve", "--ip", ?LOOPBACK, "--port", "0",
+                                   "--hosts", "hostA,hostB"]),
+    ct:log("~p ~p", [Status, Lines]),
+    ?assertEqual(2, Status),
+    ?assertMatch([_], Lines),
+    [?assertNotEqual(nomatch, binary:match(hd(Lines), F)) || F <- [<<"--hosts">>, <<"--nodes">>]].
+
 %% `serve --help' exits 0 and documents every option, each with its
 %% default; the list checked is both the documented one and the parser's
 %% own table (so an option added to one and not the other is caught).
@@ -260,6 +290,24 @@ load_bad_option_exits_2_with_one_line(Config) ->
          ?assertMatch([_], Lines),
          ?assertNotEqual(nomatch, binary:match(hd(Lines), <<"--bogus">>))
      end || Args <- [["--bogus", "1"], ["--engines", "2", "--bogus", "1"]]].
+
+%% A --json path that cannot be written: exit 2 and one line naming it,
+%% before anything runs (one engine: the run went ahead, said "No such
+%% file" after it and exited with the run's code, 0 for a good run; the
+%% coordinator: exit 1 after the run), for one engine and for --engines.
+load_unwritable_json_exits_2_before_the_run(Config) ->
+    {ok, L} = gen_tcp:listen(0, [{ip, {127, 0, 0, 1}}]),
+    {ok, Port} = inet:port(L),
+    ok = gen_tcp:close(L),
+    Json = filename:join([?config(priv_dir, Config), "no such dir", "x.json"]),
+    [begin
+         {Status, Lines} = run(Config, ["load", "--port", integer_to_list(Port),
+                                        "--duration", "1", "--json", Json | Args]),
+         ct:log("~p -> ~p ~p", [Args, Status, Lines]),
+         ?assertEqual(2, Status),
+         ?assertMatch([_], Lines),
+         ?assertNotEqual(nomatch, binary:match(hd(Lines), list_to_binary("--json " ++ Json)))
+     end || Args <- [[], ["--engines", "2", "--conns", "2"]]].
 
 %% `--backend socket --io-poll-threads 2 --io-poll-sets 2 --scheduler-bind
 %% u': the CLI serves in a VM started with the last three as emulator

@@ -15,7 +15,8 @@
          bad_options_exit_2_with_one_line/1,
          sigterm_ends_the_run_with_a_report/1,
          engine_starts_its_window_on_go/1,
-         a_lost_engine_is_reported_and_the_rest_merged/1]).
+         a_lost_engine_is_reported_and_the_rest_merged/1,
+         lockstep_rate_stays_per_connection/1]).
 
 suite() -> [{timetrap, {seconds, 60}}].
 
@@ -24,7 +25,8 @@ all() ->
      remote_hosts_path_with_a_stand_in_for_ssh,
      scale_holds_connections_and_reports_server_memory,
      bad_options_exit_2_with_one_line, sigterm_ends_the_run_with_a_report,
-     engine_starts_its_window_on_go, a_lost_engine_is_reported_and_the_rest_merged].
+     engine_starts_its_window_on_go, a_lost_engine_is_reported_and_the_rest_merged,
+     lockstep_rate_stays_per_connection].
 
 init_per_suite(Config) ->
     case {sluice_load_test_lib:repo_root(), sluice_load_test_lib:priv_dir()} of
@@ -278,6 +280,27 @@ lines_until_exit(P, Acc) ->
 %%% Helpers
 %%% ------------------------------------------------------------------
 
+%% lockstep's --rate is frames/s per connection: over two engines each
+%% connection keeps it (it was split like an opening rate, so each
+%% connection ran at half of it); ping's, connections opened per second,
+%% is still split.
+lockstep_rate_stays_per_connection(Config) ->
+    Port = start_ref(Config, "ack"),
+    J = load_ok(Config, ["--scenario", "lockstep", "--engines", "2", "--port", Port,
+                         "--conns", "4", "--rate", "50", "--duration", "1"]),
+    Rates = [rate_arg(get(args, P)) || P <- get(placement, J)],
+    ?assertEqual([50.0, 50.0], Rates),
+    %% 4 connections at 50 frames/s for 1 s
+    ?assert(get(messages, J) >= 180 andalso get(messages, J) =< 220, get(messages, J)),
+    {0, _} = sluice(Config, ["load", "--scenario", "ping", "--engines", "2", "--port", Port,
+                             "--conns", "4", "--rate", "50", "--check"]),
+    PingShares = sluice_load_plan:split(#{conns => 4, rate => 50, connect_concurrency => 256},
+                                        2, "ping"),
+    ?assertEqual([25.0, 25.0], [float(R) || #{rate := R} <- PingShares]).
+
+rate_arg([<<"--rate">>, R | _]) -> binary_to_float(R);
+rate_arg([_ | T]) -> rate_arg(T).
+
 load_ok(Config, Args) ->
     {Code, Out} = sluice(Config, ["load" | Args] ++ ["--json", json_path(Config)]),
     ct:log("~s", [Out]),
@@ -357,8 +380,11 @@ wait_exit(P, T) ->
     end.
 
 start_ref(Config) ->
+    start_ref(Config, "ping").
+
+start_ref(Config, Protocol) ->
     P = open_port({spawn_executable, filename:join(?config(bin_dir, Config), "sluice-ref")},
-                  [{args, ["--ip", "127.0.0.1", "--port", "0", "--protocol", "ping", "--threads", "1"]},
+                  [{args, ["--ip", "127.0.0.1", "--port", "0", "--protocol", Protocol, "--threads", "1"]},
                    exit_status, binary, {line, 256}, hide]),
     {os_pid, OsPid} = erlang:port_info(P, os_pid),
     sluice_load_test_lib:reap(Config, OsPid),

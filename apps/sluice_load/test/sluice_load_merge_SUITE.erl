@@ -11,13 +11,14 @@
          init_per_testcase/2, end_per_testcase/2]).
 -export([storm_over_two_engines_merges_its_waves/1,
          tls_over_two_engines_merges_its_handshakes/1,
-         host_wide_counters_are_not_added_up/1]).
+         host_wide_counters_are_not_added_up/1,
+         short_ramp_keeps_its_connect_rate/1]).
 
 suite() -> [{timetrap, {seconds, 60}}].
 
 all() ->
     [storm_over_two_engines_merges_its_waves, tls_over_two_engines_merges_its_handshakes,
-     host_wide_counters_are_not_added_up].
+     host_wide_counters_are_not_added_up, short_ramp_keeps_its_connect_rate].
 
 init_per_suite(Config) ->
     case sluice_load_test_lib:priv_dir() of
@@ -112,6 +113,26 @@ host_wide_counters_are_not_added_up(Config) ->
      end || {F, Raw} <- [{listen_overflows, 'ListenOverflows'}, {listen_drops, 'ListenDrops'}]].
 
 %%% ------------------------------------------------------------------
+
+%% A ramp shorter than a millisecond (a connection or two per engine on
+%% loopback): each engine's span_s is exact enough to give back its own
+%% rate_per_s, and the merged rate is established / the longest span, not
+%% 0/s (span_s was rounded to the ms, 0.000).
+short_ramp_keeps_its_connect_rate(Config) ->
+    Port = load_engine_SUITE:start_ref(Config, ["--protocol", "ack", "--threads", "1"]),
+    {0, Out, J} = load(Config, ["--scenario", "lockstep", "--engines", "2", "--port", Port,
+                                "--conns", "2", "--duration", "0.1"]),
+    Cs = [get(connect, E) || E <- get(engine_results, J)],
+    [begin
+         ?assert(get(span_s, C) > 0, C),
+         ?assert(abs(get(rate_per_s, C) - 1 / get(span_s, C)) =< 0.01 * get(rate_per_s, C), C)
+     end || C <- Cs],
+    C = get(connect, J),
+    Span = lists:max([get(span_s, X) || X <- Cs]),
+    ?assertEqual(Span, get(span_s, C)),
+    ?assert(get(rate_per_s, C) > 0, C),
+    ?assert(abs(get(rate_per_s, C) - 2 / Span) < 1.0e-6, C),
+    ?assertNot(match(Out, "connect: 2 established of 2 attempts, 0/s")).
 
 load(Config, Args) ->
     Json = filename:join(?config(priv_dir, Config), "load.json"),

@@ -20,8 +20,9 @@
         "histograms merged into one report; with --server-metrics URL the report gives\n"
         "the server's memory per connection from its Prometheus figures. In such a\n"
         "run --conns, --rate and --connect-concurrency are totals split over the\n"
-        "engines, --threads is per engine (1 when there are several), and --json,\n"
-        "--quiet and --progress are the coordinator's.\n").
+        "engines (lockstep's and pipeline's --rate, frames/s per connection, is\n"
+        "every connection's as given), --threads is per engine (1 when there are\n"
+        "several), and --json, --quiet and --progress are the coordinator's.\n").
 
 -define(ENGINE_HEADING,
         "engine options (one engine process takes them all; the coordinator gives\n"

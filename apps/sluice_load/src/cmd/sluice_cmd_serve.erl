@@ -77,10 +77,11 @@ specs() ->
 run(Args) ->
     sluice_cli_args:with_options("serve", ?ABOUT, specs(), Args,
                                  fun(Opts) ->
-                                         case {sluice_vm_flags:check(Opts), check_tls(Opts)} of
-                                             {ok, ok} -> serve(Opts, Args);
-                                             {{error, Msg}, _} -> {error, 2, Msg};
-                                             {_, {error, Msg}} -> {error, 2, Msg}
+                                         Checks = [sluice_vm_flags:check(Opts), check_tls(Opts),
+                                                   check_hosts(Opts)],
+                                         case [Msg || {error, Msg} <- Checks] of
+                                             [] -> serve(Opts, Args);
+                                             [Msg | _] -> {error, 2, Msg}
                                          end
                                  end).
 
@@ -96,6 +97,13 @@ check_tls(#{tls := false} = O) ->
         [F | _] -> {error, "--" ++ atom_to_list(F) ++ " is for --tls"}
     end;
 check_tls(_) ->
+    ok.
+
+%% --hosts places the nodes of --nodes: without them it would be ignored
+%% (the server ran here, in this VM, in silence).
+check_hosts(#{nodes := 0, hosts := H}) when H =/= "local" ->
+    {error, "--hosts is for --nodes N (the nodes to start on those hosts)"};
+check_hosts(_) ->
     ok.
 
 %% Emulator flags this VM lacks: the same command in a VM that has them

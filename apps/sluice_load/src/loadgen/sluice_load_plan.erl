@@ -10,7 +10,7 @@
 %% them, and picked automatically on loopback when there are none.
 -module(sluice_load_plan).
 
--export([split/2, engines_needed/1, max_conns_per_engine/0,
+-export([split/2, split/3, engines_needed/1, max_conns_per_engine/0,
          parse_ips/1, format_ips/1, auto_source_ips/3, auto_source_ips/4, assign_ips/2,
          conns_per_address/0]).
 
@@ -42,17 +42,29 @@ engines_needed(Conns) ->
 
 %% @doc Split conns, rate and connect concurrency over `K' engines: counts
 %% differ by at most one, the rate and concurrency in proportion, so that
-%% every engine's ramp ends at the same time.
+%% every engine's ramp ends at the same time. The rate is taken as the
+%% run's connections opened per second (split/3 for a per-connection one).
 -spec split(#{conns := pos_integer(), rate := number(),
               connect_concurrency := pos_integer()}, pos_integer()) ->
           [share()].
-split(#{conns := N, rate := Rate, connect_concurrency := CC}, K) when K >= 1 ->
+split(Run, K) ->
+    split(Run, K, "ping").
+
+%% @doc split/2 for `Scenario': its `--rate' is split only where it counts
+%% connections opened per second over the whole run (ping, connect, scale,
+%% storm); lockstep's and pipeline's are frames/s per connection, which
+%% every engine's connections keep as given.
+-spec split(#{conns := pos_integer(), rate := number(),
+              connect_concurrency := pos_integer()}, pos_integer(), string()) ->
+          [share()].
+split(#{conns := N, rate := Rate, connect_concurrency := CC}, K, Scenario) when K >= 1 ->
+    PerConn = lists:member(Scenario, ["lockstep", "pipeline", "flood"]),
     Base = N div K,
     Extra = N rem K,
     Counts = [C || I <- lists:seq(0, K - 1),
                    C <- [Base + (case I < Extra of true -> 1; false -> 0 end)], C > 0],
     [#{index => I, conns => C,
-       rate => case Rate == 0 of true -> 0; false -> Rate * C / N end,
+       rate => case Rate == 0 orelse PerConn of true -> Rate; false -> Rate * C / N end,
        connect_concurrency => max(1, (CC * C) div N)}
      || {I, C} <- lists:zip(lists:seq(0, length(Counts) - 1), Counts)].
 

@@ -46,7 +46,7 @@ plan(O, EngineSpecs) ->
                       end,
             Shares = sluice_load_plan:split(#{conns => Conns, rate => V(rate),
                                               connect_concurrency => V(connect_concurrency)},
-                                            PerNode * NNodes),
+                                            PerNode * NNodes, V(scenario)),
             case source_sets(Ips, V(host), V(scenario), Shares, NodeSpec) of
                 {error, _, _} = E -> E;
                 {ok, IpSets} ->
@@ -69,23 +69,40 @@ go(#{bin := Bin} = O, Engines, NodeSpec, Url) ->
         ok when map_get(check, O) =:= true ->
             0;
         ok ->
-            case start_nodes(NodeSpec, O) of
-                {ok, Nodes, Refs} ->
-                    Placed = [E#{node => lists:nth(I rem length(Nodes) + 1, Nodes)}
-                              || #{id := I} = E <- Engines],
-                    Progress = not maps:get(quiet, O) andalso
-                        (maps:get(progress, O) orelse sluice_procfs:stderr_is_tty()),
-                    Outcome = try sluice_load_coord:run(#{bin => Bin, engines => Placed,
-                                                          server_metrics => Url,
-                                                          progress => Progress})
-                              after sluice_load_nodes:stop(Refs)
-                              end,
-                    finish(O, Outcome, Placed, length(Nodes));
-                {error, Msg} ->
-                    {error, 1, Msg}
+            case writable(maps:get(json, O)) of
+                ok -> start(O, Engines, NodeSpec, Url);
+                {error, _, _} = E -> E
             end;
         {error, _, _} = E ->
             E
+    end.
+
+%% A --json that cannot be written is bad usage, said before the run (as
+%% the engine does), not after it.
+writable(undefined) ->
+    ok;
+writable(Path) ->
+    case file:open(Path, [append]) of
+        {ok, F} -> file:close(F);
+        {error, R} -> {error, 2, lists:flatten(io_lib:format("--json ~s: ~s",
+                                                             [Path, file:format_error(R)]))}
+    end.
+
+start(#{bin := Bin} = O, Engines, NodeSpec, Url) ->
+    case start_nodes(NodeSpec, O) of
+        {ok, Nodes, Refs} ->
+            Placed = [E#{node => lists:nth(I rem length(Nodes) + 1, Nodes)}
+                      || #{id := I} = E <- Engines],
+            Progress = not maps:get(quiet, O) andalso
+                (maps:get(progress, O) orelse sluice_procfs:stderr_is_tty()),
+            Outcome = try sluice_load_coord:run(#{bin => Bin, engines => Placed,
+                                                  server_metrics => Url,
+                                                  progress => Progress})
+                      after sluice_load_nodes:stop(Refs)
+                      end,
+            finish(O, Outcome, Placed, length(Nodes));
+        {error, Msg} ->
+            {error, 1, Msg}
     end.
 
 %% An engine option's value: as given, else the engine's own default.

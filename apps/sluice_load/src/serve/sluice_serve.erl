@@ -80,15 +80,38 @@ start_metrics(O, IP, Name) ->
         undefined ->
             ok;
         Port ->
-            case sluice_prometheus_httpd:start(IP, Port, Name) of
+            %% as for the listener: a port in use is one line, not
+            %% inets' supervisor reports and its nested start error
+            ok = logger:add_primary_filter(sluice_cli_metrics, {fun drop_start_errors/2, []}),
+            Started = sluice_prometheus_httpd:start(IP, Port, Name),
+            ok = logger:remove_primary_filter(sluice_cli_metrics),
+            case Started of
                 {ok, Pid} ->
                     io:format(standard_error, "sluice: metrics at http://~s/metrics~n",
                               [sluice_opts:format_address(IP, sluice_prometheus_httpd:port(Pid))]);
                 {error, Reason} ->
-                    {error, 1, lists:flatten(io_lib:format("cannot serve metrics on port ~b: ~p",
-                                                           [Port, Reason]))}
+                    {error, 1, lists:flatten(io_lib:format("cannot serve metrics on port ~b: ~s",
+                                                           [Port, httpd_error(Reason)]))}
             end
     end.
+
+%% inets nests the listen error in its supervisors' start errors:
+%% {listen, eaddrinuse} somewhere inside, said in words; anything else as
+%% one line.
+httpd_error(Reason) ->
+    case listen_error(Reason) of
+        {ok, R} -> describe_error(R);
+        error -> lists:flatten(io_lib:format("~0p", [Reason]))
+    end.
+
+listen_error({listen, R}) when is_atom(R) -> {ok, R};
+listen_error(T) when is_tuple(T) -> listen_error(tuple_to_list(T));
+listen_error([H | T]) ->
+    case listen_error(H) of
+        {ok, _} = Found -> Found;
+        error -> listen_error(T)
+    end;
+listen_error(_) -> error.
 
 drop_start_errors(#{msg := {report, #{label := {supervisor, start_error}}}}, _) -> stop;
 drop_start_errors(#{meta := #{mfa := {sluice, _, _}}}, _) -> stop;
