@@ -204,17 +204,18 @@ frame(_) -> none.
 
 %% @doc Entry point of a parked connection's new process, spawned (linked)
 %% by sluice_conns_sup when the parked socket has an event, with the
-%% handler's and the framer's states the connection parked with: it hands
+%% handler's and the framer's states the connection parked with (and its
+%% telemetry start time, so that its stop event has the whole duration): it hands
 %% the socket over and then sends `{sluice_go, Sock, Event}'. The socket was
 %% parked in `once' mode, and is passive if the event is data.
 -spec unpark(pid(), sluice_transport:socket(), term(), sluice_transport:tstate(),
              template()) -> no_return().
-unpark(Parent, Sock, {HState, Frame}, TS, {S0 = #s{t = T}, _L}) ->
+unpark(Parent, Sock, {HState, Frame, Started}, TS, {S0 = #s{t = T}, _L}) ->
     receive
         {sluice_go, Sock, Event} ->
             TS2 = T:unpark(TS),
             resumed(Event, S0#s{parent = Parent, ts = TS2, hstate = HState, frame = Frame,
-                                started = erlang:monotonic_time(),
+                                started = Started,
                                 sent_ack = sent_ack(T, TS2), data_tag = data_tag(S0, TS2)})
     end.
 
@@ -519,8 +520,11 @@ park(S = #s{t = T, parent = Parent, hstate = HState, timer = undefined, drain = 
                     Sock = T:socket(TS),
                     case T:handover(Sock, Parent) of
                         ok ->
-                            %% The framer's state too: a frame may be half in.
-                            Parent ! {sluice_park, self(), Sock, {HState, S#s.frame}, TS},
+                            %% The framer's state too: a frame may be half in;
+                            %% and when the connection started, for the
+                            %% telemetry stop event's duration.
+                            Parent ! {sluice_park, self(), Sock,
+                                      {HState, S#s.frame, S#s.started}, TS},
                             exit(normal);
                         {error, Reason} ->
                             sluice_conn_close:finish({error, Reason}, S2)

@@ -103,12 +103,15 @@ finish(Reason, S = #s{t = T, ts = TS, stats = Stats}) ->
 %% @doc The handler raised, or returned something that is not a result: as
 %% a gen_server does, the handler is told (handle_error/2, terminate/2) and
 %% the process exits with the reason, so a crash report names the handler
-%% and the connection supervisor counts it as `crashed'.
+%% and the connection supervisor counts it as `crashed'. Except
+%% `exit(normal)', which ends the process normally: the supervisor counts
+%% no crash, so it is counted here.
 -spec crash(error | exit | throw, term(), list(), #s{}) -> no_return().
 crash(Class, Reason, Stack, S = #s{t = T, ts = TS}) ->
     T:close(TS),
     sluice_conn_handler:failed({crash, Class, Reason, Stack}, S),
     stop(Reason, S),
+    _ = {Class, Reason} =:= {exit, normal} andalso sluice_stats:crashed(S#s.stats),
     erlang:raise(Class, Reason, Stack).
 
 stop(Reason, S = #s{listener = Name, started = Started}) ->

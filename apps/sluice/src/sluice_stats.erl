@@ -269,13 +269,23 @@ log_due(#stats{a = A}, Kind, Now, Interval) ->
 %% (those it had started died with it, being linked; parked ones are
 %% closed by the registry; sockets handed to it and not yet started closed
 %% with it): its count is given back, whatever acceptors claimed before
-%% this moment included.
+%% this moment included. Those connections ended with it: each is counted
+%% closed, as `crashed' (a killed connection process is, see
+%% sluice_conns_sup), so that `accepted' stays `closed' plus the live ones.
 -spec sup_reset(stats(), pos_integer()) -> ok.
 sup_reset(St = #stats{a = A}, I) ->
     Slot = sup_slot(St, I),
     Old = reset_slot(A, Slot, atomics:get(A, Slot)),
-    atomics:sub(A, ?CONNS, Old band ?COUNT_MASK),
+    lost(St, Old band ?COUNT_MASK),
     atomics:put(A, parked_slot(St, I), 0).
+
+%% N counted connections that ended with a dead supervisor.
+lost(_St, 0) ->
+    ok;
+lost(#stats{a = A, c = C}, N) ->
+    atomics:sub(A, ?CONNS, N),
+    counters:add(C, ?CLOSED, N),
+    counters:add(C, reason_slot(crashed), N).
 
 reset_slot(A, Slot, Old) ->
     New = ((Old bsr ?COUNT_BITS) + 1) bsl ?COUNT_BITS,
@@ -294,17 +304,19 @@ sup_claim(St = #stats{a = A}, I) ->
 %% @doc The handover of a claimed connection failed (the supervisor was
 %% gone): the claim is given back, with the listener's live count, unless
 %% a new generation of the supervisor has started since the claim, in
-%% which case its reset gave them back already. True if this did.
+%% which case its reset gave them back already. True if this did. Either
+%% way the connection is counted closed once, as `crashed' (sup_reset/2).
 -spec sup_unclaim(stats(), pos_integer(), non_neg_integer()) -> boolean().
 sup_unclaim(St = #stats{a = A}, I, Gen) ->
-    unclaim(A, sup_slot(St, I), Gen, atomics:get(A, sup_slot(St, I))).
+    unclaim(St, sup_slot(St, I), Gen, atomics:get(A, sup_slot(St, I))).
 
-unclaim(A, Slot, Gen, Old) when Old bsr ?COUNT_BITS =:= Gen, Old band ?COUNT_MASK > 0 ->
+unclaim(St = #stats{a = A}, Slot, Gen, Old)
+  when Old bsr ?COUNT_BITS =:= Gen, Old band ?COUNT_MASK > 0 ->
     case atomics:compare_exchange(A, Slot, Old, Old - 1) of
-        ok -> atomics:sub(A, ?CONNS, 1), true;
-        Now -> unclaim(A, Slot, Gen, Now)
+        ok -> lost(St, 1), true;
+        Now -> unclaim(St, Slot, Gen, Now)
     end;
-unclaim(_A, _Slot, _Gen, _Old) ->
+unclaim(_St, _Slot, _Gen, _Old) ->
     false.
 
 %% @doc A connection of supervisor `I' is gone (however it ended).

@@ -73,3 +73,26 @@ admission_is_exact_under_contention_test() ->
     Results = lists:append([receive {P, R} -> R end || P <- Pids]),
     ?assertEqual(100, length([a || admitted <- Results])),
     ?assertEqual(100, live(S)).
+
+%% A connection lost with its supervisor is counted closed (as `crashed')
+%% exactly once, whichever of the acceptor's unclaim and the successor's
+%% reset gives it back: accepted stays closed plus live.
+lost_connection_is_closed_once_in_either_order_test() ->
+    Figures = fun(S) ->
+                      #{accepted := A, closed := C, close_reasons := #{crashed := X}} =
+                          sluice_stats:read(S),
+                      {A, C, X, live(S)}
+              end,
+    Unclaimed = new(),
+    admitted = sluice_stats:admit(Unclaimed),
+    Gen1 = sluice_stats:sup_claim(Unclaimed, 1),
+    ?assert(sluice_stats:sup_unclaim(Unclaimed, 1, Gen1)),
+    ok = sluice_stats:sup_reset(Unclaimed, 1),
+    ?assertEqual({1, 1, 1, 0}, Figures(Unclaimed)),
+    Reset = new(),
+    [admitted = sluice_stats:admit(Reset) || _ <- [1, 2]],
+    Gen2 = sluice_stats:sup_claim(Reset, 1),
+    _ = sluice_stats:sup_claim(Reset, 1),
+    ok = sluice_stats:sup_reset(Reset, 1),
+    ?assertNot(sluice_stats:sup_unclaim(Reset, 1, Gen2)),
+    ?assertEqual({2, 2, 2, 0}, Figures(Reset)).
