@@ -220,8 +220,8 @@ validate(Opts) when is_map(Opts) ->
         false ->
             {error, {missing_option, handler}};
         true ->
-            Merged = maps:merge(defaults(), Opts),
             try
+                Merged = nested(maps:merge(defaults(), Opts)),
                 maps:foreach(fun check/2, Merged),
                 ok = check_tls(Merged),
                 ok = check_raw(Merged),
@@ -253,6 +253,39 @@ from_list(_, _) ->
 
 first(K, _V, Acc) when is_map_key(K, Acc) -> Acc;
 first(K, V, Acc) -> Acc#{K => V}.
+
+%% socket_opts and tls_opts are read as the options around them are
+%% (from_list/1): a map is the list of its pairs, and of a repeated key in
+%% a list the first wins (`socket_opts: [buffer: 4096] ++ Base'), so that
+%% what is checked is what the transport and ssl get: given the whole list,
+%% the inet driver and ssl applied the last of a repeated key. Every raw
+%% option ({raw, Level, Name, Value}) is kept; whatever is not a pair with
+%% an atom key is left for check/2 to refuse. An improper list is refused
+%% here (it crashed the check, or went on to ssl).
+nested(Opts) ->
+    maps:map(fun(K, V) when K =:= socket_opts; K =:= tls_opts -> first_of_each(K, V);
+                (_, V) -> V
+             end, Opts).
+
+first_of_each(_K, M) when is_map(M) ->
+    maps:to_list(M);
+first_of_each(K, L) when is_list(L) ->
+    try length(L) of
+        _ -> firsts(L, #{})
+    catch error:badarg -> bad(K, L)
+    end;
+first_of_each(_K, Other) ->
+    Other.
+
+firsts([], _Seen) ->
+    [];
+firsts([O = {K, _} | Rest], Seen) when is_atom(K) ->
+    case is_map_key(K, Seen) of
+        true -> firsts(Rest, Seen);
+        false -> [O | firsts(Rest, Seen#{K => true})]
+    end;
+firsts([O | Rest], Seen) ->
+    [O | firsts(Rest, Seen)].
 
 %% @doc The check of `max_connections' at start, for
 %% sluice:set_max_connections/2 (through sluice_stats) to apply at run time.

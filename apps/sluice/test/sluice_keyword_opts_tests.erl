@@ -69,3 +69,46 @@ child_spec_reads_a_bare_atom_as_true_test() ->
 child_spec_raises_on_a_list_that_is_not_a_proplist_test() ->
     ?assertError({badarg, not_a_map}, sluice:child_spec([{handler, ?HANDLER}, 42])),
     ?assertError({badarg, not_a_map}, sluice:child_spec(kv, [{handler, ?HANDLER}, 42])).
+
+%% socket_opts and tls_opts are read as the listener's own options are: the
+%% first of a repeated key wins (`socket_opts: [buffer: 4096] ++ base'),
+%% and each may be a map. The lists used to go on whole: the inet driver
+%% applied the last of a repeated socket option (and the ssl transport
+%% sized its reads by the first buffer), ssl took the last of a repeated
+%% tls option, and tls_opts as a map was refused.
+nested_lists_take_the_first_of_a_repeated_key_test() ->
+    Raw1 = {raw, 6, 1, <<1:32/native>>},
+    Raw2 = {raw, 6, 1, <<0:32/native>>},
+    {ok, #{socket_opts := SO, tls_opts := TO}} =
+        sluice_opts:validate([{handler, ?HANDLER},
+                              {socket_opts, [{buffer, 1000}, {nodelay, false}, Raw1,
+                                             {buffer, 2000}, {nodelay, true}, Raw2]},
+                              {tls_opts, [{verify, verify_none}, {verify, verify_peer}]}]),
+    ?assertEqual([{buffer, 1000}, {nodelay, false}, Raw1, Raw2,
+                  {send_timeout, 30000}, {send_timeout_close, true}], SO),
+    ?assertEqual([{verify, verify_none}], TO),
+    %% A shadowed value is not checked, as Keyword.get/2 would not read it.
+    ?assertMatch({ok, #{socket_opts := [{buffer, 1000} | _]}},
+                 sluice_opts:validate([{handler, ?HANDLER},
+                                       {socket_opts, [{buffer, 1000}, {buffer, -1}]}])).
+
+tls_opts_as_a_map_test() ->
+    ?assertMatch({ok, #{tls_opts := [{verify, verify_none}]}},
+                 sluice_opts:validate(#{handler => ?HANDLER,
+                                        tls_opts => #{verify => verify_none}})),
+    ?assertMatch(#{start := {_, _, [kv, #{tls_opts := [{verify, verify_none}]}]}},
+                 sluice:child_spec([{name, kv}, {handler, ?HANDLER},
+                                    {tls_opts, #{verify => verify_none}}])),
+    ?assertEqual({error, {bad_option, tls_opts, not_a_list}},
+                 sluice_opts:validate(#{handler => ?HANDLER, tls_opts => not_a_list})).
+
+%% An improper list crashed the check of socket_opts (function_clause,
+%% from child_spec/1 and start_listener/2 alike) and went on to ssl as
+%% tls_opts: both are bad options.
+nested_improper_list_is_a_bad_option_test() ->
+    ?assertEqual({error, {bad_option, socket_opts, [{nodelay, true} | x]}},
+                 sluice_opts:validate([{handler, ?HANDLER},
+                                       {socket_opts, [{nodelay, true} | x]}])),
+    ?assertEqual({error, {bad_option, tls_opts, [{verify, verify_none} | x]}},
+                 sluice_opts:validate([{handler, ?HANDLER},
+                                       {tls_opts, [{verify, verify_none} | x]}])).

@@ -64,6 +64,34 @@ defmodule KVTest do
                                  :sluice.info(:kv_short_lines)) end, 2000)
   end
 
+  # `[nodelay: false, buffer: 4096] ++ base`, the Elixir idiom for
+  # overriding: the first of a repeated key wins in socket_opts as in the
+  # options around it (the inet driver used to apply the last one).
+  test "socket_opts: the first of a repeated key wins" do
+    table = :ets.new(:kv_test, [:public])
+    base = [buffer: 65536, nodelay: true]
+
+    start_supervised!(
+      {:sluice,
+       name: :kv_override, port: 0, handler: {KV, table}, framing: :line,
+       socket_opts: [nodelay: false, buffer: 4096] ++ base}
+    )
+
+    sock = connect(:kv_override)
+    assert ask(sock, "PUT k v\n") == "OK\n"
+    [conn] = :sluice.connections(:kv_override)
+    # The connection process owns its socket (a port on the inet backend).
+    [port] = Enum.filter(Port.list(), &(Port.info(&1, :connected) == {:connected, conn}))
+    assert {:ok, [buffer: 4096, nodelay: false]} = :inet.getopts(port, [:buffer, :nodelay])
+  end
+
+  # Nested options are a keyword list or a map (docs/elixir.md): tls_opts
+  # as a map used to be refused, where socket_opts and framing took one.
+  test "tls_opts can be a map" do
+    spec = :sluice.child_spec(name: :kv_tls, handler: {KV, nil}, tls_opts: %{verify: :verify_none})
+    assert %{start: {_, _, [:kv_tls, %{tls_opts: [verify: :verify_none]}]}} = spec
+  end
+
   defp wait_for(check, ms) do
     cond do
       check.() -> true
