@@ -210,6 +210,11 @@ frame(_) -> none.
 %% parked in `once' mode, and is passive if the event is data.
 -spec unpark(pid(), sluice_transport:socket(), term(), sluice_transport:tstate(),
              template()) -> no_return().
+unpark(Parent, Sock, {HState, Frame, Started, LoggerMeta}, TS, Template) ->
+    %% The process's logger metadata (the PROXY header's addresses,
+    %% sluice_proxy:label/1) is the woken process's too.
+    ok = logger:set_process_metadata(LoggerMeta),
+    unpark(Parent, Sock, {HState, Frame, Started}, TS, Template);
 unpark(Parent, Sock, {HState, Frame, Started}, TS, {S0 = #s{t = T}, _L}) ->
     receive
         {sluice_go, Sock, Event} ->
@@ -524,7 +529,7 @@ park(S = #s{t = T, parent = Parent, hstate = HState, timer = undefined, drain = 
                             %% and when the connection started, for the
                             %% telemetry stop event's duration.
                             Parent ! {sluice_park, self(), Sock,
-                                      {HState, S#s.frame, S#s.started}, TS},
+                                      parked(HState, S#s.frame, S#s.started), TS},
                             exit(normal);
                         {error, Reason} ->
                             sluice_conn_close:finish({error, Reason}, S2)
@@ -555,6 +560,14 @@ queued() ->
     receive '$sluice_conn_nothing' -> ok after 0 -> ok end,
     {message_queue_len, N} = erlang:process_info(self(), message_queue_len),
     N.
+
+%% What a parked connection's next process takes over (unpark/5), with
+%% its logger metadata when it has any.
+parked(HState, Frame, Started) ->
+    case logger:get_process_metadata() of
+        undefined -> {HState, Frame, Started};
+        Meta -> {HState, Frame, Started, Meta}
+    end.
 
 %% Parking was called off: handle what the transport delivered before the
 %% pause, then grant anew (the pause withdrew what was left of the grant).

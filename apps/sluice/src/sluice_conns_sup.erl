@@ -4,8 +4,11 @@
 %%
 %% It is a special process rather than a `supervisor' because connections
 %% are started and stopped thousands of times a second and never restarted;
-%% it still answers the supervisor calls (which_children, count_children)
-%% and sys messages so that release tools and observer see a supervisor.
+%% it still answers as a simple_one_for_one supervisor would
+%% (which_children, count_children, get_childspec, terminate_child by pid;
+%% sys:get_status/1 in a supervisor's shape, for get_callback_module/1 and
+%% observer) and keeps sys's debug options (trace, log, statistics), so
+%% that release tools and observer see a supervisor.
 %% A listener runs several (one per scheduler by default) so that starting
 %% connections is not serialised through one process.
 %%
@@ -22,7 +25,7 @@
 
 -export([start_link/2, start_connection/3, drain/2, resume/1]).
 -export([init/3]).
--export([system_continue/3, system_terminate/4, system_code_change/4]).
+-export([system_continue/3, system_terminate/4, system_code_change/4, format_status/2]).
 
 -record(st, {parent :: pid(),
              index :: pos_integer(),
@@ -50,7 +53,9 @@
              %% a collection to do once the mailbox is empty
              gc_due = false :: boolean(),
              %% what every connection process of this listener starts from
-             template :: term()}).
+             template :: term(),
+             %% sys debug options (sys:trace/2, sys:statistics/2, ...)
+             debug = [] :: [sys:dbg_opt()]}).
 
 %% A tick in progress gets a slice at least this often, however busy the
 %% supervisor is with starting connections.
@@ -127,6 +132,16 @@ init(Parent, Listener = #{name := Name, transport := T, stats := Stats}, Index) 
 
 now_ms() -> erlang:monotonic_time(millisecond).
 
+%% sys:trace/2, sys:log/2, sys:statistics/2 and sys:install/2 see every
+%% message this process takes, as on a gen_server.
+debug_in(_Msg, St = #st{debug = []}) ->
+    St;
+debug_in(Msg, St = #st{debug = Debug}) ->
+    St#st{debug = sys:handle_debug(Debug, fun print_event/3, self(), {in, Msg})}.
+
+print_event(Dev, {in, Msg}, Pid) ->
+    io:format(Dev, "*DBG* ~tp (sluice_conns_sup) got ~tp~n", [Pid, Msg]).
+
 schedule_sweep(infinity) -> ok;
 schedule_sweep(Tick) -> _ = erlang:start_timer(Tick, self(), sluice_sweep), ok.
 
@@ -137,9 +152,9 @@ loop(St = #st{parent = Parent, handled = H}) ->
         {'EXIT', Parent, Reason} ->
             terminate(Reason, St);
         {system, From, Req} ->
-            sys:handle_system_msg(Req, From, Parent, ?MODULE, [], St);
+            sys:handle_system_msg(Req, From, Parent, ?MODULE, St#st.debug, St);
         Msg ->
-            loop(handle(Msg, St#st{handled = H + 1}))
+            loop(handle(Msg, debug_in(Msg, St#st{handled = H + 1})))
     after between_messages(St) ->
             loop(idle_work(St))
     end.
@@ -183,6 +198,11 @@ handle({sluice_drain, Deadline}, St = #st{children = Children}) ->
 handle({'$gen_call', From, sluice_resume}, St) ->
     gen:reply(From, ok),
     St#st{drain_new = false};
+handle({'$gen_call', From, {terminate_child, Pid}}, St = #st{children = Children})
+  when is_map_key(Pid, Children) ->
+    St2 = terminate_child(Pid, St),
+    gen:reply(From, ok),
+    St2;
 handle({'$gen_call', From, Req}, St) ->
     gen:reply(From, call(Req, St)),
     St;
@@ -300,8 +320,45 @@ call(count_children, #st{children = Children}) ->
     %% listener's live connections are, see sluice:info/1).
     N = map_size(Children),
     [{specs, 1}, {active, N}, {supervisors, 0}, {workers, N}];
+call({get_childspec, Pid}, St = #st{children = Children}) when is_map_key(Pid, Children) ->
+    {ok, child_spec(St)};
+call({get_childspec, _}, _St) ->
+    {error, not_found};
+%% As a simple_one_for_one supervisor answers: a child is terminated by
+%% its pid (handled in handle/2), there is nothing to restart or delete.
+call({terminate_child, Pid}, _St) when is_pid(Pid) ->
+    {error, not_found};
+call({Req, _}, _St) when Req =:= terminate_child; Req =:= restart_child;
+                         Req =:= delete_child ->
+    {error, simple_one_for_one};
 call(_, _) ->
     {error, not_supported}.
+
+%% What every connection is, as supervisor:get_childspec/2 gives a
+%% simple_one_for_one supervisor's children: temporary (never restarted),
+%% shut down with the listener's shutdown_timeout.
+child_spec(#st{listener = #{opts := #{shutdown_timeout := Timeout}}}) ->
+    #{id => sluice_conn, start => {sluice_conn, init, []}, restart => temporary,
+      significant => false, shutdown => Timeout, type => worker, modules => [sluice_conn]}.
+
+%% supervisor:terminate_child(Sup, Pid) of a connection: as a supervisor
+%% does it, a `shutdown' exit and the listener's shutdown_timeout, then
+%% `kill'. Counted closed, and (unless the connection ended normally and
+%% counted its own reason, as a handler that traps exits does) with the
+%% reason a shutdown counts as, `drained': close_reasons still add up to
+%% closed, the listener carrying on.
+terminate_child(Pid, St = #st{stats = Stats,
+                              listener = #{opts := #{shutdown_timeout := Timeout}}}) ->
+    exit(Pid, shutdown),
+    Reason = receive
+                 {'EXIT', Pid, R} -> R
+             after Timeout ->
+                     exit(Pid, kill),
+                     receive {'EXIT', Pid, R} -> R end
+             end,
+    _ = Reason =:= normal orelse sluice_stats:ended(Stats, {shutdown, Reason}),
+    gone(St),
+    St#st{children = maps:remove(Pid, St#st.children)}.
 
 %% Shut every connection down (`shutdown' exit), give them the listener's
 %% shutdown timeout, kill the rest, and account for each. Parked
@@ -332,8 +389,8 @@ wait_children(Children, TRef, St) ->
     end.
 
 -spec system_continue(pid(), [sys:dbg_opt()], #st{}) -> no_return().
-system_continue(_Parent, _Debug, St) ->
-    loop(St).
+system_continue(_Parent, Debug, St) ->
+    loop(St#st{debug = Debug}).
 
 -spec system_terminate(term(), pid(), [sys:dbg_opt()], #st{}) -> no_return().
 system_terminate(Reason, _Parent, _Debug, St) ->
@@ -342,3 +399,16 @@ system_terminate(Reason, _Parent, _Debug, St) ->
 -spec system_code_change(#st{}, module(), term(), term()) -> {ok, #st{}}.
 system_code_change(St, _Module, _OldVsn, _Extra) ->
     {ok, St}.
+
+%% sys:get_status/1 as a supervisor answers it (a gen_server's status with
+%% the supervisor's own part): supervisor:get_callback_module/1, which
+%% reads `{supervisor, [{"Callback", Module}]}' from it, and observer's
+%% state page work on a connection supervisor too.
+-spec format_status(normal | terminate, list()) -> list().
+format_status(_Opt, [_PDict, SysState, Parent, Debug, St]) ->
+    [{header, "Status for sluice connection supervisor " ++
+          pid_to_list(self())},
+     {data, [{"Status", SysState}, {"Parent", Parent},
+             {"Logged events", sys:get_log(Debug)}]},
+     {data, [{"State", St}]},
+     {supervisor, [{"Callback", ?MODULE}]}].

@@ -1,0 +1,163 @@
+%% How a listener looks to OTP's tools: a connection supervisor answers
+%% what supervisor's functions, sys and observer ask a supervisor
+%% (get_callback_module/1, get_childspec/2, terminate_child/2, sys:get_status/1
+%% and the sys debug options), and a parked connection's new process keeps
+%% the logger metadata the old one had (the PROXY header's addresses).
+%%
+%% This module is also the handler of the parking case: it reports its
+%% process's logger metadata on every chunk, and has neither handle_info/2
+%% nor handle_call/3, so that its connections park.
+-module(sluice_otp_SUITE).
+
+-include_lib("common_test/include/ct.hrl").
+-include_lib("stdlib/include/assert.hrl").
+
+-export([all/0, suite/0, init_per_suite/1, end_per_suite/1,
+         init_per_testcase/2, end_per_testcase/2]).
+-export([conns_sup_answers_supervisor_calls/1,
+         conns_sup_terminate_child_shuts_a_connection_down/1,
+         conns_sup_keeps_sys_debug_options/1,
+         parked_connection_keeps_its_logger_metadata/1]).
+%% sluice_handler callbacks
+-export([init/2, handle_data/2]).
+
+suite() -> [{timetrap, {seconds, 30}}].
+
+all() ->
+    [conns_sup_answers_supervisor_calls,
+     conns_sup_terminate_child_shuts_a_connection_down,
+     conns_sup_keeps_sys_debug_options,
+     parked_connection_keeps_its_logger_metadata].
+
+init_per_suite(Config) ->
+    {ok, _} = application:ensure_all_started(sluice),
+    Config.
+
+end_per_suite(_Config) ->
+    ok.
+
+init_per_testcase(Case, Config) ->
+    [{name, {?MODULE, Case}} | Config].
+
+end_per_testcase(_Case, Config) ->
+    sluice_test_lib:stop_listener(?config(name, Config)),
+    ok.
+
+%%% The handler ----------------------------------------------------------
+
+init(_Conn, Opts) ->
+    {ok, Opts}.
+
+handle_data(_Data, S = #{test_pid := Pid}) ->
+    Pid ! {?MODULE, self(), logger:get_process_metadata()},
+    {reply, <<"ok">>, S}.
+
+%%% Cases ----------------------------------------------------------------
+
+%% supervisor:get_callback_module/1 reads the supervisor's part of
+%% sys:get_status/1 (it crashed with badarg on the raw state);
+%% get_childspec/2, delete_child/2 and restart_child/2 answer what a
+%% simple_one_for_one supervisor answers (they said not_supported, which
+%% their specs do not allow).
+conns_sup_answers_supervisor_calls(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{handler => {sluice_proto_echo, []},
+                                           num_conns_sups => 1, shutdown_timeout => 2000}),
+    {ok, Sock} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    ok = sluice_test_lib:wait_info(Name, connections, 1, 5000),
+    [Sup] = sluice_test_lib:conns_sups(Name),
+    [Conn] = sluice:connections(Name),
+    ?assertEqual(sluice_conns_sup, supervisor:get_callback_module(Sup)),
+    {status, Sup, {module, sluice_conns_sup}, [_PDict, running, _Parent, _Debug, Misc]} =
+        sys:get_status(Sup),
+    %% The shape observer's state page reads (a header, then data).
+    ?assertMatch([{header, _}, {data, [{"Status", running} | _]}, {data, [{"State", _}]} | _],
+                 Misc),
+    ?assertMatch({ok, #{id := sluice_conn, restart := temporary, shutdown := 2000,
+                        type := worker, modules := [sluice_conn]}},
+                 supervisor:get_childspec(Sup, Conn)),
+    ?assertEqual({error, not_found}, supervisor:get_childspec(Sup, self())),
+    ?assertEqual({error, not_found}, supervisor:terminate_child(Sup, self())),
+    ?assertEqual({error, simple_one_for_one}, supervisor:delete_child(Sup, sluice_conn)),
+    ?assertEqual({error, simple_one_for_one}, supervisor:restart_child(Sup, sluice_conn)),
+    %% Nothing of that touched the connection.
+    ok = gen_tcp:send(Sock, <<"still here">>),
+    ?assertEqual({ok, <<"still here">>}, gen_tcp:recv(Sock, 10, 2000)),
+    ok = gen_tcp:close(Sock).
+
+%% supervisor:terminate_child(Sup, Pid), as on a simple_one_for_one
+%% supervisor: the connection gets the `shutdown' exit (a handler that
+%% traps exits runs terminate/2), is gone when the call returns, and the
+%% listener's count follows.
+conns_sup_terminate_child_shuts_a_connection_down(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{handler => {sluice_proto_echo, []},
+                                           num_conns_sups => 1}),
+    {ok, Sock} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    ok = sluice_test_lib:wait_info(Name, connections, 1, 5000),
+    [Conn] = sluice:connections(Name),
+    {ok, Other} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    ok = sluice_test_lib:wait_info(Name, connections, 2, 5000),
+    [Sup] = sluice_test_lib:conns_sups(Name),
+    ?assertEqual(ok, supervisor:terminate_child(Sup, Conn)),
+    ?assertNot(is_process_alive(Conn)),
+    ?assertEqual({error, closed}, gen_tcp:recv(Sock, 0, 2000)),
+    ?assertEqual(1, maps:get(connections, sluice:info(Name))),
+    %% counted closed, with a reason: the figures still add up
+    ?assertMatch(#{closed := 1, close_reasons := #{drained := 1}}, sluice:info(Name)),
+    ?assertEqual([{specs, 1}, {active, 1}, {supervisors, 0}, {workers, 1}],
+                 supervisor:count_children(Sup)),
+    ?assertEqual({error, not_found}, supervisor:terminate_child(Sup, Conn)),
+    ok = gen_tcp:send(Other, <<"y">>),
+    ?assertEqual({ok, <<"y">>}, gen_tcp:recv(Other, 1, 2000)),
+    ok = gen_tcp:close(Other).
+
+%% sys:statistics/2, sys:log/2 and sys:trace/2 on a connection
+%% supervisor: they answered ok and then recorded nothing (the debug
+%% options were dropped at the next message).
+conns_sup_keeps_sys_debug_options(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{handler => {sluice_proto_echo, []},
+                                           num_conns_sups => 1}),
+    [Sup] = sluice_test_lib:conns_sups(Name),
+    ok = sys:statistics(Sup, true),
+    ok = sys:log(Sup, true),
+    {ok, Sock} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    ok = sluice_test_lib:wait_info(Name, connections, 1, 5000),
+    _ = supervisor:which_children(Sup),
+    {ok, Stats} = sys:statistics(Sup, get),
+    ct:log("statistics ~p", [Stats]),
+    ?assert(is_list(Stats)),
+    ?assert(proplists:get_value(messages_in, Stats) >= 2),
+    {ok, Log} = sys:log(Sup, get),
+    ?assertMatch([_ | _], [E || E = {in, {'$gen_call', _, which_children}} <- Log]),
+    ok = sys:statistics(Sup, false),
+    ok = sys:log(Sup, false),
+    ?assertEqual({ok, no_statistics}, sys:statistics(Sup, get)),
+    ok = gen_tcp:close(Sock).
+
+%% A parked connection's next process keeps the logger metadata of the
+%% one that parked: the PROXY header's addresses, which the docs promise
+%% on whatever the connection logs (listener-options.md), were lost on the
+%% first wake.
+parked_connection_keeps_its_logger_metadata(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{handler => {?MODULE, #{test_pid => self()}},
+                                           transport => inet, proxy_protocol => true,
+                                           park_after => 50, num_conns_sups => 1}),
+    {ok, Sock} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    ok = gen_tcp:send(Sock, <<"PROXY TCP4 192.0.2.1 198.51.100.2 4321 443\r\nfirst">>),
+    {ok, <<"ok">>} = gen_tcp:recv(Sock, 2, 2000),
+    Expected = #{proxy_source => {{192, 0, 2, 1}, 4321},
+                 proxy_destination => {{198, 51, 100, 2}, 443}},
+    {Pid1, Meta1} = receive {?MODULE, P1, M1} -> {P1, M1} after 2000 -> error(no_report) end,
+    ?assertMatch(#{proxy_source := _}, Meta1),
+    ?assertEqual(Expected, maps:with(maps:keys(Expected), Meta1)),
+    ok = sluice_test_lib:wait_info(Name, parked, 1, 5000),
+    ok = gen_tcp:send(Sock, <<"again">>),
+    {ok, <<"ok">>} = gen_tcp:recv(Sock, 2, 2000),
+    {Pid2, Meta2} = receive {?MODULE, P2, M2} -> {P2, M2} after 2000 -> error(no_report) end,
+    %% A new process (it did park), with the same metadata.
+    ?assertNotEqual(Pid1, Pid2),
+    ?assertEqual(Meta1, Meta2),
+    ok = gen_tcp:close(Sock).
