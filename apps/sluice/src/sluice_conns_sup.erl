@@ -282,11 +282,18 @@ unpark(Sock, Event, St = #st{children = Children, listener = L, parked = Tab}) -
                      end,
             Pid ! {sluice_go, Sock, Event2},
             Now = now_ms(),
-            Since = case Event of
-                        {data, _} -> Now;
-                        _ -> IdleSince
+            Entry = case Event of
+                        {data, _} ->
+                            sluice_sweep:new_entry(Sock, Now, Now);
+                        _ ->
+                            %% Woken for a drain (the other events end
+                            %% it): still idle since it last received a
+                            %% byte, and the sweep must not take the bytes
+                            %% it received before it parked for new ones.
+                            sluice_sweep:new_entry(Sock, Now, IdleSince,
+                                                   T:bytes_received(Sock))
                     end,
-            St#st{children = Children#{Pid => sluice_sweep:new_entry(Sock, Now, Since)}};
+            St#st{children = Children#{Pid => Entry}};
         error ->
             St
     end.

@@ -24,7 +24,8 @@
 %%      `{sluice_sweep, hibernate}', one quiet for `park_after' (infinity
 %%      unless the listener's connections can park) `{sluice_sweep, park}'.
 %%      A hibernated connection is not read at all until it reports that
-%%      it woke (report_woke/1).</li>
+%%      it woke (report_woke/1), but for one read of its byte count at the
+%%      tick after the nudge (a byte may have come just before it).</li>
 %% </ul>
 %% A connection reports waking by writing its pid into a table of its
 %% supervisor's, which each slice of a tick reads (take_woken/3), not by a
@@ -37,17 +38,19 @@
 %%
 %% Activity is noticed at the tick after it, so the idle timeout fires
 %% between `idle_timeout' and `idle_timeout' plus two ticks after the last
-%% byte.
+%% byte. (Bytes that came while the process could not run are noticed when
+%% the timeout is due, see still_idle/3: never early, possibly later.)
 %% @private
 -module(sluice_sweep).
 
--export([config/2, tick/1, new_entry/3, sweep/3, start/1, continue/4, idle_since/1,
+-export([config/2, tick/1, new_entry/3, new_entry/4, sweep/3, start/1, continue/4, idle_since/1,
          closing/1, woke_table/0, report_woke/1, take_woken/3]).
 
 -export_type([entry/0, children/0, config/0, progress/0, woke_table/0]).
 
-%% What the process was last seen doing, or was last told to do.
--type run() :: awake | asleep | parking | closing.
+%% What the process was last seen doing, or was last told to do
+%% (`dozing': told to hibernate at the last tick, see step/4).
+-type run() :: awake | dozing | asleep | parking | closing.
 
 -record(entry, {sock :: sluice_transport:socket(),
                 run = awake :: run(),
@@ -107,7 +110,13 @@ quarter(Ms) -> Ms div 4.
 %% woken from parking carries its own).
 -spec new_entry(sluice_transport:socket(), integer(), integer()) -> entry().
 new_entry(Sock, Now, IdleSince) ->
-    #entry{sock = Sock, quiet_since = Now, idle_since = IdleSince}.
+    new_entry(Sock, Now, IdleSince, 0).
+
+%% @doc As new_entry/3, for a socket that has received `Bytes' already (a
+%% parked connection woken by something other than its client).
+-spec new_entry(sluice_transport:socket(), integer(), integer(), non_neg_integer()) -> entry().
+new_entry(Sock, Now, IdleSince, Bytes) ->
+    #entry{sock = Sock, quiet_since = Now, idle_since = IdleSince, bytes = Bytes}.
 
 %% @doc When the connection last received a byte (monotonic ms).
 -spec idle_since(entry()) -> integer().
@@ -221,6 +230,12 @@ step(Pid, E = #entry{run = awake, reds = Seen}, Now, Cfg) ->
             %% Dead; its 'EXIT' is on the way and removes it.
             E
     end;
+step(Pid, E = #entry{run = dozing}, Now, Cfg) ->
+    %% Told to hibernate at the last tick, because its reduction count had
+    %% not moved; but a byte that came just after that read was handled
+    %% before the nudge, and the process then hibernated without a report.
+    %% The byte count is read once more, as the tick after a byte does.
+    nudge(Pid, bytes(E#entry{run = asleep}, Now, Cfg), Now, Cfg);
 step(Pid, E, Now, Cfg) ->
     %% asleep or parking: not running, so nothing from the client either
     %% (its first byte would have woken it).
@@ -236,13 +251,38 @@ bytes(E = #entry{sock = Sock, bytes = Before}, Now, #{transport := T}) ->
 %% The strongest nudge a connection is due, if any: close, then park, then
 %% hibernate. Parking and hibernating only concern a process that is not
 %% already doing so.
-nudge(Pid, E = #entry{run = Run, quiet_since = Quiet, idle_since = Idle}, Now,
-      #{idle := IdleTimeout, park_after := ParkAfter, hibernate_after := HibAfter}) ->
+nudge(Pid, E = #entry{idle_since = Idle}, Now, Cfg = #{idle := IdleTimeout}) ->
     case over(Now - Idle, IdleTimeout) of
         true ->
-            Pid ! {sluice_sweep, idle_timeout},
-            E#entry{run = closing};
-        false when Run =/= parking ->
+            case still_idle(E, Now, Cfg) of
+                idle ->
+                    Pid ! {sluice_sweep, idle_timeout},
+                    E#entry{run = closing};
+                {sent, E2} ->
+                    quiet(Pid, E2, Now, Cfg)
+            end;
+        false ->
+            quiet(Pid, E, Now, Cfg)
+    end.
+
+%% Before closing, the byte count is read once more whatever the process
+%% did: a byte brings a message, but a process does not run while it is
+%% blocked (in a send to a client that does not read, in a handler's call
+%% to another process) and the message waits; nor does one that hibernated
+%% on a nudge that was queued behind it (the sweep stops reading a
+%% hibernated connection). Either way the client did send, and the
+%% connection is not idle: its clock restarts now, when that was noticed.
+%% One read per timeout, not per tick.
+still_idle(E = #entry{sock = Sock, bytes = Before}, Now, #{transport := T}) ->
+    case T:bytes_received(Sock) of
+        After when After > Before -> {sent, E#entry{bytes = After, idle_since = Now}};
+        _ -> idle
+    end.
+
+quiet(Pid, E = #entry{run = Run, quiet_since = Quiet}, Now,
+      #{park_after := ParkAfter, hibernate_after := HibAfter}) ->
+    case Run of
+        _ when Run =/= parking ->
             case over(Now - Quiet, ParkAfter) of
                 true ->
                     Pid ! {sluice_sweep, park},
@@ -251,14 +291,14 @@ nudge(Pid, E = #entry{run = Run, quiet_since = Quiet, idle_since = Idle}, Now,
                     case over(Now - Quiet, HibAfter) of
                         true ->
                             Pid ! {sluice_sweep, hibernate},
-                            E#entry{run = asleep};
+                            E#entry{run = dozing};
                         false ->
                             E
                     end;
                 false ->
                     E
             end;
-        false ->
+        _ ->
             E
     end.
 

@@ -23,6 +23,7 @@
          idle_timeout_closes_a_parked_connection/1,
          drain_closes_a_parked_connection_with_fin/1,
          drain_carried_on_closes_parked_and_quiet_connections_at_the_deadline/1,
+         idle_timeout_runs_on_through_a_drain_that_woke_a_parked_connection/1,
          call_answered_later_is_not_lost_to_parking/1,
          stop_closes_parked_connections/1,
          killed_conns_sup_closes_its_parked_connections/1,
@@ -42,6 +43,7 @@ all() ->
      idle_timeout_closes_a_parked_connection,
      drain_closes_a_parked_connection_with_fin,
      drain_carried_on_closes_parked_and_quiet_connections_at_the_deadline,
+     idle_timeout_runs_on_through_a_drain_that_woke_a_parked_connection,
      call_answered_later_is_not_lost_to_parking,
      stop_closes_parked_connections,
      killed_conns_sup_closes_its_parked_connections,
@@ -273,6 +275,34 @@ drain_carried_on_closes_parked_and_quiet_connections_at_the_deadline(Config) ->
     ?assertEqual([], [M || {messages, Ms2} <- [process_info(self(), messages)],
                            M = {drain, _} <- Ms2]),
     ?assertMatch(#{drained := 2}, info(Config, close_reasons)).
+
+%% A drain that a handler carries on through wakes a parked connection:
+%% its idle timeout still runs from the client's last byte, as it does for
+%% a connection that never parked. It ran from the drain (the sweep took
+%% every byte the socket had received before parking for new ones): with
+%% idle_timeout 400 and the drain 250 ms after the last byte, the
+%% connection was closed about 650 ms after it instead of 400-440.
+idle_timeout_runs_on_through_a_drain_that_woke_a_parked_connection(Config) ->
+    Name = ?config(name, Config),
+    _ = sluice_test_lib:start_listener(Name, #{handler => {sluice_park_drain_handler,
+                                                          #{test => self()}},
+                                               transport => inet, hibernate_after => 20,
+                                               park_after => 50, idle_timeout => 400}),
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    T0 = erlang:monotonic_time(millisecond),
+    ok = gen_tcp:send(S, <<"a">>),
+    {ok, <<"a">>} = gen_tcp:recv(S, 0, 2000),
+    ok = wait_parked(Config, 1),
+    timer:sleep(max(0, T0 + 250 - erlang:monotonic_time(millisecond))),
+    Self = self(),
+    _ = spawn_link(fun() -> Self ! {drained, sluice:drain(Name, 5000)} end),
+    receive {drain, _} -> ok after 2000 -> error(no_drain) end,
+    ?assertEqual({error, closed}, gen_tcp:recv(S, 0, 3000)),
+    Ms = erlang:monotonic_time(millisecond) - T0,
+    ct:log("closed ~b ms after the last byte (idle_timeout 400, drain at 250)", [Ms]),
+    ?assert(Ms >= 400 andalso Ms < 550, Ms),
+    receive {drained, _} -> ok after 3000 -> error(drain_stuck) end,
+    ?assertMatch(#{idle_timeout := 1}, info(Config, close_reasons)).
 
 %% A handler with handle_call/3 (and no handle_info/2) does not park: a
 %% call it answers later, from a later callback, gets its answer after the
