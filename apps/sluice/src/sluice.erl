@@ -94,7 +94,9 @@ start_error(Reason) -> Reason.
 %% @doc child_spec/2 with the name in the options (`name'; the default is
 %% `{sluice, Port}'), for supervisors that take a module and one argument:
 %% `{sluice, Opts}' in a child list, as Elixir's `{:sluice, opts}' does.
--spec child_spec(map() | list()) -> supervisor:child_spec().
+%% Raises `error({badarg, Reason})' on bad options, as child_spec/2 does
+%% (`not_a_map' for what is neither a map nor a list).
+-spec child_spec(term()) -> supervisor:child_spec().
 child_spec(Opts) when is_list(Opts) ->
     case sluice_opts:from_list(Opts) of
         {ok, Map} -> child_spec(Map);
@@ -105,7 +107,9 @@ child_spec(Opts) when is_map(Opts) ->
                        {N, R} -> {N, R};
                        error -> {{sluice, maps:get(port, Opts, 0)}, Opts}
                    end,
-    child_spec(Name, Rest).
+    child_spec(Name, Rest);
+child_spec(_Opts) ->
+    erlang:error({badarg, not_a_map}).
 
 %% @doc A child spec to embed a listener in the caller's own supervision
 %% tree. Raises `error({badarg, Reason})' on bad options.

@@ -70,6 +70,12 @@ child_spec_raises_on_a_list_that_is_not_a_proplist_test() ->
     ?assertError({badarg, not_a_map}, sluice:child_spec([{handler, ?HANDLER}, 42])),
     ?assertError({badarg, not_a_map}, sluice:child_spec(kv, [{handler, ?HANDLER}, 42])).
 
+%% Neither a map nor a list: the same badarg (it was a function_clause,
+%% an Elixir FunctionClauseError rather than an ArgumentError).
+child_spec_raises_badarg_on_what_is_not_options_test() ->
+    ?assertError({badarg, not_a_map}, sluice:child_spec(foo)),
+    ?assertError({badarg, not_a_map}, sluice:child_spec(kv, foo)).
+
 %% socket_opts and tls_opts are read as the listener's own options are: the
 %% first of a repeated key wins (`socket_opts: [buffer: 4096] ++ base'),
 %% and each may be a map. The lists used to go on whole: the inet driver

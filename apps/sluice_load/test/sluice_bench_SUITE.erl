@@ -18,6 +18,7 @@
          bad_options_exit_2/1,
          help_exits_0/1,
          list_shows_the_runs_of_the_cells_picked/1,
+         unwritable_out_fails_before_any_run/1,
          c_cell_has_a_positive_rate/1,
          seed_cell_against_c_has_ratio_and_cpu/1,
          peer_cells_share_a_c_run/1,
@@ -31,7 +32,8 @@ groups() ->
     [{stats, [], [median_and_spread_of_known_inputs, paired_ratios_skip_missing_runs,
                   interpolation_reads_a_counter_between_samples]},
      {json, [], [json_round_trips, json_decodes_engine_output]},
-     {cli, [], [bad_options_exit_2, help_exits_0, list_shows_the_runs_of_the_cells_picked]},
+     {cli, [], [bad_options_exit_2, help_exits_0, list_shows_the_runs_of_the_cells_picked,
+                unwritable_out_fails_before_any_run]},
      {real, [], [c_cell_has_a_positive_rate, seed_cell_against_c_has_ratio_and_cpu,
                  peer_cells_share_a_c_run, ab_script_compares_servers_by_rate_and_cpu]}].
 
@@ -157,6 +159,22 @@ list_shows_the_runs_of_the_cells_picked(_) ->
                                           "--out", "/nonexistent/dir"])).
 
 %% What `Fun' writes on standard output, and what it returns.
+%% A results directory that cannot be written is found before the runs
+%% (the whole benchmark used to run, then lose its JSON and HTML): one
+%% line, and no run started.
+unwritable_out_fails_before_any_run(Config) ->
+    File = filename:join(?config(priv_dir, Config), "a_file"),
+    ok = file:write_file(File, <<>>),
+    T0 = erlang:monotonic_time(millisecond),
+    R = sluice_bench:bench(#{cells => [{pipeline, c}], rounds => 1, warmup => 0.3, duration => 1,
+                             quick => false, out => filename:join(File, "results"),
+                             command => <<"sluice_bench_SUITE">>}),
+    ?assertMatch({error, _}, R),
+    {error, Msg} = R,
+    ct:log("~ts", [Msg]),
+    ?assertNotEqual(nomatch, string:find(lists:flatten(Msg), "cannot create")),
+    ?assert(erlang:monotonic_time(millisecond) - T0 < 1000).
+
 stdout(Fun) ->
     Collector = spawn_link(fun() -> collect([]) end),
     Old = group_leader(),

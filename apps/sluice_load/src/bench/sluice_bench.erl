@@ -22,6 +22,12 @@
 %% `files' and `failed_runs' added.
 -spec bench(map()) -> {ok, map()} | {error, string()}.
 bench(Config0) ->
+    case writable(maps:get(out, Config0)) of
+        ok -> bench_prepared(Config0);
+        {error, _} = E -> E
+    end.
+
+bench_prepared(Config0) ->
     case prepare(Config0) of
         {error, _} = E -> E;
         {ok, Config, Env, Plan} ->
@@ -316,6 +322,20 @@ engine_settings(Sc, Config) ->
       engine_core => list_to_binary(maps:get(engine_core, S)),
       warmup_s => case W of none -> 0; _ -> W end, duration_s => D,
       cpu_window => maps:get(cpu_window, S)}.
+
+%% The results' directory can be written: found out before the runs (the
+%% whole benchmark ran, then its JSON and HTML were lost).
+writable(Dir) ->
+    Probe = filename:join(Dir, ".sluice-bench-" ++ os:getpid()),
+    case filelib:ensure_dir(Probe) of
+        ok ->
+            case file:write_file(Probe, <<>>) of
+                ok -> _ = file:delete(Probe), ok;
+                {error, Why} -> {error, io_lib:format("cannot write in ~ts: ~ts", [Dir, file:format_error(Why)])}
+            end;
+        {error, Why} ->
+            {error, io_lib:format("cannot create ~ts: ~ts", [Dir, file:format_error(Why)])}
+    end.
 
 write_files(Dir, Doc) ->
     Base = filename:join(Dir, unique_stamp(Dir)),
