@@ -205,17 +205,16 @@ frame(_) -> none.
 %% @doc Entry point of a parked connection's new process, spawned (linked)
 %% by sluice_conns_sup when the parked socket has an event, with the
 %% handler's and the framer's states the connection parked with (and its
-%% telemetry start time, so that its stop event has the whole duration): it hands
+%% telemetry start time, so that its stop event has the whole duration, and
+%% its logger metadata): it hands
 %% the socket over and then sends `{sluice_go, Sock, Event}'. The socket was
 %% parked in `once' mode, and is passive if the event is data.
 -spec unpark(pid(), sluice_transport:socket(), term(), sluice_transport:tstate(),
              template()) -> no_return().
-unpark(Parent, Sock, {HState, Frame, Started, LoggerMeta}, TS, Template) ->
+unpark(Parent, Sock, {HState, Frame, Started, LoggerMeta}, TS, {S0 = #s{t = T}, _L}) ->
     %% The process's logger metadata (the PROXY header's addresses,
     %% sluice_proxy:label/1) is the woken process's too.
-    ok = logger:set_process_metadata(LoggerMeta),
-    unpark(Parent, Sock, {HState, Frame, Started}, TS, Template);
-unpark(Parent, Sock, {HState, Frame, Started}, TS, {S0 = #s{t = T}, _L}) ->
+    _ = LoggerMeta =:= undefined orelse logger:set_process_metadata(LoggerMeta),
     receive
         {sluice_go, Sock, Event} ->
             TS2 = T:unpark(TS),
@@ -526,10 +525,11 @@ park(S = #s{t = T, parent = Parent, hstate = HState, timer = undefined, drain = 
                     case T:handover(Sock, Parent) of
                         ok ->
                             %% The framer's state too: a frame may be half in;
-                            %% and when the connection started, for the
-                            %% telemetry stop event's duration.
+                            %% when the connection started, for the telemetry
+                            %% stop event's duration; its logger metadata.
                             Parent ! {sluice_park, self(), Sock,
-                                      parked(HState, S#s.frame, S#s.started), TS},
+                                      {HState, S#s.frame, S#s.started,
+                                       logger:get_process_metadata()}, TS},
                             exit(normal);
                         {error, Reason} ->
                             sluice_conn_close:finish({error, Reason}, S2)
@@ -560,14 +560,6 @@ queued() ->
     receive '$sluice_conn_nothing' -> ok after 0 -> ok end,
     {message_queue_len, N} = erlang:process_info(self(), message_queue_len),
     N.
-
-%% What a parked connection's next process takes over (unpark/5), with
-%% its logger metadata when it has any.
-parked(HState, Frame, Started) ->
-    case logger:get_process_metadata() of
-        undefined -> {HState, Frame, Started};
-        Meta -> {HState, Frame, Started, Meta}
-    end.
 
 %% Parking was called off: handle what the transport delivered before the
 %% pause, then grant anew (the pause withdrew what was left of the grant).

@@ -254,51 +254,40 @@ bytes(E = #entry{sock = Sock, bytes = Before}, Now, #{transport := T}) ->
 nudge(Pid, E = #entry{idle_since = Idle}, Now, Cfg = #{idle := IdleTimeout}) ->
     case over(Now - Idle, IdleTimeout) of
         true ->
-            case still_idle(E, Now, Cfg) of
-                idle ->
+            %% Before closing, the byte count is read once more whatever
+            %% the process did: a byte brings a message, but a process does
+            %% not run while it is blocked (in a send to a client that does
+            %% not read, in a handler's call to another process) and the
+            %% message waits; nor does one that hibernated on a nudge that
+            %% was queued behind it (the sweep stops reading a hibernated
+            %% connection). Either way the client did send, and the
+            %% connection is not idle: its clock restarts now, when that was
+            %% noticed (bytes/3). One read per timeout, not per tick.
+            case bytes(E, Now, Cfg) of
+                E ->
                     Pid ! {sluice_sweep, idle_timeout},
                     E#entry{run = closing};
-                {sent, E2} ->
+                E2 ->
                     quiet(Pid, E2, Now, Cfg)
             end;
         false ->
             quiet(Pid, E, Now, Cfg)
     end.
 
-%% Before closing, the byte count is read once more whatever the process
-%% did: a byte brings a message, but a process does not run while it is
-%% blocked (in a send to a client that does not read, in a handler's call
-%% to another process) and the message waits; nor does one that hibernated
-%% on a nudge that was queued behind it (the sweep stops reading a
-%% hibernated connection). Either way the client did send, and the
-%% connection is not idle: its clock restarts now, when that was noticed.
-%% One read per timeout, not per tick.
-still_idle(E = #entry{sock = Sock, bytes = Before}, Now, #{transport := T}) ->
-    case T:bytes_received(Sock) of
-        After when After > Before -> {sent, E#entry{bytes = After, idle_since = Now}};
-        _ -> idle
-    end.
-
+%% Not idle: park or hibernate, if due. Parking and hibernating only
+%% concern a process that is not already doing so.
+quiet(_Pid, E = #entry{run = parking}, _Now, _Cfg) ->
+    E;
 quiet(Pid, E = #entry{run = Run, quiet_since = Quiet}, Now,
       #{park_after := ParkAfter, hibernate_after := HibAfter}) ->
-    case Run of
-        _ when Run =/= parking ->
-            case over(Now - Quiet, ParkAfter) of
-                true ->
-                    Pid ! {sluice_sweep, park},
-                    E#entry{run = parking};
-                false when Run =:= awake ->
-                    case over(Now - Quiet, HibAfter) of
-                        true ->
-                            Pid ! {sluice_sweep, hibernate},
-                            E#entry{run = dozing};
-                        false ->
-                            E
-                    end;
-                false ->
-                    E
-            end;
-        _ ->
+    case {over(Now - Quiet, ParkAfter), Run =:= awake andalso over(Now - Quiet, HibAfter)} of
+        {true, _} ->
+            Pid ! {sluice_sweep, park},
+            E#entry{run = parking};
+        {false, true} ->
+            Pid ! {sluice_sweep, hibernate},
+            E#entry{run = dozing};
+        {false, false} ->
             E
     end.
 
