@@ -47,6 +47,9 @@ uint64_t hist_percentile(const struct hist *h, double q)
         q = 0;
     /* ceil without libm: the binaries link libc and pthreads only */
     double x = q / 100.0 * (double)h->count;
+    /* q/100 is inexact in binary: 99.9% of 1000 comes out as
+     * 999.0000000000001, which ceil made the 1000th value (the max) */
+    x -= x * 1e-12;
     uint64_t rank = (uint64_t)x;
     if ((double)rank < x)
         rank++;

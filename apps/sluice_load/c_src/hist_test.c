@@ -244,6 +244,27 @@ static void test_record_n(void)
           "a clamped value keeps its exact max");
 }
 
+/* The ceil(q% x count)-th value exactly, where q% x count is a whole
+ * number that binary floating point does not hit (0.999 x 1000). */
+static void test_whole_ranks(void)
+{
+    static struct hist h;
+    const uint64_t counts[] = {1000, 10000, 100000, 1000000};
+    for (unsigned i = 0; i < sizeof counts / sizeof *counts; i++) {
+        uint64_t n = counts[i], tail = n / 1000;
+        hist_init(&h);
+        hist_record_n(&h, 10, n - tail);
+        hist_record_n(&h, 1000000, tail);
+        CHECK(hist_percentile(&h, 99.9) == 10,
+              "p99.9 of %llu values, the top 0.1%% higher: %llu, want 10",
+              (unsigned long long)n,
+              (unsigned long long)hist_percentile(&h, 99.9));
+        CHECK(hist_percentile(&h, 99.95) == 1000000,
+              "p99.95 of %llu values, the top 0.1%% higher: the higher",
+              (unsigned long long)n);
+    }
+}
+
 int main(void)
 {
     test_empty();
@@ -253,6 +274,7 @@ int main(void)
     test_distribution();
     test_narrow_ranges();
     test_record_n();
+    test_whole_ranks();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

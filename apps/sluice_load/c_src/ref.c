@@ -173,6 +173,27 @@ static int make_listener(struct in_addr ip, int port, int *real_port)
     return fd;
 }
 
+/* Whether something already listens on ip:port. The listeners share the
+ * port through SO_REUSEPORT, so their bind succeeds next to another
+ * SO_REUSEPORT listener of this user (a second sluice-ref): it would start
+ * and get a share of the connections instead of failing. A probe without
+ * SO_REUSEPORT fails on any listener there (SO_REUSEADDR lets it bind next
+ * to TIME_WAIT leftovers, as the listeners can). */
+static int port_taken(struct in_addr ip, int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr = ip,
+                            .sin_port = htons((uint16_t)port)};
+    int taken = bind(fd, (struct sockaddr *)&a, sizeof a) < 0 &&
+                errno == EADDRINUSE;
+    close(fd);
+    return taken;
+}
+
 static const char *const protocols[] = {"ack", "ping", "echo", NULL};
 static const char *const ack_modes[] = {"each", "last", "counted", NULL};
 
@@ -270,6 +291,11 @@ int main(int argc, char **argv)
 
     struct rthread *ts = calloc((size_t)cfg.threads, sizeof *ts);
     int port = (int)cfg.port;
+    if (port != 0 && port_taken(ip, port)) {
+        fprintf(stderr, PROG ": listen on %s:%d: %s\n", cfg.ip, port,
+                strerror(EADDRINUSE));
+        return 1;
+    }
     for (int i = 0; i < cfg.threads; i++) {
         struct rthread *t = &ts[i];
         t->id = i;

@@ -37,7 +37,7 @@
          ref_counted_acks_cover_every_frame/1,
          ref_closes_on_oversized_frame_only/1,
          ref_ping_and_echo/1,
-         ref_usage_and_sigterm/1]).
+         ref_usage_and_sigterm/1, ref_port_in_use_exits_1/1]).
 %% Helpers shared with load_engine_tls_SUITE and load_engine_storm_SUITE.
 -export([run/4, load/2, start_ref/2, get/2]).
 
@@ -68,7 +68,7 @@ groups() ->
      {ref_server, [],
       [ref_acks_frames_split_anywhere, ref_counted_acks_cover_every_frame,
        ref_closes_on_oversized_frame_only, ref_ping_and_echo,
-       ref_usage_and_sigterm]}].
+       ref_usage_and_sigterm, ref_port_in_use_exits_1]}].
 
 %%% ------------------------------------------------------------------
 %%% Setup: find the binaries; every OS process started by a case is
@@ -496,6 +496,20 @@ ref_usage_and_sigterm(Config) ->
         {Port, {exit_status, Status}} -> ?assertEqual(0, Status)
     after 5000 -> ct:fail(ref_did_not_exit)
     end.
+
+%% A port another sluice-ref already listens on: one line, exit 1 (its
+%% SO_REUSEPORT listeners would otherwise join the first server's and
+%% take a share of its connections); likewise any other listener.
+ref_port_in_use_exits_1(Config) ->
+    TcpPort = itoa(element(2, spawn_ref(Config, ["--protocol", "ack"]))),
+    {1, Out} = run(Config, "sluice-ref", ["--ip", "127.0.0.1", "--port", TcpPort,
+                                          "--protocol", "ack"], 5000),
+    ?assertNotEqual(nomatch, string:find(Out, "Address already in use")),
+    {ok, L} = gen_tcp:listen(0, [{ip, {127, 0, 0, 1}}, {reuseaddr, true}]),
+    {ok, Other} = inet:port(L),
+    {1, _} = run(Config, "sluice-ref", ["--ip", "127.0.0.1", "--port", itoa(Other),
+                                        "--protocol", "ack"], 5000),
+    gen_tcp:close(L).
 
 %%% ------------------------------------------------------------------
 %%% Helpers

@@ -20,6 +20,15 @@ percentile_test() ->
     ?assertEqual(2000, sluice_hist:percentile(hist(B, 10, 2000), 100)),
     ?assertEqual(0, sluice_hist:percentile(hist([], 0, 0), 50)).
 
+%% A whole rank that binary floating point misses (0.999 x 1000 =
+%% 999.0000000000001) is still that rank: the top 0.1% of the values is
+%% above p99.9, not at it.
+whole_rank_test() ->
+    [?assertEqual({N, 10}, {N, sluice_hist:percentile(hist([[10, N - N div 1000], [999936, N div 1000]],
+                                                           10, 1000000), 99.9)})
+     || N <- [1000, 10000, 100000, 1000000]],
+    ?assertEqual(1000000, sluice_hist:percentile(hist([[10, 999], [999936, 1]], 10, 1000000), 99.95)).
+
 %% Another layout gives other widths: the parameter is read, not assumed.
 layout_comes_from_the_histogram_test() ->
     H = (hist([[992, 1]], 992, 5000))#{<<"sub_bucket_bits">> => 4},

@@ -56,8 +56,15 @@ percentile(H, Q) ->
         Q >= 100 -> maps:get(<<"max">>, H);
         true ->
             #{<<"min">> := Min, <<"max">> := Max, <<"sub_bucket_bits">> := Bits} = H,
-            max(Min, min(Max, walk(Buckets, max(1, ceil(Q / 100 * N)), 0, Bits)))
+            max(Min, min(Max, walk(Buckets, rank(Q, N), 0, Bits)))
     end.
+
+%% ceil(Q% x N), at least 1, as hist.c computes it: Q/100 is inexact in
+%% binary (99.9% of 1000 comes out as 999.0000000000001, whose ceil is the
+%% 1000th value, the max), so the product is nudged down first.
+rank(Q, N) ->
+    X = Q / 100 * N,
+    max(1, ceil(X - X * 1.0e-12)).
 
 walk([[Lo, C] | Rest], Rank, Seen, Bits) ->
     case Seen + C >= Rank of
