@@ -233,6 +233,19 @@ resumed({data, Data}, S = #s{active = N}) when is_integer(N); N =:= adaptive ->
     data(Data, S#s{credit = 1});
 resumed({data, Data}, S) ->
     data(Data, S);
+resumed({sluice_drain, Deadline}, S = #s{active = true}) ->
+    %% Woken for a drain, the socket is still armed `once' as it parked:
+    %% a handler that carries on through the drain would read one chunk,
+    %% then nothing more (`true' never re-arms).
+    case activate(true, S) of
+        {ok, S2} -> drain(Deadline, S2);
+        {error, R} -> sluice_conn_close:finish({error, R}, S)
+    end;
+resumed({sluice_drain, Deadline}, S = #s{active = N}) when is_integer(N); N =:= adaptive ->
+    %% The read the socket is still armed with is the credit: the chunk
+    %% that uses it re-arms to the grant, as a woken chunk does (with none,
+    %% the grant was one chunk larger than the mailbox bound for good).
+    drain(Deadline, S#s{credit = 1});
 resumed({sluice_drain, Deadline}, S) ->
     drain(Deadline, S);
 resumed(Reason, S) ->
@@ -515,7 +528,25 @@ activate(Mode, S = #s{activate = Activate, ts = TS}) ->
 %% re-arms and carries on (and tells the conns_sup it is awake). The sweep
 %% sends `park' only to a connection of a listener that parks
 %% (sluice_parking:parkable/1).
-park(S = #s{t = T, parent = Parent, hstate = HState, timer = undefined, drain = undefined}) ->
+park(S = #s{timer = undefined, drain = undefined}) ->
+    %% A handler that traps exits does so to get terminate/2 when its
+    %% supervisor shuts it down (docs/handler.md): parked, it would get no
+    %% callback at a shutdown, and woken, its new process would not trap.
+    case erlang:process_info(self(), trap_exit) of
+        {trap_exit, false} -> hand_over(S);
+        {trap_exit, true} -> stay(S)
+    end;
+park(S) ->
+    %% A handler's timer, or a drain's deadline (draining/2), is running:
+    %% the process it would fire in must stay.
+    stay(S).
+
+%% Not parking: awake, as the sweep is told.
+stay(S) ->
+    ok = sluice_sweep:report_woke(S#s.woke),
+    loop(S).
+
+hand_over(S = #s{t = T, parent = Parent, hstate = HState}) ->
     case T:pause(S#s.ts) of
         {ok, TS} ->
             S2 = S#s{ts = TS},
@@ -540,12 +571,7 @@ park(S = #s{t = T, parent = Parent, hstate = HState, timer = undefined, drain = 
             end;
         {error, Reason} ->
             sluice_conn_close:finish({error, Reason}, S)
-    end;
-park(S) ->
-    %% A handler's timer, or a drain's deadline (draining/2), is running:
-    %% the process it would fire in must stay.
-    ok = sluice_sweep:report_woke(S#s.woke),
-    loop(S).
+    end.
 
 %% How many messages are waiting for this process, every one that has
 %% arrived counted. process_info(self(), message_queue_len) alone counts

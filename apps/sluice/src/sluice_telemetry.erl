@@ -11,7 +11,9 @@
 %%      event's `monotonic_time'); `#{listener, pid, reason}'. When it
 %%      ends, for any reason: `closed' (the client closed), `idle_timeout',
 %%      `{protocol_error, Why}', `{error, Why}' (a socket error), what a
-%%      handler closed with, or what it raised.</li>
+%%      handler closed with, or what it raised. The `pid' is the process
+%%      that ended: for a connection that parked (`park_after'), not the
+%%      one of its start event.</li>
 %%  <li>`[sluice, listener, accept_error]': `#{count => 1}';
 %%      `#{listener, reason}'.</li>
 %% </ul>

@@ -24,6 +24,8 @@
          drain_closes_a_parked_connection_with_fin/1,
          drain_carried_on_closes_parked_and_quiet_connections_at_the_deadline/1,
          idle_timeout_runs_on_through_a_drain_that_woke_a_parked_connection/1,
+         drain_carried_on_keeps_reading_a_woken_connection/1,
+         handler_that_traps_exits_does_not_park/1,
          call_answered_later_is_not_lost_to_parking/1,
          stop_closes_parked_connections/1,
          killed_conns_sup_closes_its_parked_connections/1,
@@ -44,6 +46,8 @@ all() ->
      drain_closes_a_parked_connection_with_fin,
      drain_carried_on_closes_parked_and_quiet_connections_at_the_deadline,
      idle_timeout_runs_on_through_a_drain_that_woke_a_parked_connection,
+     drain_carried_on_keeps_reading_a_woken_connection,
+     handler_that_traps_exits_does_not_park,
      call_answered_later_is_not_lost_to_parking,
      stop_closes_parked_connections,
      killed_conns_sup_closes_its_parked_connections,
@@ -303,6 +307,68 @@ idle_timeout_runs_on_through_a_drain_that_woke_a_parked_connection(Config) ->
     ?assert(Ms >= 400 andalso Ms < 550, Ms),
     receive {drained, _} -> ok after 3000 -> error(drain_stuck) end,
     ?assertMatch(#{idle_timeout := 1}, info(Config, close_reasons)).
+
+%% A drain that a handler carries on through wakes a parked connection,
+%% whose socket is still armed `once' as it parked: in every parkable
+%% active mode the connection goes on reading (with `true' it answered one
+%% chunk, then read nothing more until the drain's deadline), and with an
+%% integer grant the socket holds no more than the grant (it held one
+%% chunk more, for good).
+drain_carried_on_keeps_reading_a_woken_connection(Config) ->
+    Name = ?config(name, Config),
+    lists:foreach(
+      fun(Active) ->
+              _ = sluice_test_lib:start_listener(
+                    Name, #{handler => {sluice_park_drain_handler, #{test => self()}},
+                            transport => inet, active => Active, hibernate_after => 20,
+                            park_after => 50}),
+              {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+              Echo = fun(X) -> ok = gen_tcp:send(S, X), gen_tcp:recv(S, 0, 2000) end,
+              {ok, <<"a">>} = Echo(<<"a">>),
+              ok = wait_parked(Config, 1),
+              Self = self(),
+              _ = spawn_link(fun() -> Self ! {drained, sluice:drain(Name, 5000)} end),
+              receive {drain, _} -> ok after 2000 -> error(no_drain) end,
+              ?assertEqual([{ok, X} || X <- [<<"b">>, <<"c">>, <<"d">>]],
+                           [Echo(X) || X <- [<<"b">>, <<"c">>, <<"d">>]], Active),
+              [Pid] = sluice_test_lib:conn_pids(Name),
+              [Port] = [P || P <- erlang:ports(),
+                             erlang:port_info(P, connected) =:= {connected, Pid},
+                             erlang:port_info(P, name) =:= {name, "tcp_inet"}],
+              {ok, [{active, Armed}]} = inet:getopts(Port, [active]),
+              ?assert(case Active of
+                          N when is_integer(N) -> is_integer(Armed) andalso Armed =< N;
+                          _ -> Armed =:= Active
+                      end, {Active, Armed}),
+              ok = gen_tcp:close(S),
+              receive {drained, _} -> ok after 5000 -> error(drain_stuck) end,
+              sluice_test_lib:stop_listener(Name)
+      end, [true, once, 1, 2]).
+
+%% A handler that traps exits (handler.md: so that terminate/2 runs when
+%% the listener stops) does not park: parked, it was closed at the stop
+%% without terminate/2, and woken, its new process no longer trapped
+%% exits. It keeps its pid and gets terminate({shutdown, shutdown}).
+handler_that_traps_exits_does_not_park(Config) ->
+    Name = ?config(name, Config),
+    _ = sluice_test_lib:start_listener(Name, #{handler => {sluice_park_drain_handler,
+                                                          #{test => self(),
+                                                            trap_exit => true}},
+                                               transport => inet, hibernate_after => 20,
+                                               park_after => 50}),
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    Pid = receive {init, P} -> P after 5000 -> error(no_init) end,
+    ok = gen_tcp:send(S, <<"a">>),
+    {ok, <<"a">>} = gen_tcp:recv(S, 0, 2000),
+    timer:sleep(300),
+    ?assertEqual(0, info(Config, parked)),
+    ?assertEqual([Pid], sluice_test_lib:conn_pids(Name)),
+    ok = gen_tcp:send(S, <<"b">>),
+    ?assertEqual({ok, <<"b">>}, gen_tcp:recv(S, 0, 2000)),
+    ok = sluice:stop_listener(Name),
+    ?assertEqual({terminate, Pid, {shutdown, shutdown}},
+                 receive {terminate, _, _} = T -> T after 3000 -> no_terminate end),
+    ok = gen_tcp:close(S).
 
 %% A handler with handle_call/3 (and no handle_info/2) does not park: a
 %% call it answers later, from a later callback, gets its answer after the
