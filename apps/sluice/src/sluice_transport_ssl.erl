@@ -355,7 +355,22 @@ handshake(Sock, Opts = #{tls_opts := TlsOpts, handshake_timeout := Timeout,
             Prefix -> gen_tcp:unrecv(Sock, Prefix)
         end,
     {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
-    _ = inet:setopts(Sock, [{buffer, tls_read(Buffer, maps:get(active, Opts, adaptive))}]),
+    %% exit_on_close goes back to gen_tcp's default under TLS (the listen
+    %% socket, the inet transport's, has it false, for plain TCP's half-close).
+    %% ssl sees the client's FIN (one without close_notify: ssl:shutdown(S,
+    %% write), a client that dies, or one that closes its socket without
+    %% SSL_shutdown) as the TCP socket's one `tcp_closed'. When that comes
+    %% while the ssl socket is passive (active once or false between chunks,
+    %% a grant used up, or before the first one), ssl waits for the next
+    %% arming and expects the TCP socket to be closed by then, so that
+    %% re-arming it fails and it closes. With exit_on_close false the socket
+    %% is still open, re-arming succeeds, no second `tcp_closed' ever comes,
+    %% and the connection waited for the idle timeout with the client waiting
+    %% for its close (ssl 10.8, OTP 25). TLS has no half-close without
+    %% close_notify anyway: ssl ends the connection on that FIN whenever it
+    %% is active.
+    _ = inet:setopts(Sock, [{buffer, tls_read(Buffer, maps:get(active, Opts, adaptive))},
+                            {exit_on_close, true}]),
     case ssl:handshake(Sock, quiet(TlsOpts), Timeout) of
         {ok, SslSock} -> {ok, #tls{ssl = SslSock, tcp = Sock}};
         {ok, SslSock, _Ext} -> {ok, #tls{ssl = SslSock, tcp = Sock}};

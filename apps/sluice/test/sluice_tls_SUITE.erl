@@ -6,7 +6,9 @@
 %% logged about once a second however many there are; ALPN and SNI reach
 %% the handler's conn(); a client that floods without reading is held back
 %% with the server's memory bounded; a drain sends close_notify before the
-%% FIN; bad tls_opts are named when the listener starts.
+%% FIN; a client's FIN without close_notify ends the connection even when
+%% it comes between two chunks; bad tls_opts are named when the listener
+%% starts.
 %%
 %% Certificates are made in memory for the suite (P-256, by
 %% public_key:pkix_test_data/1); the one case that needs files writes them
@@ -28,6 +30,7 @@
          never_reading_flood_is_held_back/1,
          never_reading_flood_is_held_back_with_ssl_active_n_10/1,
          drain_sends_close_notify_before_fin/1,
+         fin_without_close_notify_while_passive_closes/1,
          failed_handshakes_are_logged_about_once_a_second/1,
          bad_tls_opts_are_named_at_start/1,
          pem_files_in_tls_opts_work/1,
@@ -61,7 +64,8 @@ groups() ->
                       failed_handshakes_are_logged_about_once_a_second]},
      {flow, [], [never_reading_flood_is_held_back,
                  never_reading_flood_is_held_back_with_ssl_active_n_10]},
-     {closing, [], [drain_sends_close_notify_before_fin]},
+     {closing, [], [drain_sends_close_notify_before_fin,
+                    fin_without_close_notify_while_passive_closes]},
      {options, [], [bad_tls_opts_are_named_at_start, pem_files_in_tls_opts_work]}].
 
 init_per_suite(Config) ->
@@ -436,6 +440,39 @@ drain_sends_close_notify_before_fin(Config) ->
     _ = ssl:close(S),
     receive {drained, R} -> ?assertEqual({ok, 0}, R) after 5000 -> error(drain_stuck) end,
     ?assertEqual(1, reason_count(Name, drained)).
+
+%% A client that sends and then shuts down its side without close_notify
+%% (ssl:shutdown(S, write); also one that dies, or closes its socket
+%% without SSL_shutdown) while the server's ssl socket is passive: here
+%% `once', with the connection suspended after the first chunk so that
+%% the second one and the FIN come before it re-arms. The connection ends
+%% at once (it used to wait for the idle timeout, the client waiting for
+%% its close: ssl's passive socket missed the FIN,
+%% sluice_transport_ssl:handshake/2). Whether the second chunk is still
+%% answered is not asked: with TLS, a FIN without close_notify ends the
+%% connection, and ssl lets replies through only as far as they are out
+%% before it closes the socket.
+fin_without_close_notify_while_passive_closes(Config) ->
+    Name = ?config(name, Config),
+    Port = listener(Config, {sluice_test_handler, #{test_pid => self()}}, #{active => once}),
+    {ok, S} = sluice_tls_test_lib:connect(Port, Config),
+    ok = ssl:send(S, <<"one">>),
+    ?assertEqual({ok, <<"one">>}, ssl:recv(S, 3, 3000)),
+    Pid = receive {sluice_test_handler, {init, P}} -> P after 3000 -> error(no_init) end,
+    ok = sys:suspend(Pid),
+    ok = ssl:send(S, <<"two">>),
+    ok = ssl:shutdown(S, write),
+    %% ssl takes the chunk and the FIN meanwhile
+    timer:sleep(200),
+    ok = sys:resume(Pid),
+    {Got, How} = sluice_tls_test_lib:recv_until_closed(S, 3000),
+    ct:log("the client got ~p, then ~p", [Got, How]),
+    ?assertEqual(closed, How),
+    receive {sluice_test_handler, {terminate, Pid, Reason}} -> ct:log("terminate(~p)", [Reason])
+    after 3000 -> error(connection_left_open)
+    end,
+    ?assertEqual([], sluice:connections(Name)),
+    _ = ssl:close(S).
 
 %%% ------------------------------------------------------------------
 %%% Options
