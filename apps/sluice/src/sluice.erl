@@ -59,26 +59,27 @@ start_listener(Name, Opts) ->
     end.
 
 %% The usual reasons a listener cannot start (the port is taken, or
-%% privileged) are found by binding it here first and letting it go: the
-%% caller gets the error and the log one line, where the listener's
-%% supervisor would log a report of its whole configuration. (Taken in the
-%% instant between, the port still fails the start, with that report.)
-can_listen(_Name, #{port := 0}) ->
-    ok;
-can_listen(Name, Opts = #{transport := T, port := Port, ip := IP}) ->
+%% privileged, or the address is not the host's) are found by binding it
+%% here first and letting it go: the caller gets the error and the log one
+%% line, where the listener's supervisor would log a report of its whole
+%% configuration. (Taken in the instant between, the port still fails the
+%% start, with that report.) Port 0 too: it is always free, but its
+%% address may not be (eaddrnotavail).
+can_listen(Name, Opts) ->
     case sluice_already_started(Name) of
-        true ->
+        true -> ok;
+        false -> try_listen(Name, Opts)
+    end.
+
+try_listen(Name, Opts = #{transport := T, port := Port, ip := IP}) ->
+    case sluice_listen_sockets:try_port(sluice_transport:module(T), Port, Opts) of
+        ok ->
             ok;
-        false ->
-            case sluice_listen_sockets:try_port(sluice_transport:module(T), Port, Opts) of
-                ok ->
-                    ok;
-                {error, Reason} ->
-                    ?LOG_WARNING("sluice listener ~0p: cannot listen on ~s: ~s",
-                                 [Name, sluice_opts:format_address(IP, Port),
-                                  inet:format_error(Reason)]),
-                    {error, Reason}
-            end
+        {error, Reason} ->
+            ?LOG_WARNING("sluice listener ~0p: cannot listen on ~s: ~s",
+                         [Name, sluice_opts:format_address(IP, Port),
+                          inet:format_error(Reason)]),
+            {error, Reason}
     end.
 
 sluice_already_started(Name) ->
@@ -241,15 +242,37 @@ wait_down([Ref | Refs], Deadline) ->
 
 %% @doc Accept again, on the same port. After a drain, the connections
 %% accepted from now on are served as usual (those it told still close).
+%% If another socket has taken the port meanwhile: `{error, eaddrinuse}',
+%% and the listener stays suspended.
 -spec resume(name()) -> ok | {error, term()}.
 resume(Name) ->
     with_sup(Name, fun(Sup) ->
                            ok = resume_conns_sups(Name),
-                           case restart(Sup, sluice_listen_sockets) of
-                               ok -> restart(Sup, sluice_acceptors_sup);
-                               Error -> Error
+                           case can_rebind(Name, Sup) of
+                               ok ->
+                                   case restart(Sup, sluice_listen_sockets) of
+                                       ok -> restart(Sup, sluice_acceptors_sup);
+                                       Error -> Error
+                                   end;
+                               Error ->
+                                   Error
                            end
                    end).
+
+%% The port of a listener whose sockets are closed is bound and let go
+%% first, as at start (can_listen/2): taken meanwhile by another socket,
+%% resume/1 returns the error and the log says it in one line, where the
+%% failed restart logged a crash report and a supervisor report.
+can_rebind(Name, Sup) ->
+    case lists:keyfind(sluice_listen_sockets, 1, supervisor:which_children(Sup)) of
+        {_, Pid, _, _} when is_pid(Pid) ->
+            ok;
+        _ ->
+            case sluice_registry:lookup(Name) of
+                {ok, #{opts := Opts, port := Port}} -> try_listen(Name, Opts#{port := Port});
+                _ -> ok
+            end
+    end.
 
 %% Each connection supervisor stops draining the connections it starts
 %% (one restarted since has no drain to stop).

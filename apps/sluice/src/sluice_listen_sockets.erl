@@ -30,8 +30,9 @@ init(#{name := Name, transport := T, opts := Opts = #{num_listen_sockets := N}})
             end,
     %% Several sockets share the port through SO_REUSEPORT, which would also
     %% let them join another listener's sockets that have it: try it alone
-    %% first (a single socket's own bind does that by itself).
-    case N > 1 andalso try_port(T, Port0, Opts) of
+    %% first (a single socket's own bind does that by itself; port 0 is
+    %% always free).
+    case N > 1 andalso Port0 =/= 0 andalso try_port(T, Port0, Opts) of
         {error, Reason} -> {stop, Reason};
         _ -> open(Name, T, Port0, N, Opts)
     end.
@@ -57,10 +58,9 @@ open(Name, T, Port0, N, Opts) ->
 %% asked to share the port (`own_port' false: bin/sluice serve --nodes):
 %% with it the bind would succeed beside another listener's sockets that
 %% have it too, and the clients would be split between two servers
-%% without a word. Port 0 is always free.
+%% without a word. Port 0 is always free, but is bound too: the address
+%% may not be the host's (eaddrnotavail).
 -spec try_port(module(), inet:port_number(), sluice_opts:opts()) -> ok | {error, term()}.
-try_port(_T, 0, _Opts) ->
-    ok;
 try_port(T, Port, Opts) ->
     Alone = case Opts of
                 #{own_port := true} -> Opts#{reuseport := false};

@@ -99,7 +99,7 @@ accept(LSock, Timeout) ->
         {ok, Ref} ->
             receive
                 {inet_async, LSock, Ref, {ok, Sock}} ->
-                    true = inet_db:register_socket(Sock, module_of(LSock)),
+                    true = inet_db:register_socket(Sock, module_of(LSock, Sock)),
                     {ok, Sock};
                 {inet_async, LSock, Ref, Error} ->
                     Error
@@ -116,9 +116,22 @@ accept(LSock, Timeout) ->
             Error
     end.
 
-module_of(LSock) ->
-    {ok, Mod} = inet_db:lookup_socket(LSock),
-    Mod.
+%% The listen socket's module (inet_tcp, inet6_tcp), which the accepted
+%% socket shares. The listen socket may have closed since the accept
+%% completed (sluice:suspend/1 closes it while the acceptors run; the
+%% acceptor then crashed on a badmatch and the client it had was dropped):
+%% the accepted socket is still good, and its address says its family.
+module_of(LSock, Sock) ->
+    case inet_db:lookup_socket(LSock) of
+        {ok, Mod} -> Mod;
+        {error, _} -> family_module(Sock)
+    end.
+
+family_module(Sock) ->
+    case prim_inet:sockname(Sock) of
+        {ok, {IP, _}} when tuple_size(IP) =:= 8 -> inet6_tcp;
+        _ -> inet_tcp
+    end.
 
 -spec listen_port(gen_tcp:socket()) -> {ok, inet:port_number()} | {error, term()}.
 listen_port(LSock) ->

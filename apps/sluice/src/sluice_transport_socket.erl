@@ -135,7 +135,16 @@ sockname(Sock) ->
 handshake(Sock, #{socket_opts := SocketOpts}) ->
     {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
     {send_timeout, SendTimeout} = lists:keyfind(send_timeout, 1, SocketOpts),
-    {ok, #sk{sock = Sock, full = Buffer, ask = Buffer, send_timeout = SendTimeout}}.
+    case set_priority(Sock, lists:keyfind(priority, 1, SocketOpts)) of
+        ok -> {ok, #sk{sock = Sock, full = Buffer, ask = Buffer, send_timeout = SendTimeout}};
+        {error, _} = Error -> Error
+    end.
+
+%% The one option a socket accepted on Linux does not inherit from its
+%% listen socket (SO_PRIORITY): set on each, as the inet transport does.
+%% (It was left at 0 on this backend.)
+set_priority(_Sock, false) -> ok;
+set_priority(Sock, {priority, P}) -> socket:setopt(Sock, {socket, priority}, P).
 
 -spec activate(#sk{}, sluice_transport:mode()) -> {ok, #sk{}}.
 activate(T, false) -> {ok, kick(T#sk{mode = once, grant = 1})};
@@ -203,7 +212,10 @@ read(T = #sk{sock = Sock, ask = Ask}) ->
 used(T = #sk{mode = true}) -> T;
 used(T = #sk{grant = G}) -> T#sk{grant = G - 1}.
 
-ended(closed, T) -> {closed, T};
+%% A reset is the peer's close, as the inet driver (and gen_tcp on this
+%% NIF) says it unless asked to show econnreset: handle_close/1 and
+%% `peer_closed' on both backends.
+ended(Reason, T) when Reason =:= closed; Reason =:= econnreset -> {closed, T};
 ended(Reason, T) -> {error, Reason, T}.
 
 -spec await(#sk{}, timeout()) -> sluice_transport:awaited().
@@ -234,8 +246,8 @@ send(#sk{sock = Sock, send_timeout = Timeout}, Data) ->
         ok -> ok;
         {select, {SelectInfo, Rest}} -> wait_writable(Sock, Rest, SelectInfo, deadline(Timeout));
         {select, SelectInfo} -> wait_writable(Sock, Data, SelectInfo, deadline(Timeout));
-        {error, {Reason, _Rest}} -> {error, Reason};
-        {error, Reason} -> {error, Reason}
+        {error, {Reason, _Rest}} -> send_error(Reason);
+        {error, Reason} -> send_error(Reason)
     catch
         %% Data that is not iodata: an error like the inet transport's,
         %% which the connection tells from the socket's (it checks the
@@ -243,6 +255,12 @@ send(#sk{sock = Sock, send_timeout = Timeout}, Data) ->
         error:badarg -> {error, badarg};
         error:{invalid, {data, _}} -> {error, badarg}
     end.
+
+%% A send to a peer that reset the connection fails with `closed', as on
+%% the inet driver (and gen_tcp on this NIF, which takes epipe, a send
+%% after the reset was seen, for the reset too).
+send_error(Reason) when Reason =:= econnreset; Reason =:= epipe -> {error, closed};
+send_error(Reason) -> {error, Reason}.
 
 deadline(infinity) -> infinity;
 deadline(Ms) -> erlang:monotonic_time(millisecond) + Ms.
@@ -257,11 +275,11 @@ wait_writable(Sock, Rest, {select_info, _, Ref} = SelectInfo, Deadline) ->
                 ok -> ok;
                 {select, {SI, Rest2}} -> wait_writable(Sock, Rest2, SI, Deadline);
                 {select, SI} -> wait_writable(Sock, Rest, SI, Deadline);
-                {error, {Reason, _}} -> {error, Reason};
-                {error, Reason} -> {error, Reason}
+                {error, {Reason, _}} -> send_error(Reason);
+                {error, Reason} -> send_error(Reason)
             end;
         {'$socket', Sock, abort, {Ref, Reason}} ->
-            {error, Reason}
+            send_error(Reason)
     after remaining(Deadline) ->
             _ = socket:cancel(Sock, SelectInfo),
             {error, timeout}

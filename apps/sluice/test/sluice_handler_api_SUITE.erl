@@ -22,6 +22,8 @@
          connections_sending_to_each_other_do_not_wait_for_each_other/1,
          close_from_another_process_sends_fin/1,
          peer_close_calls_handle_close_before_terminate/1,
+         peer_reset_is_a_close_on_both_backends/1,
+         peer_reset_during_a_send_is_the_same_error_on_both_backends/1,
          crash_calls_handle_error_then_terminate_and_is_counted/1,
          bad_return_crashes_naming_handler_and_callback/1,
          reply_that_is_not_iodata_is_the_handlers_crash/1,
@@ -62,6 +64,8 @@ network_cases() ->
      connections_sending_to_each_other_do_not_wait_for_each_other,
      close_from_another_process_sends_fin,
      peer_close_calls_handle_close_before_terminate,
+     peer_reset_is_a_close_on_both_backends,
+     peer_reset_during_a_send_is_the_same_error_on_both_backends,
      crash_calls_handle_error_then_terminate_and_is_counted,
      bad_return_crashes_naming_handler_and_callback,
      reply_that_is_not_iodata_is_the_handlers_crash,
@@ -305,6 +309,73 @@ peer_close_calls_handle_close_before_terminate(Config) ->
     ?assertEqual([], queued(fun({error, P, _}) -> P =:= Pid; (_) -> false end)),
     ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
     ?assertMatch(#{close_reasons := #{peer_closed := 1}}, sluice:info(Name)).
+
+%% The client resets (SO_LINGER 0) instead of closing: as the inet driver
+%% tells it (and gen_tcp, on either backend), a close: handle_close/1,
+%% terminate(closed), counted as peer_closed. On the socket backend it was
+%% handle_error({socket_error, econnreset}) and a socket_error.
+peer_reset_is_a_close_on_both_backends(Config) ->
+    Name = ?config(name, Config),
+    {S, Pid} = api(Config, #{}),
+    ok = gen_tcp:send(S, <<"echo hi">>),
+    ?assertEqual({ok, <<"hi\n">>}, gen_tcp:recv(S, 0, 5000)),
+    ?assertEqual({data, Pid, <<"echo hi">>}, next_report(Pid)),
+    ok = inet:setopts(S, [{linger, {true, 0}}]),
+    ok = gen_tcp:close(S),
+    ?assertEqual({peer_closed, Pid}, next_report(Pid)),
+    ?assertEqual({terminate, Pid, closed}, next_report(Pid)),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
+    ?assertMatch(#{close_reasons := #{peer_closed := 1, socket_error := 0}}, sluice:info(Name)).
+
+%% The client floods an echo and reads nothing, so the connection waits in
+%% a send, then resets: the send fails as the inet driver says it,
+%% `closed' (handle_error({socket_error, closed})), or the reset is seen
+%% as the close it is; never econnreset or epipe, which the socket backend
+%% said.
+peer_reset_during_a_send_is_the_same_error_on_both_backends(Config) ->
+    Name = ?config(name, Config),
+    _ = sluice_test_lib:start_listener(
+          Name, #{handler => {sluice_api_handler, #{test => self()}},
+                  socket_opts => [{sndbuf, 8192}]}),
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name), [{recbuf, 4096}]),
+    Pid = receive {init, P, _Conn} -> P after 5000 -> error(no_init) end,
+    Chunk = binary:copy(<<"z">>, 65536),
+    Writer = spawn_link(fun() -> flood(S, Chunk, 200) end),
+    %% Until the connection's echoes back up and it waits in a send.
+    ok = sluice_test_lib:wait_until(fun() -> sending(Pid) end, 5000),
+    unlink(Writer),
+    exit(Writer, kill),
+    ok = inet:setopts(S, [{linger, {true, 0}}]),
+    ok = gen_tcp:close(S),
+    End = last_reports(Pid),
+    ct:log("~p: ~p", [?config(transport, Config), End]),
+    ?assert(End =:= [{error, Pid, {socket_error, closed}}, {terminate, Pid, {error, closed}}]
+            orelse End =:= [{peer_closed, Pid}, {terminate, Pid, closed}], End),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 2000).
+
+flood(_S, _Chunk, 0) -> ok;
+flood(S, Chunk, N) ->
+    case gen_tcp:send(S, Chunk) of
+        ok -> flood(S, Chunk, N - 1);
+        _ -> ok
+    end.
+
+%% Whether the connection process waits in a send (a busy port on inet, a
+%% writable wait on socket).
+sending(Pid) ->
+    case process_info(Pid, current_function) of
+        {current_function, {erts_internal, port_command, _}} -> true;
+        {current_function, {sluice_transport_socket, wait_writable, _}} -> true;
+        _ -> false
+    end.
+
+%% The reports of Pid after its data, up to its terminate/2.
+last_reports(Pid) ->
+    case next_report(Pid) of
+        {data, Pid, _} -> last_reports(Pid);
+        {terminate, Pid, _} = T -> [T];
+        R -> [R | last_reports(Pid)]
+    end.
 
 %% A callback that raises: handle_error/2 with the crash, then
 %% terminate/2, the socket closed, the connection counted as crashed and

@@ -16,11 +16,14 @@
 -export([init/1]).
 -export([bad_options_are_rejected_with_clear_errors/1,
          start_errors_are_reported/1,
+         address_not_the_hosts_is_a_plain_error_on_port_zero/1,
          child_spec_embeds_listener_in_user_supervisor/1,
          port_zero_gives_real_port/1,
          info_of_a_stopped_listener_is_not_found/1,
          suspend_refuses_new_keeps_existing_and_resume_reuses_port/1,
+         resume_on_a_port_taken_meanwhile_is_a_plain_error/1,
          suspend_lets_an_acceptor_finish_the_connection_it_counted/1,
+         suspend_as_an_accept_completes_serves_that_connection/1,
          crashing_handler_takes_down_only_its_connection/1,
          idle_timeout_closes_only_idle_connections/1,
          drain_calls_handle_drain/1,
@@ -37,13 +40,16 @@ suite() -> [{timetrap, {seconds, 30}}].
 
 all() ->
     %% (the faulty transport wraps inet: that case runs once, on its own)
-    [{group, inet}, {group, socket}, suspend_lets_an_acceptor_finish_the_connection_it_counted].
+    [{group, inet}, {group, socket}, suspend_lets_an_acceptor_finish_the_connection_it_counted,
+     suspend_as_an_accept_completes_serves_that_connection].
 
 groups() ->
     [{options, [], [bad_options_are_rejected_with_clear_errors, start_errors_are_reported,
+                    address_not_the_hosts_is_a_plain_error_on_port_zero,
                     child_spec_embeds_listener_in_user_supervisor, port_zero_gives_real_port,
                     info_of_a_stopped_listener_is_not_found]},
      {running, [], [suspend_refuses_new_keeps_existing_and_resume_reuses_port,
+                    resume_on_a_port_taken_meanwhile_is_a_plain_error,
                     crashing_handler_takes_down_only_its_connection,
                     idle_timeout_closes_only_idle_connections]},
      {drain, [], [drain_calls_handle_drain,
@@ -281,6 +287,38 @@ start_errors_are_reported(Config) ->
 flush_logs() ->
     receive {log, _, _, _} = L -> [L | flush_logs()] after 200 -> [] end.
 
+%% An address the host does not have, with port 0 (any free port): the
+%% caller gets `{error, eaddrnotavail}' and the log one line, as for a
+%% named port; it was the same error after a supervisor report and a
+%% crash report of the whole configuration (port 0 was not tried first).
+%% 192.0.2.1 and 2001:db8::1 are documentation addresses (RFC 5737, 3849).
+address_not_the_hosts_is_a_plain_error_on_port_zero(Config) ->
+    Name = ?config(name, Config),
+    {ok, Ifs} = inet:getifaddrs(),
+    Local = [A || {_, Props} <- Ifs, {addr, A} <- Props],
+    [begin
+         ok = sluice_log_forwarder:start(self()),
+         Result = try
+                      sluice:start_listener(Name, #{ip => IP, port => 0,
+                                                    transport => sluice_test_lib:transport(),
+                                                    handler => {sluice_proto_echo, []}})
+                  after
+                      sluice_log_forwarder:stop()
+                  end,
+         Logs = [Text || {log, _Level, Text, _} <- flush_logs()],
+         ct:log("~p: ~p, logged: ~p", [IP, Result, Logs]),
+         %% (no IPv6 on the host: the family is what is not available)
+         ?assert(Result =:= {error, eaddrnotavail} orelse
+                     (tuple_size(IP) =:= 8 andalso Result =:= {error, eafnosupport}), Result),
+         Expected = "cannot listen on " ++ sluice_opts:format_address(IP, 0),
+         ?assertMatch([_], [L || L <- Logs, string:find(L, Expected) =/= nomatch]),
+         ?assertEqual([], [L || L <- Logs, string:find(L, "supervisor") =/= nomatch]),
+         ?assertEqual([], [L || L <- Logs, string:find(L, "\n") =/= nomatch]),
+         ?assertEqual({error, not_found}, sluice:info(Name))
+     end || IP <- [{192, 0, 2, 1}, {16#2001, 16#db8, 0, 0, 0, 0, 0, 1}],
+            not lists:member(IP, Local)].
+
+
 %% child_spec/2 puts a listener in the caller's own supervisor: it serves,
 %% info/1 and drain/2 work on it, it is not under sluice_sup, and it goes
 %% away with that supervisor (port closed, info not_found).
@@ -416,6 +454,64 @@ suspend_lets_an_acceptor_finish_the_connection_it_counted(Config) ->
     after
         sluice_faulty_transport:disarm()
     end.
+
+%% Another socket takes the port of a suspended listener: resume/1 says
+%% `{error, eaddrinuse}' with one line in the log, as start_listener/2
+%% does, where it logged a crash report of the socket owner and a
+%% supervisor report; once the port is free again it resumes and serves.
+resume_on_a_port_taken_meanwhile_is_a_plain_error(Config) ->
+    Name = ?config(name, Config),
+    Port = echo_listener(Config, #{}),
+    ok = sluice:suspend(Name),
+    {ok, Squatter} = gen_tcp:listen(Port, [{ip, ?LOOPBACK}]),
+    ok = sluice_log_forwarder:start(self()),
+    Result = try sluice:resume(Name)
+             after sluice_log_forwarder:stop()
+             end,
+    Logs = [Text || {log, _Level, Text, _} <- flush_logs()],
+    ct:log("~p, logged: ~p", [Result, Logs]),
+    ?assertEqual({error, eaddrinuse}, Result),
+    Expected = "cannot listen on 127.0.0.1:" ++ integer_to_list(Port) ++ ": address already in use",
+    ?assertMatch([_], [L || L <- Logs, string:find(L, Expected) =/= nomatch]),
+    ?assertEqual([], [L || L <- Logs, string:find(L, "supervisor") =/= nomatch]),
+    ?assertEqual([], [L || L <- Logs, string:find(L, "\n") =/= nomatch]),
+    ?assertMatch(#{status := suspended, port := Port}, sluice:info(Name)),
+    ok = gen_tcp:close(Squatter),
+    ok = sluice:resume(Name),
+    ?assertMatch(#{status := running, port := Port}, sluice:info(Name)),
+    ?assert(echo_ok(connect(Port))).
+
+%% On inet the driver accepts for the acceptor and tells it in a message:
+%% the listen socket may close (suspend/1) between that message and the
+%% acceptor reading it. The connection is the acceptor's then, and is
+%% served; the acceptor crashed on a badmatch (the listen socket's module
+%% looked up on the closed port), and the client was dropped. The acceptor
+%% is held (suspended) to make that moment. (On the socket backend a
+%% connection not yet accepted is the kernel's, and closes with the listen
+%% socket: inet only.)
+suspend_as_an_accept_completes_serves_that_connection(Config) ->
+    Name = ?config(name, Config),
+    _ = sluice_test_lib:start_listener(Name, #{transport => inet, num_acceptors => 1,
+                                               handler => {sluice_proto_echo, []}}),
+    Port = sluice_test_lib:port(Name),
+    [Acceptor] = sluice_test_lib:acceptor_pids(Name),
+    Ref = erlang:monitor(process, Acceptor),
+    true = erlang:suspend_process(Acceptor),
+    S = connect(Port),
+    ok = gen_tcp:send(S, <<"x">>),
+    %% the driver's answer to its accept, waiting for it
+    sluice_test_lib:wait_until(
+      fun() -> process_info(Acceptor, message_queue_len) =:= {message_queue_len, 1} end, 5000),
+    Self = self(),
+    spawn_link(fun() -> Self ! {suspended, sluice:suspend(Name)} end),
+    sluice_test_lib:wait_until(fun() -> listen_sockets_closed(Name) end, 5000),
+    true = erlang:resume_process(Acceptor),
+    ?assertEqual(ok, receive {suspended, R} -> R after 10000 -> error(suspend_stuck) end),
+    ?assertEqual(normal, receive {'DOWN', Ref, _, _, Why} -> Why after 5000 -> error(alive) end),
+    ?assertEqual({ok, <<"x">>}, gen_tcp:recv(S, 1, 2000)),
+    ok = gen_tcp:close(S),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
+    ?assertMatch(#{status := suspended, accepted := 1}, sluice:info(Name)).
 
 listen_sockets_closed(Name) ->
     Sup = sluice_registry:lookup(Name, sup),

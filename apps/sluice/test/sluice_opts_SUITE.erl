@@ -4,7 +4,8 @@
 %% start (a crash report and a raw reason), at the first connection or at
 %% stop are refused as `{bad_option, K, V}' with nothing logged; the
 %% largest values still accepted really work; set_max_connections/2
-%% refuses a limit out of range with an error, not a badarg.
+%% refuses a limit out of range with an error, not a badarg; `priority'
+%% reaches every connection.
 -module(sluice_opts_SUITE).
 
 -include_lib("common_test/include/ct.hrl").
@@ -18,7 +19,8 @@
          bad_socket_option_values_are_bad_options/1,
          largest_socket_option_values_serve/1,
          set_max_connections_refuses_a_limit_out_of_range/1,
-         largest_shutdown_timeout_stops_cleanly/1]).
+         largest_shutdown_timeout_stops_cleanly/1,
+         priority_is_set_on_every_connection/1]).
 
 -define(LOOPBACK, {127, 0, 0, 1}).
 -define(HANDLER, {sluice_proto_echo, []}).
@@ -34,7 +36,8 @@ groups() ->
       [proplist_starts_a_listener, first_of_a_repeated_option_wins,
        bad_socket_option_values_are_bad_options, largest_socket_option_values_serve,
        set_max_connections_refuses_a_limit_out_of_range,
-       largest_shutdown_timeout_stops_cleanly]).
+       largest_shutdown_timeout_stops_cleanly,
+       priority_is_set_on_every_connection]).
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -129,6 +132,24 @@ largest_socket_option_values_serve(Config) ->
     {ok, _} = sluice:start_listener(Name, [{socket_opts, SO} | base()]),
     ?assert(echo_ok(sluice_test_lib:port(Name))),
     ?assert(echo_ok(sluice_test_lib:port(Name))).
+
+%% `priority' (SO_PRIORITY) is the one socket option an accepted socket
+%% does not inherit from its listen socket on Linux: the inet transport
+%% set it on each connection, the socket transport did not, and its
+%% connections ran at priority 0. Read on the connection's own socket.
+priority_is_set_on_every_connection(Config) ->
+    Name = ?config(name, Config),
+    {ok, _} = sluice:start_listener(Name, [{socket_opts, [{priority, 5}]},
+                                           {handler, {sluice_api_handler, #{test => self()}}}
+                                           | base()]),
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    #{socket := Sock} = receive {init, _, Conn} -> Conn after 5000 -> error(no_init) end,
+    Priority = case ?config(transport, Config) of
+                   inet -> inet:getopts(Sock, [priority]);
+                   socket -> sluice_socket_opts:get(Sock, [priority])
+               end,
+    ?assertEqual({ok, [{priority, 5}]}, Priority),
+    ok = gen_tcp:close(S).
 
 %% 2^63 does not fit the atomic that holds the limit: an error (it was a
 %% badarg, though the spec says `ok | {error, _}'), and the limit is left

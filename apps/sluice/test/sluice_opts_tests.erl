@@ -149,6 +149,23 @@ socket_option_bounds_are_accepted_test() ->
     [?assertMatch({T, {ok, _}}, {T, sluice_opts:validate(on(T, [O]))})
      || T <- [inet, socket], O <- Good].
 
+%% A low watermark above its high one, both given: the inet driver set
+%% them without a word, moving one to the other as the list's order said
+%% (high 1000 then low 5000: both 1000); now a bad option on both backends,
+%% in either order, as a list or a map. Equal, or one given alone, is taken.
+low_watermark_above_high_is_a_bad_option_test() ->
+    [?assertEqual({T, {error, {bad_option, socket_opts, Low}}},
+                  {T, sluice_opts:validate(on(T, SO))})
+     || T <- [inet, socket],
+        {High, Low} <- [{{high_watermark, 1000}, {low_watermark, 5000}},
+                        {{high_msgq_watermark, 10}, {low_msgq_watermark, 11}}],
+        SO <- [[High, Low], [Low, High], maps:from_list([High, Low])]],
+    [?assertMatch({T, {ok, _}}, {T, sluice_opts:validate(on(T, SO))})
+     || T <- [inet, socket],
+        SO <- [[{high_watermark, 5000}, {low_watermark, 5000}],
+               [{low_watermark, 10000}], [{high_watermark, 100}],
+               [{low_msgq_watermark, 4}, {high_msgq_watermark, 8}]]].
+
 %% A raw option is judged by the kernel, on a throwaway socket: one it
 %% refuses is a bad option on both backends (the inet driver used to say
 %% nothing, the socket backend failed the start with an errno).
