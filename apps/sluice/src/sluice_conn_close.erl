@@ -108,11 +108,26 @@ finish(Reason, S = #s{t = T, ts = TS, stats = Stats}) ->
 %% no crash, so it is counted here.
 -spec crash(error | exit | throw, term(), list(), #s{}) -> no_return().
 crash(Class, Reason, Stack, S = #s{t = T, ts = TS}) ->
+    Peer = T:peername(T:socket(TS)),
     T:close(TS),
     sluice_conn_handler:failed({crash, Class, Reason, Stack}, S),
     stop(Reason, S),
     _ = {Class, Reason} =:= {exit, normal} andalso sluice_stats:crashed(S#s.stats),
+    label(S#s.listener, Peer),
     erlang:raise(Class, Reason, Stack).
+
+%% The crash report names the listener and the client: proc_lib's report
+%% has the reason and stacktrace but only sluice_conn:init/3 and a pid
+%% for where they came from. It carries the process's logger metadata
+%% (and prints it with the process dictionary), which is set here, once
+%% the handler has had its last callback: a live connection pays nothing
+%% for it, and no handler sees it.
+label(Listener, Peer) ->
+    logger:update_process_metadata(#{sluice_listener => Listener,
+                                     sluice_peer => case Peer of
+                                                        {ok, Address} -> Address;
+                                                        Error -> Error
+                                                    end}).
 
 stop(Reason, S = #s{listener = Name, started = Started}) ->
     ok = sluice_conn_handler:terminate(Reason, S),

@@ -57,13 +57,13 @@ conns_sup(Name, Index) ->
     catch error:badarg -> undefined
     end.
 
--spec count_accept_error(term(), atom()) -> ok.
+-spec count_accept_error(term(), term()) -> ok.
 count_accept_error(Name, Reason) ->
     _ = ets:update_counter(?TAB, {accept_error, Name, Reason}, 1,
                            {{accept_error, Name, Reason}, 0}),
     ok.
 
--spec accept_errors(term()) -> #{atom() => non_neg_integer()}.
+-spec accept_errors(term()) -> #{term() => non_neg_integer()}.
 accept_errors(Name) ->
     maps:from_list(ets:select(?TAB, [{{{accept_error, Name, '$1'}, '$2'}, [],
                                       [{{'$1', '$2'}}]}])).

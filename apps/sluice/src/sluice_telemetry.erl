@@ -13,7 +13,12 @@
 %%      `{protocol_error, Why}', `{error, Why}' (a socket error), what a
 %%      handler closed with, or what it raised. The `pid' is the process
 %%      that ended: for a connection that parked (`park_after'), not the
-%%      one of its start event.</li>
+%%      one of its start event. Not when an exit signal ends the process
+%%      without its handler's terminate/2: the listener's shutdown
+%%      (stop_listener/1, or the deadline of stop_listener/2) of a
+%%      handler that does not trap exits, a kill, and a parked
+%%      connection closed by the shutdown (a handler that traps exits
+%%      gets one, reason `{shutdown, Why}').</li>
 %%  <li>`[sluice, listener, accept_error]': `#{count => 1}';
 %%      `#{listener, reason}'.</li>
 %% </ul>

@@ -2,11 +2,13 @@
 %% what supervisor's functions, sys and observer ask a supervisor
 %% (get_callback_module/1, get_childspec/2, terminate_child/2, sys:get_status/1
 %% and the sys debug options), and a parked connection's new process keeps
-%% the logger metadata the old one had (the PROXY header's addresses).
+%% the logger metadata the old one had (the PROXY header's addresses);
+%% a connection's crash report names its listener and its client.
 %%
-%% This module is also the handler of the parking case: it reports its
-%% process's logger metadata on every chunk, and has neither handle_info/2
-%% nor handle_call/3, so that its connections park.
+%% This module is also the handler of the parking and crash cases: it
+%% reports its process's logger metadata on every chunk (then raises on
+%% `crash'), and has neither handle_info/2 nor handle_call/3, so that its
+%% connections park.
 -module(sluice_otp_SUITE).
 
 -include_lib("common_test/include/ct.hrl").
@@ -17,7 +19,8 @@
 -export([conns_sup_answers_supervisor_calls/1,
          conns_sup_terminate_child_shuts_a_connection_down/1,
          conns_sup_keeps_sys_debug_options/1,
-         parked_connection_keeps_its_logger_metadata/1]).
+         parked_connection_keeps_its_logger_metadata/1,
+         a_crash_report_names_the_listener_and_the_client/1]).
 %% sluice_handler callbacks
 -export([init/2, handle_data/2]).
 
@@ -27,7 +30,8 @@ all() ->
     [conns_sup_answers_supervisor_calls,
      conns_sup_terminate_child_shuts_a_connection_down,
      conns_sup_keeps_sys_debug_options,
-     parked_connection_keeps_its_logger_metadata].
+     parked_connection_keeps_its_logger_metadata,
+     a_crash_report_names_the_listener_and_the_client].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -40,7 +44,10 @@ init_per_testcase(Case, Config) ->
     [{name, {?MODULE, Case}} | Config].
 
 end_per_testcase(_Case, Config) ->
-    sluice_test_lib:stop_listener(?config(name, Config)),
+    sluice_log_forwarder:stop(),
+    [sluice_test_lib:stop_listener(N) || N <- sluice:listeners(),
+                                         N =:= ?config(name, Config)
+                                             orelse element(1, N) =:= ?config(name, Config)],
     ok.
 
 %%% The handler ----------------------------------------------------------
@@ -48,9 +55,12 @@ end_per_testcase(_Case, Config) ->
 init(_Conn, Opts) ->
     {ok, Opts}.
 
-handle_data(_Data, S = #{test_pid := Pid}) ->
+handle_data(Data, S = #{test_pid := Pid}) ->
     Pid ! {?MODULE, self(), logger:get_process_metadata()},
-    {reply, <<"ok">>, S}.
+    case Data of
+        <<"crash">> -> error(crash_requested);
+        _ -> {reply, <<"ok">>, S}
+    end.
 
 %%% Cases ----------------------------------------------------------------
 
@@ -161,3 +171,47 @@ parked_connection_keeps_its_logger_metadata(Config) ->
     ?assertNotEqual(Pid1, Pid2),
     ?assertEqual(Meta1, Meta2),
     ok = gen_tcp:close(Sock).
+
+%% The crash report of a handler that raised has the reason and the
+%% stacktrace (proc_lib's), and, in the process's logger metadata (which
+%% the report carries, and prints with the process dictionary), the
+%% listener and the client's address: it named only sluice_conn:init/3
+%% and a pid. One report, on every transport; the handler never sees
+%% those keys.
+a_crash_report_names_the_listener_and_the_client(Config) ->
+    Name = ?config(name, Config),
+    #{server := TlsOpts, client := _} = sluice_tls_test_lib:certs(),
+    ok = sluice_log_forwarder:start(self()),
+    [crash_report({Name, T}, Opts)
+     || {T, Opts} <- [{inet, #{}}, {socket, #{}}, {ssl, #{tls_opts => TlsOpts}}]].
+
+crash_report(L = {_, T}, Opts) ->
+    sluice_test_lib:start_listener(L, Opts#{handler => {?MODULE, #{test_pid => self()}},
+                                            transport => T}),
+    Port = sluice_test_lib:port(L),
+    {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, Port, [binary, {active, false}]),
+    {ok, Client} = inet:sockname(Sock),
+    {Send, Close} = case T of
+                        ssl ->
+                            {ok, Tls} = ssl:connect(Sock, [{verify, verify_none}], 5000),
+                            {fun(D) -> ssl:send(Tls, D) end, fun() -> ssl:close(Tls) end};
+                        _ ->
+                            {fun(D) -> gen_tcp:send(Sock, D) end, fun() -> gen_tcp:close(Sock) end}
+                    end,
+    ok = Send(<<"crash">>),
+    {Pid, HandlerMeta} = receive {?MODULE, P, M} -> {P, M} after 5000 -> error(no_report) end,
+    ?assertEqual(undefined, HandlerMeta),
+    {Text, Meta} = receive
+                       {log, error, Tx, Md = #{pid := Pid}} -> {Tx, Md}
+                   after 5000 -> error({no_crash_report, T})
+                   end,
+    ct:log("~p:~n~s", [T, Text]),
+    ?assertMatch(#{sluice_listener := L, sluice_peer := Client}, Meta),
+    ?assertNotEqual(nomatch, string:find(Text, "crash_requested")),
+    ?assertNotEqual(nomatch, string:find(Text, "{sluice_otp_SUITE,handle_data,2,")),
+    ?assertNotEqual(nomatch, string:find(Text, "sluice_peer")),
+    receive {log, _, Tx2, #{pid := Pid}} -> ct:fail({second_report, T, Tx2})
+    after 300 -> ok
+    end,
+    Close(),
+    sluice_test_lib:stop_listener(L).

@@ -43,7 +43,7 @@ format(All = #{nodes := PerNode}) ->
       [sample(Metric, [{"node", Node}], maps:get(Key, I, 0)) || {Node, I} <- Rows]]
      || {Metric, Key, Type, Help} <- series()]
         ++ [header("sluice_accept_errors_total", counter, "Failed accept calls, by reason."),
-            [[[sample("sluice_accept_errors_total", [{"node", Node}, {"reason", atom_to_list(R)}], C)
+            [[[sample("sluice_accept_errors_total", [{"node", Node}, {"reason", reason(R)}], C)
                || {R, C} <- lists:sort(maps:to_list(maps:get(accept_errors, I, #{})))],
               sample("sluice_accept_errors_total", [{"node", Node}, {"reason", "all"}],
                      lists:sum(maps:values(maps:get(accept_errors, I, #{}))))]
@@ -52,6 +52,13 @@ format(All = #{nodes := PerNode}) ->
              [sample(Metric, [{"node", Node}], maps:get(Key, maps:get(kernel, I, #{}), 0))
               || {Node, I} <- Rows]]
             || {Metric, Key, Help} <- kernel_series()].
+
+%% A reason label: accept(2)'s errno, or whatever else a transport's
+%% accept/2 returned (its callback allows any term: `{invalid, What}' from
+%% OTP's socket, a custom transport's own), written out: atom_to_list/1 of
+%% a tuple raised, and every scrape failed with 500 for the listener's life.
+reason(R) when is_atom(R) -> atom_to_list(R);
+reason(R) -> lists:flatten(io_lib:format("~0tp", [R])).
 
 %% The host's listen-queue drops (info/1's `kernel', sluice_kernel): what
 %% the clients saw that the listener never did. Host-wide and since boot,

@@ -34,16 +34,30 @@ port(Pid) ->
     {port, Port} = lists:keyfind(port, 1, httpd:info(Pid, [port])),
     Port.
 
-%% @doc httpd callback.
+%% @doc httpd callback. GET /metrics is the text; HEAD is its headers
+%% (what a monitor that checks the endpoint asks); any other method there
+%% is 405, any other path 404.
 -spec do(#mod{}) -> {proceed, list()}.
-do(#mod{method = "GET", request_uri = "/metrics" ++ Rest}) when Rest =:= ""; hd(Rest) =:= $? ->
-    Body = unicode:characters_to_binary(
-             sluice_prometheus:scrape(persistent_term:get({?MODULE, listener}))),
-    reply(200, Body);
-do(#mod{}) ->
-    reply(404, <<"not found: try /metrics\n">>).
+do(M = #mod{method = Method, request_uri = "/metrics" ++ Rest}) when Rest =:= ""; hd(Rest) =:= $? ->
+    case Method of
+        _ when Method =:= "GET"; Method =:= "HEAD" ->
+            Body = unicode:characters_to_binary(
+                     sluice_prometheus:scrape(persistent_term:get({?MODULE, listener}))),
+            reply(M, 200, [], Body);
+        _ ->
+            reply(M, 405, [{allow, "GET, HEAD"}], <<"method not allowed: GET /metrics\n">>)
+    end;
+do(M = #mod{}) ->
+    reply(M, 404, [], <<"not found: try /metrics\n">>).
 
-reply(Code, Body) ->
+%% httpd sends the body of a `response' whatever the method: a HEAD's
+%% answer has the headers of the GET only (a body after them is taken by
+%% the client for the start of the next response on the connection).
+reply(#mod{method = Method}, Code, Extra, Body) ->
     Head = [{code, Code}, {content_type, ?CONTENT_TYPE},
-            {content_length, integer_to_list(byte_size(Body))}],
-    {proceed, [{response, {response, Head, Body}}]}.
+            {content_length, integer_to_list(byte_size(Body))} | Extra],
+    Sent = case Method of
+               "HEAD" -> <<>>;
+               _ -> Body
+           end,
+    {proceed, [{response, {response, Head, Sent}}]}.
