@@ -422,10 +422,12 @@ close(Pid) ->
     ok.
 
 %% @doc A request to a connection's handler (handle_call/3), answered with
-%% reply/2. Fails like gen_server:call/3: an exit if the connection is gone
-%% or does not answer within Timeout. A handler without handle_call/3
-%% answers `{error, not_supported}'.
--spec call(conn() | pid(), term(), timeout()) -> term().
+%% reply/2. The connection is its conn(), its pid or a name its handler
+%% registered (register/2), as gen_server:call/3 takes one. Fails like
+%% gen_server:call/3: an exit if the connection is gone or does not answer
+%% within Timeout. A handler without handle_call/3 answers
+%% `{error, not_supported}'.
+-spec call(conn() | pid() | atom(), term(), timeout()) -> term().
 call(#{pid := Pid}, Request, Timeout) ->
     call(Pid, Request, Timeout);
 call(Pid, Request, Timeout) ->

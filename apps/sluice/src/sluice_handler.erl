@@ -62,8 +62,10 @@
 
 -callback init(sluice:conn(), Opts :: term()) -> init_result(State :: term()).
 %% A chunk as read from the socket or, with the listener's `framing'
-%% option, one whole frame.
--callback handle_data(binary(), State) -> result(State).
+%% option, one whole frame: a binary, but with `{split, Fun}' whatever
+%% Fun cut (any term), so a handler matching tuples must not draw a
+%% callback-type warning from Dialyzer.
+-callback handle_data(Data :: binary() | term(), State) -> result(State).
 %% Any message that is not the library's, e.g. from other processes.
 -callback handle_info(term(), State) -> result(State).
 %% sluice:call/3 from another process; answer with sluice:reply(From,

@@ -40,6 +40,7 @@
 -type error() :: {unknown_option, term()}
                | {missing_option, atom()}
                | {bad_option, atom(), term()}
+               | {ssl_not_started, term()}
                | not_a_map.
 
 %% Descriptors kept back from the VM's limit for listen sockets, files,
@@ -385,8 +386,11 @@ check_tls(#{transport := ssl, tls_opts := L}) ->
         orelse bad(tls_opts, {missing, "certfile and keyfile (or cert and key, or certs_keys)"}),
     [readable(K, F) || {K, F} <- L, K =:= certfile orelse K =:= keyfile orelse K =:= cacertfile],
     %% The rest as ssl will read them (sluice_transport_ssl:check_opts/1).
+    %% An ssl that cannot start (not installed) is no fault of the
+    %% options: said as such, not as a bad tls_opts value.
     case sluice_transport_ssl:check_opts(L) of
         ok -> ok;
+        {error, {ssl_not_started, _} = NotStarted} -> throw(NotStarted);
         {error, Why} -> bad(tls_opts, Why)
     end;
 check_tls(Opts = #{transport := sluice_transport_ssl}) ->
@@ -522,6 +526,9 @@ format_error({missing_option, K}) ->
 format_error({bad_option, K, V}) ->
     lists:flatten(io_lib:format("bad value for option ~p: ~0p (expected ~s)",
                                 [K, V, expected(K)]));
+format_error({ssl_not_started, Reason}) ->
+    lists:flatten(io_lib:format("transport ssl needs OTP's ssl application, which could not "
+                                "be started: ~0p", [Reason]));
 format_error(not_a_map) ->
     "options must be a map or a proplist";
 format_error(already_started) ->

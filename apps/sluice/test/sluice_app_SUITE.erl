@@ -12,13 +12,15 @@
 -export([app_file_has_what_a_package_needs/1,
          package_files_are_there/1,
          ssl_starts_with_sluice_where_installed/1,
-         sluice_starts_and_serves_without_ssl/1]).
+         sluice_starts_and_serves_without_ssl/1,
+         tls_listener_without_ssl_says_so/1]).
 
 suite() -> [{timetrap, {seconds, 60}}].
 
 all() ->
     [app_file_has_what_a_package_needs, package_files_are_there,
-     ssl_starts_with_sluice_where_installed, sluice_starts_and_serves_without_ssl].
+     ssl_starts_with_sluice_where_installed, sluice_starts_and_serves_without_ssl,
+     tls_listener_without_ssl_says_so].
 
 app_file_has_what_a_package_needs(_Config) ->
     ok = load(sluice),
@@ -69,6 +71,25 @@ sluice_starts_and_serves_without_ssl(_Config) ->
                       ok = gen_tcp:send(Sock, <<"no ssl">>),
                       ?assertEqual({ok, <<"no ssl">>}, gen_tcp:recv(Sock, 6, 5000)),
                       ok = gen_tcp:close(Sock)
+              end).
+
+%% docs/listener-options.md: a TLS listener on a node without ssl fails
+%% to start with `{ssl_not_started, _}'. It was `{bad_option, tls_opts,
+%% {ssl_not_started, _}}', which format_error/1 explained as a bad tls_opts
+%% value ("expected a list of ssl server options with a certificate...").
+tls_listener_without_ssl_says_so(_Config) ->
+    with_peer(fun(Peer) ->
+                      true = peer:call(Peer, code, del_path, [ssl]),
+                      {ok, [sluice]} = peer:call(Peer, application, ensure_all_started, [sluice]),
+                      %% Files that exist: what is checked before ssl is.
+                      File = code:which(sluice),
+                      Opts = #{port => 0, transport => ssl, handler => {sluice_proto_echo, []},
+                               tls_opts => [{certfile, File}, {keyfile, File}]},
+                      {error, Reason} = peer:call(Peer, sluice, start_listener, [tls, Opts]),
+                      ?assertMatch({ssl_not_started, _}, Reason),
+                      Text = peer:call(Peer, sluice, format_error, [Reason]),
+                      ?assertNotEqual(nomatch, string:find(Text, "ssl application")),
+                      ?assertEqual([], peer:call(Peer, sluice, listeners, []))
               end).
 
 %%% ------------------------------------------------------------------

@@ -56,6 +56,49 @@ exit_codes_documented_test() ->
                                           "\n  2    bad usage"))
      || C <- sluice_cli_exit:commands()].
 
+%% docs/listener-options.md's table of options is the library's: every
+%% option sluice_opts has a default for, and `handler', each in one row,
+%% and nothing else.
+listener_options_documented_test() ->
+    Md = read(root(), "docs/listener-options.md"),
+    Documented = [list_to_atom(O) || Row <- table_rows(section(Md, "## Options")),
+                                     O <- code_spans(first_cell(Row))],
+    Options = [handler | maps:keys(sluice_opts:defaults())],
+    ?assertEqual(lists:sort(Options), lists:sort(Documented)).
+
+%% The keys of sluice:info/1 (part of the public API) are the rows of
+%% docs/listener-options.md's "What info/1 says", no more and no fewer.
+info_keys_documented_test() ->
+    Md = read(root(), "docs/listener-options.md"),
+    Documented = [list_to_atom(K) || Row <- table_rows(section(Md, "## What `info/1` says")),
+                                     K <- code_spans(first_cell(Row))],
+    {ok, _} = application:ensure_all_started(sluice),
+    Name = {?MODULE, info_keys},
+    {ok, _} = sluice:start_listener(Name, #{ip => {127, 0, 0, 1}, port => 0,
+                                            handler => {sluice_proto_echo, []}}),
+    try
+        ?assertEqual(lists:sort(maps:keys(sluice:info(Name))), lists:sort(Documented))
+    after
+        sluice:stop_listener(Name)
+    end.
+
+%% docs/architecture.md's layout tables name every module of both
+%% applications: by name, as `prefix*' (sluice_proxy_header*) or as a
+%% suffix beside its prefix (`sluice_frame` (+ `_length`, ...)). A new
+%% module left out of the map (sluice_bench_storm was) fails here.
+architecture_names_every_module_test() ->
+    Root = root(),
+    Md = unicode:characters_to_list(read(Root, "docs/architecture.md")),
+    Spans = [code_spans(L) || L <- string:split(Md, "\n", all)],
+    Named = fun(M) ->
+                    lists:any(fun(Line) -> named(M, Line) end, Spans)
+            end,
+    Modules = [filename:basename(F, ".erl")
+               || App <- ["apps/sluice/src", "apps/sluice_load/src"],
+                  F <- filelib:wildcard(App ++ "/**/*.erl", Root)],
+    ?assert(length(Modules) > 40),
+    ?assertEqual([], [M || M <- Modules, not Named(M)]).
+
 slugs_follow_github_test() ->
     ?assertEqual(["two-backends-inet-and-socket", "what-make-bench-shows-on-this-machine",
                   "options", "options-1"],
@@ -209,6 +252,39 @@ number([S | Rest], Seen) ->
     case maps:get(S, Seen, 0) of
         0 -> [S | number(Rest, Seen#{S => 1})];
         N -> [S ++ "-" ++ integer_to_list(N) | number(Rest, Seen#{S => N + 1})]
+    end.
+
+%% Whether a module is named among a line's code spans: itself, a
+%% `Prefix*' it starts with, or a `_Suffix' beside its `Prefix'.
+named(M, Spans) ->
+    lists:any(fun(Span) ->
+                      Span =:= M
+                          orelse (lists:suffix("*", Span)
+                                  andalso lists:prefix(lists:droplast(Span), M))
+                          orelse (lists:prefix("_", Span) andalso lists:suffix(Span, M)
+                                  andalso lists:member(lists:sublist(M, length(M) - length(Span)), Spans))
+              end, Spans).
+
+%% The text from a heading to the next heading of any level.
+section(Md, Heading) ->
+    Lines = string:split(unicode:characters_to_list(Md), "\n", all),
+    [_ | After] = lists:dropwhile(fun(L) -> L =/= Heading end, Lines),
+    lists:takewhile(fun(L) -> not lists:prefix("#", L) end, After).
+
+%% A table's body rows (not its header, not the |---| line).
+table_rows(Lines) ->
+    case [L || L = "|" ++ _ <- Lines] of
+        [_Header, _Rule | Rows] -> Rows;
+        _ -> []
+    end.
+
+first_cell("|" ++ Row) ->
+    hd(string:split(Row, "|")).
+
+code_spans(Text) ->
+    case re:run(Text, "`([^`]+)`", [global, unicode, {capture, all_but_first, list}]) of
+        {match, Ms} -> [S || [S] <- Ms];
+        nomatch -> []
     end.
 
 %% The lines outside fenced code blocks.
