@@ -243,6 +243,11 @@ int main(int argc, char **argv)
          1e9, 0},
         {"buffer", OPT_INT, &cfg.bufsize, "BYTES", "262144",
          "bytes per read (--tls: of plaintext)", NULL, 64, 16 << 20, 0},
+        {"share-port", OPT_FLAG, &cfg.share_port, NULL, NULL,
+         "join the sluice-ref processes already on --port (SO_REUSEPORT: "
+         "the kernel spreads connections over all), to hold more "
+         "connections than one process's file limit; without it a port "
+         "in use is exit 1", NULL, 0, 0, 0},
         {"tls", OPT_FLAG, &cfg.tls, NULL, NULL,
          "TLS (OpenSSL) on every connection; needs --certfile, --keyfile",
          NULL, 0, 0, 0},
@@ -291,7 +296,7 @@ int main(int argc, char **argv)
 
     struct rthread *ts = calloc((size_t)cfg.threads, sizeof *ts);
     int port = (int)cfg.port;
-    if (port != 0 && port_taken(ip, port)) {
+    if (port != 0 && !cfg.share_port && port_taken(ip, port)) {
         fprintf(stderr, PROG ": listen on %s:%d: %s\n", cfg.ip, port,
                 strerror(EADDRINUSE));
         return 1;

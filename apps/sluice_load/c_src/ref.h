@@ -40,7 +40,7 @@ struct ref_cfg {
     int protocol, ack, threads;
     long port, max_frame, max_conns, bufsize;
     const char *ip;
-    int tls, tls_version;
+    int tls, tls_version, share_port;
     long tls_tickets;
     const char *certfile, *keyfile, *tls_alpn;
     SSL_CTX *ctx;

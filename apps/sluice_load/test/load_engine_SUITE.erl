@@ -37,7 +37,8 @@
          ref_counted_acks_cover_every_frame/1,
          ref_closes_on_oversized_frame_only/1,
          ref_ping_and_echo/1,
-         ref_usage_and_sigterm/1, ref_port_in_use_exits_1/1]).
+         ref_usage_and_sigterm/1, ref_port_in_use_exits_1/1,
+         ref_share_port_joins_the_first/1]).
 %% Helpers shared with load_engine_tls_SUITE and load_engine_storm_SUITE.
 -export([run/4, load/2, start_ref/2, get/2]).
 
@@ -68,7 +69,8 @@ groups() ->
      {ref_server, [],
       [ref_acks_frames_split_anywhere, ref_counted_acks_cover_every_frame,
        ref_closes_on_oversized_frame_only, ref_ping_and_echo,
-       ref_usage_and_sigterm, ref_port_in_use_exits_1]}].
+       ref_usage_and_sigterm, ref_port_in_use_exits_1,
+       ref_share_port_joins_the_first]}].
 
 %%% ------------------------------------------------------------------
 %%% Setup: find the binaries; every OS process started by a case is
@@ -510,6 +512,32 @@ ref_port_in_use_exits_1(Config) ->
     {1, _} = run(Config, "sluice-ref", ["--ip", "127.0.0.1", "--port", itoa(Other),
                                         "--protocol", "ack"], 5000),
     gen_tcp:close(L).
+
+%% `--share-port' joins the sluice-ref already on the port (how
+%% docs/load.md held 100,000 connections with seven of them): it starts
+%% there, and once the first has gone it serves the port alone.
+ref_share_port_joins_the_first(Config) ->
+    {First, TcpPort, FirstOs} = spawn_ref(Config, ["--protocol", "echo"]),
+    Second = open_port({spawn_executable, bin(Config, "sluice-ref")},
+                       [{args, ["--ip", "127.0.0.1", "--port", itoa(TcpPort),
+                                "--protocol", "echo", "--share-port"]},
+                        exit_status, binary, {line, 256}, hide]),
+    {os_pid, SecondOs} = erlang:port_info(Second, os_pid),
+    sluice_load_test_lib:reap(Config, SecondOs),
+    Listening = iolist_to_binary(["listening on 127.0.0.1:", itoa(TcpPort)]),
+    receive
+        {Second, {data, {eol, Line}}} -> ?assertEqual(Listening, Line);
+        {Second, {exit_status, Status}} -> ct:fail({second_exited, Status})
+    after 5000 -> ct:fail(second_not_listening)
+    end,
+    os:cmd("kill -TERM " ++ integer_to_list(FirstOs)),
+    receive {First, {exit_status, 0}} -> ok after 5000 -> ct:fail(first_did_not_exit) end,
+    {ok, C} = gen_tcp:connect({127, 0, 0, 1}, TcpPort, [binary, {active, false}], 5000),
+    ok = gen_tcp:send(C, <<"hello">>),
+    ?assertEqual({ok, <<"hello">>}, gen_tcp:recv(C, 5, 5000)),
+    ok = gen_tcp:close(C),
+    os:cmd("kill -TERM " ++ integer_to_list(SecondOs)),
+    receive {Second, {exit_status, 0}} -> ok after 5000 -> ct:fail(second_did_not_exit) end.
 
 %%% ------------------------------------------------------------------
 %%% Helpers
