@@ -14,22 +14,37 @@
 -export([start_listener/2, stop_listener/1, stop_listener/2, drain/2,
          suspend/1, resume/1, info/1, set_max_connections/2, child_spec/2,
          listeners/0, connections/1, format_error/1]).
--export([child_spec/1, send/2, close/1, call/3, reply/2, peername/1, sockname/1]).
+-export([child_spec/1, send/2, close/1, call/3, reply/2, peername/1, sockname/1,
+         setopts/2, getopts/2]).
 
--export_type([conn/0, name/0]).
+-export_type([conn/0, name/0, sockopt/0, sockopt_name/0]).
 
 -include_lib("kernel/include/logger.hrl").
 
 -type name() :: term().
 %% What a handler's init/2 gets: which listener, the connection process
 %% (for send/2, close/1 and call/3 from other processes), the raw socket
-%% with its transport module (for peername/1, sockname/1); with the PROXY
-%% protocol, the header the load balancer sent (`proxy': the client's
+%% with its transport module (for peername/1, sockname/1, setopts/2 and
+%% getopts/2); with the PROXY protocol, the header the load balancer sent
+%% (`proxy': the client's
 %% `source' and `destination' addresses, TLVs); under TLS, `tls':
 %% `protocol', `cipher', `sni', `alpn' and `peer_cert' (the client's
 %% certificate, DER, or `undefined').
 -type conn() :: #{listener := name(), pid := pid(), socket := term(), transport := module(),
                   proxy => sluice_proxy_header:header(), tls => map()}.
+
+%% A socket option a handler may set on its connection (setopts/2), with
+%% gen_tcp's name and value, the same on every transport. The others are
+%% the library's or the listener's (docs/handler.md, "Socket options").
+-type sockopt() :: {nodelay, boolean()}
+                 | {keepalive, boolean()}
+                 | {sndbuf, non_neg_integer()}
+                 | {recbuf, non_neg_integer()}
+                 | {priority, non_neg_integer()}
+                 | {tos, 0..255}
+                 | {linger, {boolean(), non_neg_integer()}}.
+%% What getopts/2 reads: the names of sockopt().
+-type sockopt_name() :: nodelay | keepalive | sndbuf | recbuf | priority | tos | linger.
 
 %% How long suspend/1 gives the acceptors to end by themselves beyond
 %% max_connections_wait: an accept and a handover take microseconds, so
@@ -457,3 +472,55 @@ peername(#{socket := Sock, transport := T}) ->
 -spec sockname(conn()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
 sockname(#{socket := Sock, transport := T}) ->
     T:sockname(Sock).
+
+%% @doc Set socket options on a connection, from its handler or any other
+%% process, with gen_tcp's names and values (`nodelay', `keepalive',
+%% `sndbuf', `recbuf', `priority', `tos', `linger'), the same on every
+%% transport: on `inet' the driver's socket, on `socket' the NIF's, under
+%% TLS the TCP socket under it. Every option is checked before any is set:
+%% <ul>
+%%  <li>one the library owns (`active', `mode', `binary', `list',
+%%      `packet', `packet_size', `header', `deliver', `line_delimiter',
+%%      `exit_on_close', `show_econnreset', `buffer') or the listener's
+%%      (`send_timeout', `send_timeout_close', the inet driver's
+%%      watermarks and `delay_send', `raw'; set them in `socket_opts'):
+%%      `{error, {not_settable, Name}}';</li>
+%%  <li>an unknown one, or a value the listener's `socket_opts' would
+%%      refuse: `{error, {bad_option, Opt}}'.</li>
+%% </ul>
+%% Then they are set in order and the first the kernel refuses stops it
+%% with its reason (`{error, eperm}' for a priority above 6 without
+%% CAP_NET_ADMIN); on a connection that has closed, `{error, closed}'.
+%% Nothing is sent to the connection process and nothing it does
+%% changes: a refused option leaves the connection as it was. `Opts' that
+%% is not a list raises `badarg' in the caller, as send/2 does for what
+%% is not iodata. A transport of one's own without the optional callback
+%% sluice_transport:setopts/2: `{error, not_supported}'.
+-spec setopts(conn(), [sockopt()]) -> ok | {error, term()}.
+setopts(Conn = #{socket := Sock, transport := T}, Opts) ->
+    is_proper_list(Opts) orelse erlang:error(badarg, [Conn, Opts]),
+    case sluice_opts:check_conn_opts(Opts) of
+        ok -> sluice_transport:optional(T, setopts, [Sock, Opts], {error, not_supported});
+        {error, _} = Error -> Error
+    end.
+
+%% @doc Read socket options of a connection, from any process: the names
+%% setopts/2 sets, in the order asked. `{ok, [{Name, Value}]}' with the
+%% values as gen_tcp gives them, on every transport (the kernel's: Linux
+%% doubles `sndbuf' and `recbuf'), or the errors of setopts/2 (a name it
+%% does not set is `{not_settable, Name}' or `{bad_option, Name}').
+-spec getopts(conn(), [sockopt_name()]) -> {ok, [sockopt()]} | {error, term()}.
+getopts(Conn = #{socket := Sock, transport := T}, Names) ->
+    is_proper_list(Names) orelse erlang:error(badarg, [Conn, Names]),
+    case sluice_opts:check_conn_opt_names(Names) of
+        ok -> sluice_transport:optional(T, getopts, [Sock, Names], {error, not_supported});
+        {error, _} = Error -> Error
+    end.
+
+is_proper_list(L) when is_list(L) ->
+    try length(L) of
+        _ -> true
+    catch error:badarg -> false
+    end;
+is_proper_list(_) ->
+    false.

@@ -4,7 +4,8 @@
 %% @private
 -module(sluice_opts).
 
--export([validate/1, from_list/1, check_max_connections/1, defaults/0,
+-export([validate/1, from_list/1, check_max_connections/1, check_conn_opts/1,
+         check_conn_opt_names/1, defaults/0,
          default_max_connections/0, default_backlog/0, adaptive_grant/0,
          format_error/1, format_address/2]).
 
@@ -55,6 +56,40 @@
                       tos, linger, send_timeout, send_timeout_close,
                       high_watermark, low_watermark, high_msgq_watermark,
                       low_msgq_watermark, delay_send, raw]).
+
+%% The socket options a handler may change on its own connection while it
+%% runs (sluice:setopts/2; getopts/2 reads the same): the kernel's, which
+%% the library neither reads back nor depends on, with the values
+%% socket_opts takes (socket_opt_value/2), and the same on every
+%% transport.
+-define(CONN_OPTS, [recbuf, sndbuf, nodelay, keepalive, priority, tos, linger]).
+
+%% Options a handler may not change, refused as `{not_settable, Name}':
+%% <ul>
+%%  <li>the delivery the connection loop relies on: `active' is its grant
+%%      (sluice_conn; on the socket backend it is not on the socket at all),
+%%      `mode', `binary', `list', `packet', `packet_size', `header',
+%%      `deliver', `line_delimiter' the shape of every chunk, `exit_on_close'
+%%      the half-close a handler is owed replies after (plain TCP) or the
+%%      close ssl waits for (TLS), `show_econnreset' what a reset looks
+%%      like;</li>
+%%  <li>`buffer': the size of the loop's reads, which the transports keep
+%%      in their state and change as they arm (sluice_transport_inet,
+%%      sluice_transport_socket, and the TCP reads under TLS);</li>
+%%  <li>the listener's, kept out of a connection's reach because they are
+%%      not on the socket on every backend: `send_timeout' (the socket
+%%      transport keeps it in its state), `send_timeout_close' and the
+%%      inet driver's queue (`high_watermark', `low_watermark',
+%%      `high_msgq_watermark', `low_msgq_watermark', `delay_send'), which
+%%      the socket backend does not have, and `raw': the inet driver
+%%      answers `ok' for a raw option the kernel refuses (and reads one
+%%      as nothing), where the socket backend says the kernel's error, so
+%%      it is checked once, at start (check_raw/1).</li>
+%% </ul>
+-define(OWNED_OPTS, [active, mode, binary, list, packet, packet_size, header, deliver,
+                     line_delimiter, exit_on_close, show_econnreset, buffer, send_timeout,
+                     send_timeout_close, high_watermark, low_watermark, high_msgq_watermark,
+                     low_msgq_watermark, delay_send, raw]).
 
 %% The socket options every listener gets unless it sets them itself; both
 %% backends read them from here.
@@ -439,6 +474,53 @@ socket_opt_value(raw, _) ->
 %% low_watermark.
 socket_opt_value(_, V) ->
     is_int(V, 0).
+
+%% @doc Checks the socket options a handler sets on its connection
+%% (sluice:setopts/2), all of them before any is set: each must be one of
+%% ?CONN_OPTS with a value the listener's socket_opts would take. One the
+%% library owns is `{not_settable, Name}', anything else (an unknown name,
+%% a bad value) `{bad_option, Opt}'.
+-spec check_conn_opts([term()]) ->
+          ok | {error, {not_settable, atom()} | {bad_option, term()}}.
+check_conn_opts(Opts) ->
+    conn_check(fun check_conn_opt/1, Opts).
+
+%% @doc The same for the names getopts/2 reads: those setopts/2 sets.
+-spec check_conn_opt_names([term()]) ->
+          ok | {error, {not_settable, atom()} | {bad_option, term()}}.
+check_conn_opt_names(Names) ->
+    conn_check(fun check_conn_opt_name/1, Names).
+
+conn_check(Check, L) ->
+    try lists:foreach(Check, L)
+    catch
+        throw:{bad_option, socket_opts, O} -> {error, {bad_option, O}};
+        throw:{not_settable, _} = Why -> {error, Why}
+    end.
+
+check_conn_opt(O) when is_tuple(O), tuple_size(O) >= 2, is_atom(element(1, O)) ->
+    owned(element(1, O)),
+    lists:member(element(1, O), ?CONN_OPTS) orelse bad(socket_opts, O),
+    check_socket_opt(O);
+check_conn_opt(K) when is_atom(K) ->
+    %% a bare `binary' or `list', as inet:setopts/2 takes them
+    owned(K),
+    bad(socket_opts, K);
+check_conn_opt(O) ->
+    bad(socket_opts, O).
+
+check_conn_opt_name(O) when is_tuple(O), tuple_size(O) >= 2, is_atom(element(1, O)) ->
+    %% `{raw, Level, Name, Size}', as inet:getopts/2 reads a raw option
+    owned(element(1, O)),
+    bad(socket_opts, O);
+check_conn_opt_name(K) when is_atom(K) ->
+    owned(K),
+    lists:member(K, ?CONN_OPTS) orelse bad(socket_opts, K);
+check_conn_opt_name(O) ->
+    bad(socket_opts, O).
+
+owned(K) ->
+    lists:member(K, ?OWNED_OPTS) andalso throw({not_settable, K}).
 
 %% A low watermark above its high one is refused, on both backends: the
 %% inet driver moved one to the other without a word, whichever came last

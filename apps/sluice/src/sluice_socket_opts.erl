@@ -59,12 +59,20 @@ get(S, [K | Rest], Acc) ->
     case level_name(K) of
         {ok, LN} ->
             case socket:getopt(S, LN) of
-                {ok, V} -> get(S, Rest, [{K, V} | Acc]);
+                {ok, V} -> get(S, Rest, [{K, value(K, V)} | Acc]);
                 {error, R} -> {error, {R, K}}
             end;
         error ->
             {error, {badopt, K}}
     end.
+
+%% The NIF names four type-of-service values (RFC 1349's), where gen_tcp
+%% reads the byte.
+value(tos, lowdelay) -> 16;
+value(tos, throughput) -> 8;
+value(tos, reliability) -> 4;
+value(tos, mincost) -> 2;
+value(_K, V) -> V.
 
 level_name(buffer) -> {ok, {otp, rcvbuf}};
 level_name(recbuf) -> {ok, {socket, rcvbuf}};

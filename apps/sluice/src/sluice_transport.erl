@@ -137,7 +137,23 @@
 %% `false', whose chunks still go through classify/2. Optional.
 -callback data_tag(tstate()) -> {atom(), term()}.
 
--optional_callbacks([park/1, parked_event/1, unpark/1, sent_ack/1, data_tag/1]).
+%%% A handler's socket options (optional).
+
+%% Set socket options on a connection's raw socket (sluice:setopts/2),
+%% from any process, the connection's or another: gen_tcp's names and
+%% values, already checked to be the few a handler may set (the kernel's:
+%% nodelay, keepalive, sndbuf, recbuf, priority, tos, linger), so a
+%% transport need not check them again. Fails with the socket's reason
+%% (`einval', `eperm'...), `closed' for a socket that has closed. Without
+%% this callback sluice:setopts/2 answers `{error, not_supported}'.
+-callback setopts(socket(), [sluice:sockopt()]) -> ok | {error, term()}.
+%% Read them (sluice:getopts/2): the same names, the values as gen_tcp
+%% gives them.
+-callback getopts(socket(), [sluice:sockopt_name()]) ->
+    {ok, [sluice:sockopt()]} | {error, term()}.
+
+-optional_callbacks([park/1, parked_event/1, unpark/1, sent_ack/1, data_tag/1,
+                     setopts/2, getopts/2]).
 
 %% @doc The callback module for a transport name or module.
 -spec module(inet | socket | ssl | module()) -> module().

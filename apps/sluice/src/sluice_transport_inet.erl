@@ -19,7 +19,7 @@
 
 -export([listen/2, accept/2, listen_port/1, close_listener/1]).
 -export([controlling_process/2, recv/3, bytes_received/1, close_socket/1,
-         peername/1, sockname/1]).
+         peername/1, sockname/1, setopts/2, getopts/2]).
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
          shutdown/2, close/1, info/1, socket/1]).
 -export([queued/1]).
@@ -197,6 +197,27 @@ peername(Sock) ->
 -spec sockname(gen_tcp:socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
 sockname(Sock) ->
     inet:sockname(Sock).
+
+%% @doc A handler's socket options (sluice:setopts/2, which has checked
+%% them), from any process: the driver takes them from any.
+-spec setopts(gen_tcp:socket(), [sluice:sockopt()]) -> ok | {error, term()}.
+setopts(Sock, Opts) ->
+    closed_or(Sock, inet:setopts(Sock, Opts)).
+
+-spec getopts(gen_tcp:socket(), [sluice:sockopt_name()]) ->
+          {ok, [sluice:sockopt()]} | {error, term()}.
+getopts(Sock, Names) ->
+    closed_or(Sock, inet:getopts(Sock, Names)).
+
+%% The driver answers `einval' for a socket that has closed, as for a value
+%% the kernel refuses: a closed one is `closed', as on the socket backend.
+closed_or(Sock, {error, einval} = Error) ->
+    case erlang:port_info(Sock, id) of
+        undefined -> {error, closed};
+        _ -> Error
+    end;
+closed_or(_Sock, Result) ->
+    Result.
 
 %%% The connection
 

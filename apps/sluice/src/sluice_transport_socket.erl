@@ -26,7 +26,7 @@
 
 -export([listen/2, accept/2, listen_port/1, close_listener/1]).
 -export([controlling_process/2, handover/2, recv/3, bytes_received/1, close_socket/1,
-         peername/1, sockname/1]).
+         peername/1, sockname/1, setopts/2, getopts/2]).
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
          shutdown/2, close/1, info/1, socket/1]).
 
@@ -128,6 +128,21 @@ peername(Sock) ->
 -spec sockname(socket:socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
 sockname(Sock) ->
     sluice_socket_opts:address(socket:sockname(Sock)).
+
+%% @doc A handler's socket options (sluice:setopts/2, which has checked
+%% them), from any process, with gen_tcp's names (sluice_socket_opts). An
+%% error is the socket's reason alone, as inet:setopts/2 gives it.
+-spec setopts(socket:socket(), [sluice:sockopt()]) -> ok | {error, term()}.
+setopts(Sock, Opts) ->
+    reason_only(sluice_socket_opts:set(Sock, Opts)).
+
+-spec getopts(socket:socket(), [sluice:sockopt_name()]) ->
+          {ok, [sluice:sockopt()]} | {error, term()}.
+getopts(Sock, Names) ->
+    reason_only(sluice_socket_opts:get(Sock, Names)).
+
+reason_only({error, {Reason, _Opt}}) -> {error, Reason};
+reason_only(Result) -> Result.
 
 %%% The connection
 

@@ -28,7 +28,7 @@
 
 -export([listen/2, accept/2, listen_port/1, close_listener/1]).
 -export([controlling_process/2, handover/2, recv/3, bytes_received/1, close_socket/1,
-         peername/1, sockname/1]).
+         peername/1, sockname/1, setopts/2, getopts/2]).
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
          shutdown/2, close/1, info/1, socket/1]).
 -export([check_opts/1]).
@@ -340,6 +340,17 @@ peername(Sock) -> ?INET:peername(Sock).
 
 -spec sockname(gen_tcp:socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
 sockname(Sock) -> ?INET:sockname(Sock).
+
+%% @doc A handler's socket options are the TCP socket's, as ssl:setopts/2
+%% sets them for an ssl socket. (Those ssl and the library own on it,
+%% active, packet, mode, buffer, exit_on_close..., sluice:setopts/2 has
+%% refused.)
+-spec setopts(gen_tcp:socket(), [sluice:sockopt()]) -> ok | {error, term()}.
+setopts(Sock, Opts) -> ?INET:setopts(Sock, Opts).
+
+-spec getopts(gen_tcp:socket(), [sluice:sockopt_name()]) ->
+          {ok, [sluice:sockopt()]} | {error, term()}.
+getopts(Sock, Names) -> ?INET:getopts(Sock, Names).
 
 %%% The connection
 

@@ -11,6 +11,8 @@
 %%   "badio"       -> {reply, foo, S} (a reply that is not iodata)
 %%   "badlist"     -> {reply, [<<"a">>, 256], S} (a list that is not iodata)
 %% Anything else is echoed back as it came (chunks, without framing).
+%% Calls `{setopts, Opts}' and `{getopts, Names}' answer what
+%% sluice:setopts/2 and getopts/2 return in the connection process.
 %% Opts also take `init => close | crash' (init/2 fails, after reporting)
 %% and `trap_exit => true' (init/2 sets it).
 -module(sluice_api_handler).
@@ -66,6 +68,12 @@ handle_call(Req, From, S = #{test := Test}) ->
         {say, X} ->
             sluice:reply(From, said),
             {reply, X, S};
+        {setopts, Opts} ->
+            sluice:reply(From, sluice:setopts(maps:get(conn, S), Opts)),
+            {ok, S};
+        {getopts, Names} ->
+            sluice:reply(From, sluice:getopts(maps:get(conn, S), Names)),
+            {ok, S};
         _ ->
             sluice:reply(From, {echo, Req}),
             {ok, S}
