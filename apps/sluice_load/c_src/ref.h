@@ -25,6 +25,8 @@ struct rconn {
     struct proto_state ps;
     unsigned char *ob;         /* pending output */
     uint32_t ob_off, ob_len, ob_cap;
+    int closing;               /* the client's EOF or a protocol error: read
+                                * no more, close once ob is out */
 };
 
 struct rthread {

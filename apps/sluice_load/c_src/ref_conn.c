@@ -41,6 +41,13 @@ void conn_close(struct rthread *t, struct rconn *c)
     atomic_fetch_sub_explicit(&g_conns, 1, memory_order_relaxed);
 }
 
+/* What to wait for with `pending' bytes queued: reading pauses over the
+ * limit, and a closing connection reads no more. */
+static uint32_t out_events(const struct rconn *c, uint32_t pending)
+{
+    return c->closing || pending > OUT_LIMIT ? EPOLLOUT : EPOLLIN | EPOLLOUT;
+}
+
 /* Queue bytes the socket did not take; pause reading when over the limit. */
 static int out_append(struct rthread *t, struct rconn *c,
                       const unsigned char *p, size_t n)
@@ -66,8 +73,7 @@ static int out_append(struct rthread *t, struct rconn *c,
     }
     memcpy(c->ob + c->ob_len, p, n);
     c->ob_len += (uint32_t)n;
-    uint32_t pending = c->ob_len - c->ob_off;
-    ep_set(t, c, pending > OUT_LIMIT ? EPOLLOUT : EPOLLIN | EPOLLOUT);
+    ep_set(t, c, out_events(c, c->ob_len - c->ob_off));
     return 0;
 }
 
@@ -107,11 +113,27 @@ int conn_flush(struct rthread *t, struct rconn *c)
     }
     uint32_t pending = c->ob_len - c->ob_off;
     if (pending == 0) {
+        if (c->closing)
+            return -1;
         c->ob_off = c->ob_len = 0;
         ep_set(t, c, EPOLLIN);
     } else {
-        ep_set(t, c, pending > OUT_LIMIT ? EPOLLOUT : EPOLLIN | EPOLLOUT);
+        ep_set(t, c, out_events(c, pending));
     }
+    return 0;
+}
+
+/* The end of what the client sends (its EOF, or a protocol error after the
+ * replies owed before it): close once those replies are out.  Closing at
+ * once freed the out buffer: a client that half-closed after its last
+ * request lost the replies the socket had not taken yet, which sluice and
+ * the peers send. */
+static int conn_finish(struct rthread *t, struct rconn *c)
+{
+    if (c->ob_off == c->ob_len)
+        return -1;
+    c->closing = 1;
+    ep_set(t, c, EPOLLOUT);
     return 0;
 }
 
@@ -121,31 +143,31 @@ int conn_readable(struct rthread *t, struct rconn *c)
     for (int r = 0; r < READS_PER_EVENT; r++) {
         ssize_t n = rc_read(c, t->rbuf, (size_t)cfg.bufsize);
         if (n == 0)
-            return -1;
+            return conn_finish(t, c);
         if (n < 0)
             return errno == EAGAIN || errno == EINTR ? 0 : -1;
         const unsigned char *out = t->obuf;
-        long olen;
+        size_t olen;
         switch (cfg.protocol) {
         case PROTO_ACK:
             olen = ack_feed(&c->ps, (enum ack_mode)cfg.ack,
                             (uint32_t)cfg.max_frame, t->rbuf, (size_t)n,
                             t->obuf);
-            if (olen < 0) {
-                t->oversized++;
-                return -1;
-            }
+            t->oversized += c->ps.error;
             break;
         case PROTO_PING:
-            olen = (long)ping_feed(&c->ps, t->rbuf, (size_t)n, t->obuf);
+            olen = ping_feed(&c->ps, t->rbuf, (size_t)n, t->obuf);
             break;
         default:
             out = t->rbuf;
-            olen = n;
+            olen = (size_t)n;
             break;
         }
-        if (conn_send(t, c, out, (size_t)olen) < 0)
+        if (conn_send(t, c, out, olen) < 0)
             return -1;
+        /* a protocol error: the replies owed before it, then the close */
+        if (c->ps.error)
+            return conn_finish(t, c);
         if (n < cfg.bufsize || !(c->events & EPOLLIN))
             break;
     }

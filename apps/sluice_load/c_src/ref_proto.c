@@ -4,8 +4,8 @@
 
 #include "util.h"
 
-long ack_feed(struct proto_state *s, enum ack_mode mode, uint32_t max_frame,
-              const unsigned char *p, size_t n, unsigned char *out)
+size_t ack_feed(struct proto_state *s, enum ack_mode mode, uint32_t max_frame,
+                const unsigned char *p, size_t n, unsigned char *out)
 {
     size_t i = 0, o = 0;
     uint32_t count = 0;
@@ -24,8 +24,10 @@ long ack_feed(struct proto_state *s, enum ack_mode mode, uint32_t max_frame,
             if (s->hdr_n < 12)
                 return 0;
             uint32_t len = get_be32(s->hdr + 8);
-            if (len > max_frame)
-                return -1;
+            if (len > max_frame) {
+                s->error = 1;
+                return 0;
+            }
             s->skip = len;
         }
         size_t take = n - i < s->skip ? n - i : s->skip;
@@ -42,12 +44,15 @@ long ack_feed(struct proto_state *s, enum ack_mode mode, uint32_t max_frame,
         }
     }
 
-    /* Whole frames: the hot loop. */
+    /* Whole frames: the hot loop.  A frame too large stops it; the frames
+     * before it are still acked, then the connection closes. */
     if (mode == ACK_EACH) {
         while (n - i >= 12) {
             uint32_t len = get_be32(p + i + 8);
-            if (len > max_frame)
-                return -1;
+            if (len > max_frame) {
+                s->error = 1;
+                return o;
+            }
             if (n - i - 12 < len)
                 break;
             memcpy(out + o, p + i, 8);
@@ -57,8 +62,10 @@ long ack_feed(struct proto_state *s, enum ack_mode mode, uint32_t max_frame,
     } else {
         while (n - i >= 12) {
             uint32_t len = get_be32(p + i + 8);
-            if (len > max_frame)
-                return -1;
+            if (len > max_frame) {
+                s->error = 1;
+                break;
+            }
             if (n - i - 12 < len)
                 break;
             last_in_chunk = p + i;
@@ -68,7 +75,7 @@ long ack_feed(struct proto_state *s, enum ack_mode mode, uint32_t max_frame,
     }
 
     /* Start of a frame that continues in the next chunk. */
-    if (i < n) {
+    if (i < n && !s->error) {
         size_t rem = n - i;
         if (rem < 12) {
             memcpy(s->hdr, p + i, rem);
@@ -88,31 +95,31 @@ long ack_feed(struct proto_state *s, enum ack_mode mode, uint32_t max_frame,
             o = 12;
         }
     }
-    return (long)o;
+    return o;
 }
 
 size_t ping_feed(struct proto_state *s, const unsigned char *p, size_t n,
                  unsigned char *out)
 {
-    static const char ping[] = "Ping\n";
+    static const char ping[] = "Ping";
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = p[i];
-        if (s->junk) {
-            if (c == '\n')
-                s->junk = 0;
+        if (c == '\n') {
+            if (s->junk || s->hdr_n != 4) {
+                s->error = 1; /* a line other than "Ping" */
+                return o;
+            }
+            memcpy(out + o, "Pong\n", 5);
+            o += 5;
+            s->hdr_n = 0;
             continue;
         }
-        if (c == (unsigned char)ping[s->hdr_n]) {
-            if (++s->hdr_n == 5) {
-                memcpy(out + o, "Pong\n", 5);
-                o += 5;
-                s->hdr_n = 0;
-            }
-        } else {
-            s->hdr_n = 0;
-            if (c != '\n')
-                s->junk = 1;
+        if (s->hdr_n >= 4 || c != (unsigned char)ping[s->hdr_n])
+            s->junk = 1;
+        if (++s->hdr_n > PING_MAX_LINE) {
+            s->error = 1; /* no newline in sight */
+            return o;
         }
     }
     return o;

@@ -1,7 +1,7 @@
 /* flood: against an echo server, tiny writes (--payload bytes, "aloha\n" by
  * default) as fast as the socket takes them, never waiting for the echo;
- * echoed bytes are read back and counted.  Measures per-write server cost,
- * the case seed 000 is about. */
+ * echoed bytes are read back, checked against what was sent and counted.
+ * Measures per-write server cost, the case seed 000 is about. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
@@ -33,24 +33,38 @@ static void flood_worker_init(struct worker *w)
     w->sw = f;
 }
 
+/* Per connection: the stream is the message over and over; a write the
+ * socket took only part of goes on from where it stopped, so that byte k
+ * of the echo must be msg[k % len]. */
+struct flood_conn {
+    uint64_t sent, echoed;
+};
+
 static void flood_connected(struct worker *w, struct conn *c, uint64_t now)
 {
-    (void)now;
+    c->sx = calloc(1, sizeof(struct flood_conn));
+    if (!c->sx) {
+        conn_fail(w, c, F_OTHER, now);
+        return;
+    }
     conn_want(w, c, EPOLLIN | EPOLLOUT);
 }
 
 static void flood_writable(struct worker *w, struct conn *c, uint64_t now)
 {
     struct flood_worker *f = w->sw;
+    struct flood_conn *fc = c->sx;
     int counting = in_window(w->run, now);
     for (int i = 0; i < WRITES_PER_EVENT; i++) {
-        ssize_t r = conn_write(c, f->msg, f->len);
+        uint32_t at = (uint32_t)(fc->sent % f->len);
+        ssize_t r = conn_write(c, f->msg + at, f->len - at);
         if (r < 0) {
             if (errno == EAGAIN || errno == EINTR)
                 return;
             conn_lost(w, c, errno, now);
             return;
         }
+        fc->sent += (uint64_t)r;
         if (counting) {
             w->st.writes++;
             w->st.sent_bytes += (uint64_t)r;
@@ -58,11 +72,46 @@ static void flood_writable(struct worker *w, struct conn *c, uint64_t now)
     }
 }
 
+/* The n bytes at p are the echo from byte fc->echoed on: each must be the
+ * byte sent there.  Returns -1 after raising the protocol error. */
+static int flood_check(struct worker *w, struct conn *c,
+                       const unsigned char *p, size_t n)
+{
+    struct flood_worker *f = w->sw;
+    struct flood_conn *fc = c->sx;
+    if (fc->echoed + n > fc->sent) {
+        protocol_error(w, c, "%llu bytes came back, only %llu were sent: is "
+                       "the server an echo server?",
+                       (unsigned long long)(fc->echoed + n),
+                       (unsigned long long)fc->sent);
+        return -1;
+    }
+    for (size_t i = 0; i < n;) {
+        uint32_t at = (uint32_t)((fc->echoed + i) % f->len);
+        size_t k = f->len - at < n - i ? f->len - at : n - i;
+        if (memcmp(p + i, f->msg + at, k) != 0) {
+            size_t j = 0;
+            while (p[i + j] == f->msg[at + j])
+                j++;
+            protocol_error(w, c, "echo byte %llu is 0x%02x, 0x%02x was sent "
+                           "there: is the server an echo server?",
+                           (unsigned long long)(fc->echoed + i + j), p[i + j],
+                           f->msg[at + j]);
+            return -1;
+        }
+        i += k;
+    }
+    fc->echoed += n;
+    return 0;
+}
+
 static void flood_readable(struct worker *w, struct conn *c, uint64_t now)
 {
     struct flood_worker *f = w->sw;
     long n = conn_read(w, c, now);
     if (n <= 0)
+        return;
+    if (flood_check(w, c, w->rbuf, (size_t)n) < 0)
         return;
     f->echoed_raw += (uint64_t)n;
     w->raw_msgs = f->echoed_raw / f->len;

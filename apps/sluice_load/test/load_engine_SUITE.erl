@@ -28,6 +28,7 @@
          ack_of_unsent_id_is_protocol_error/1,
          backwards_ack_is_protocol_error/1,
          counted_ack_of_zero_frames_is_protocol_error/1,
+         flood_against_a_wrong_echo_is_protocol_error/1,
          bad_usage_exits_2/1,
          help_documents_every_option/1,
          closed_port_counts_econnrefused_and_exits_3/1,
@@ -37,6 +38,8 @@
          ref_counted_acks_cover_every_frame/1,
          ref_closes_on_oversized_frame_only/1,
          ref_ping_and_echo/1,
+         ref_acks_the_frames_before_an_oversized_one/1,
+         ref_ping_closes_on_other_lines/1,
          ref_usage_and_sigterm/1, ref_port_in_use_exits_1/1,
          ref_share_port_joins_the_first/1]).
 %% Helpers shared with load_engine_tls_SUITE and load_engine_storm_SUITE.
@@ -60,7 +63,8 @@ groups() ->
        connect_rate_and_latency, connect_probe_ping, source_ips_round_robin]},
      {correctness, [],
       [ack_of_unsent_id_is_protocol_error, backwards_ack_is_protocol_error,
-       counted_ack_of_zero_frames_is_protocol_error]},
+       counted_ack_of_zero_frames_is_protocol_error,
+       flood_against_a_wrong_echo_is_protocol_error]},
      {failures, [],
       [bad_usage_exits_2, help_documents_every_option,
        closed_port_counts_econnrefused_and_exits_3,
@@ -68,7 +72,8 @@ groups() ->
        server_closing_mid_run_is_reported]},
      {ref_server, [],
       [ref_acks_frames_split_anywhere, ref_counted_acks_cover_every_frame,
-       ref_closes_on_oversized_frame_only, ref_ping_and_echo,
+       ref_closes_on_oversized_frame_only, ref_acks_the_frames_before_an_oversized_one,
+       ref_ping_closes_on_other_lines, ref_ping_and_echo,
        ref_usage_and_sigterm, ref_port_in_use_exits_1,
        ref_share_port_joins_the_first]}].
 
@@ -283,6 +288,40 @@ counted_ack_of_zero_frames_is_protocol_error(Config) ->
     liar(Config, "counted", fun(Id, _N) -> <<Id:64, 0:32>> end,
          "ack id 1 covers zero frames").
 
+%% flood: the echo is checked, not only counted: a server that sends back
+%% other bytes (here the first `a' of "aloha\n" as `A'), or more than was
+%% sent, stops the run (both were counted as echoed bytes).
+flood_against_a_wrong_echo_is_protocol_error(Config) ->
+    [begin
+         {ok, L} = gen_tcp:listen(0, [binary, {active, false}, {reuseaddr, true}]),
+         {ok, Port} = inet:port(L),
+         spawn_link(fun() -> {ok, S} = gen_tcp:accept(L), echo_as(S, Fun) end),
+         {Status, Out} = run(Config, "sluice-load",
+                             ["--scenario", "flood", "--port", itoa(Port),
+                              "--duration", "10"], 10000),
+         ct:log("exit ~p:~n~s", [Status, Out]),
+         ?assertEqual(1, Status),
+         ?assertMatch({match, _}, re:run(Out, Expect)),
+         gen_tcp:close(L)
+     end || {Fun, Expect} <- [{fun(<<_, R/binary>>) -> <<"A", R/binary>> end,
+                               "echo byte 0 is 0x41, 0x61 was sent there"},
+                              {fun more_than_sent/1,
+                               "bytes came back, only [0-9]+ were sent"}]].
+
+%% The first read back, then 16 MB more of the same stream ("aloha\n"
+%% over and over from where the read ended): not read yet, the client
+%% cannot have sent as much (the kernel's buffers hold a few MB).
+more_than_sent(D) ->
+    N = 16 * 1048576,
+    [D, binary:part(binary:copy(<<"aloha\n">>, N div 6 + 2), byte_size(D) rem 6, N)].
+
+%% The first read back as Fun makes it, then every byte as it came.
+echo_as(S, Fun) ->
+    case gen_tcp:recv(S, 0) of
+        {ok, D} -> _ = gen_tcp:send(S, Fun(D)), echo_as(S, fun(X) -> X end);
+        {error, _} -> ok
+    end.
+
 liar(Config, Mode, AckFun, Expect) ->
     {ok, L} = gen_tcp:listen(0, [binary, {active, false}, {reuseaddr, true}]),
     {ok, Port} = inet:port(L),
@@ -470,6 +509,44 @@ ref_closes_on_oversized_frame_only(Config) ->
     ?assertMatch({error, _}, gen_tcp:recv(Bad, 0, 5000)),
     ok = gen_tcp:send(Good, <<9:64, 100:32, 0:800>>),
     ?assertEqual({ok, <<9:64>>}, gen_tcp:recv(Good, 8, 5000)).
+
+%% The frames before a frame too large in the same read are acked before
+%% the close, as sluice and the peers do (the reference closed without
+%% them), in every mode.
+ref_acks_the_frames_before_an_oversized_one(Config) ->
+    Frames = <<1:64, 1:32, "a", 2:64, 0:32, 3:64, 100:32, 0:800, 4:64, 101:32>>,
+    [begin
+         Port = start_ref(Config, ["--protocol", "ack", "--ack", Mode, "--max-frame", "100"]),
+         S = connect(Port),
+         ok = gen_tcp:send(S, Frames),
+         ?assertEqual({Mode, Acks}, {Mode, recv_until_closed(S, <<>>)})
+     end || {Mode, Acks} <- [{"each", <<1:64, 2:64, 3:64>>}, {"last", <<3:64>>},
+                             {"counted", <<3:64, 3:32>>}]].
+
+%% ping: any other line, or more than 64 bytes without a newline, closes
+%% the connection after the Pongs owed (as sluice_proto_ping; the
+%% reference ignored such lines and answered the Pings after them).
+ref_ping_closes_on_other_lines(Config) ->
+    Port = start_ref(Config, ["--protocol", "ping"]),
+    [begin
+         S = connect(Port),
+         ok = gen_tcp:send(S, In),
+         ?assertEqual({In, Out}, {In, recv_until_closed(S, <<>>)})
+     end || {In, Out} <- [{<<"Ping\nHello\nPing\n">>, <<"Pong\n">>},
+                          {<<"\nPing\n">>, <<>>},
+                          {<<"Ping\r\nPing\n">>, <<>>},
+                          {<<"Ping\n", (binary:copy(<<"x">>, 65))/binary>>, <<"Pong\n">>}]],
+    %% a line still waiting for its newline is kept
+    S = connect(Port),
+    ok = gen_tcp:send(S, [<<"Ping\n">>, binary:copy(<<"x">>, 64)]),
+    ?assertEqual({ok, <<"Pong\n">>}, gen_tcp:recv(S, 5, 5000)),
+    ?assertEqual({error, timeout}, gen_tcp:recv(S, 0, 200)).
+
+recv_until_closed(S, Acc) ->
+    case gen_tcp:recv(S, 0, 5000) of
+        {ok, B} -> recv_until_closed(S, <<Acc/binary, B/binary>>);
+        {error, closed} -> Acc
+    end.
 
 %% ping answers each "Ping\n" line (even split) with "Pong\n"; echo
 %% returns every byte.

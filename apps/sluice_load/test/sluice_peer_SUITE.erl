@@ -115,8 +115,9 @@ ack_frame_too_large_closes_after_the_acks(_) ->
     {<<>>, _} = sluice_peer_gen_tcp:handle(<<3:64, 1048576:32, 0>>,
                                            sluice_peer_gen_tcp:init_state(ack, last)).
 
-%% Ping: a Pong per whole `Ping\n', whatever the reads; anything else
-%% closes after the Pongs owed.
+%% Ping: a Pong per whole `Ping\n', whatever the reads; any other line,
+%% or more than 64 bytes without a newline, closes after the Pongs owed;
+%% a line still waiting for its newline is kept, as sluice keeps it.
 ping_parse_on_every_split(_) ->
     Stream = <<"Ping\nPing\nPing\n">>,
     [begin
@@ -128,7 +129,11 @@ ping_parse_on_every_split(_) ->
      end || Cut <- lists:seq(1, 14)],
     S = sluice_peer_gen_tcp:init_state(ping, none),
     ?assertEqual({close, <<"Pong\n">>}, sluice_peer_gen_tcp:handle(<<"Ping\nPong\n">>, S)),
-    ?assertEqual({close, <<>>}, sluice_peer_gen_tcp:handle(<<"Pingx">>, S)).
+    ?assertEqual({close, <<>>}, sluice_peer_gen_tcp:handle(<<"Pingx\n">>, S)),
+    {<<"Pong\n">>, Px} = sluice_peer_gen_tcp:handle(<<"Ping\nPx">>, S),
+    ?assertEqual({close, <<>>}, sluice_peer_gen_tcp:handle(<<"\n">>, Px)),
+    {<<>>, Long} = sluice_peer_gen_tcp:handle(binary:copy(<<"x">>, 64), S),
+    ?assertEqual({close, <<>>}, sluice_peer_gen_tcp:handle(<<"x">>, Long)).
 
 %%% ------------------------------------------------------------------
 %%% Over TCP, on the group's backend

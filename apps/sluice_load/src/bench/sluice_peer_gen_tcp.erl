@@ -275,10 +275,13 @@ handle(Data, {ack, Mode, Split}) ->
 
 ping(<<"Ping\n", R/binary>>, N) ->
     ping(R, N + 1);
+%% Any other line, or more than ?MAX_LINE bytes without a newline, closes
+%% the connection after the Pongs owed, as in sluice: closing at the first
+%% byte that could not begin `Ping\n' kept a connection sluice keeps (a
+%% client's `Px' still waiting for its newline) from the comparison.
 ping(R, N) ->
-    Size = byte_size(R),
-    case <<"Ping\n">> of
-        <<R:Size/binary, _/binary>> -> {pongs(N), {ping, binary:copy(R)}};
+    case binary:match(R, <<"\n">>) of
+        nomatch when byte_size(R) =< ?MAX_LINE -> {pongs(N), {ping, binary:copy(R)}};
         _ -> {close, pongs(N)}
     end.
 
