@@ -56,7 +56,7 @@ body(Chunk, Left, Pieces, _Size, P) when byte_size(Chunk) >= Left ->
             end,
     walk(Rest, P, [Frame]);
 body(Chunk, Left, Pieces, Size, _P) ->
-    {ok, [], {body, Left - byte_size(Chunk), [sluice_frame:keep(Chunk) | Pieces],
+    {ok, [], {body, Left - byte_size(Chunk), sluice_frame:push(Chunk, Pieces),
               Size + byte_size(Chunk)}}.
 
 %% Every whole frame of the chunk, then what to keep of the rest. One

@@ -174,7 +174,7 @@ unterminated(Pieces, Size, Newest, {Delim, _, Max}, Frames) ->
             {error, {line_too_long, Seen, Max}, Frames};
         false ->
             [_ | Older] = Pieces,
-            {ok, Frames, {line, [sluice_frame:keep(Newest) | Older], Size}}
+            {ok, Frames, {line, sluice_frame:push(Newest, Older), Size}}
     end.
 
 %% @doc `Line' with its delimiter (see sluice_frame:encode/2).

@@ -67,7 +67,7 @@ need(_, _) -> error.
 pend(_Newest, _Older, _Size, Need, {_, Max}, Acc) when Need > Max ->
     {error, {frame_too_large, Need, Max}, lists:reverse(Acc)};
 pend(Newest, Older, Size, Need, _P, Acc) ->
-    {ok, lists:reverse(Acc), {split, [sluice_frame:keep(Newest) | Older], Size, Need}}.
+    {ok, lists:reverse(Acc), {split, sluice_frame:push(Newest, Older), Size, Need}}.
 
 %% Join the kept pieces and the first Take bytes of Chunk, and ask Fun.
 try_join(Chunk, Take, Pieces, Size, P = {Fun, Max}) ->

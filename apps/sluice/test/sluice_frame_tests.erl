@@ -159,6 +159,56 @@ kept_tail_does_not_pin_the_chunk_test() ->
     ?assertEqual(<<"abc">>, F),
     ?assert(binary:referenced_byte_size(F) < 100).
 
+%% A frame trickled a byte per read holds about its size, whichever the
+%% framer: 20,000 one-byte chunks of a frame not yet whole leave the
+%% decoding process with well under 3 bytes of memory (heap and the
+%% binaries it refers to) per byte kept, where each byte cost a list cell
+%% and a binary (about 48 bytes) before; the frame still comes out whole.
+trickled_frame_holds_about_its_size_test_() ->
+    N = 20000,
+    Body = << <<($a + I rem 26)>> || I <- lists:seq(1, N) >>,
+    Split = fun(B) -> erlang:decode_packet(4, B, []) end,
+    [{atom_to_list(element(1, Spec)),
+      fun() ->
+              {Held, Frame} = trickled(Spec, Head, Body, Last),
+              ?assertEqual(Body, Frame),
+              ?assert(Held < 3 * N, {held, Held, for, N})
+      end}
+     || {Spec, Head, Last} <- [{{length, 4}, <<N:32>>, <<>>},
+                               {{line, #{max => 2 * N}}, <<>>, <<"\n">>},
+                               {{split, Split}, <<N:32>>, <<>>}]].
+
+%% In a process of its own: Head, then Body but its last byte a byte per
+%% chunk (each a new binary, as reads are); then the memory this process
+%% holds once collected, less what it held before the first byte, and the
+%% frame that the last byte and Last complete.
+trickled(Spec, Head, Body, Last) ->
+    {Pid, Ref} =
+        spawn_monitor(
+          fun() ->
+                  {ok, [], St0} = sluice_frame:decode(Head, new(Spec)),
+                  Before = held(),
+                  Size = byte_size(Body) - 1,
+                  <<Most:Size/binary, LastByte>> = Body,
+                  St = lists:foldl(fun(B, S) ->
+                                           {ok, [], S2} = sluice_frame:decode(<<B>>, S),
+                                           S2
+                                   end, St0, binary_to_list(Most)),
+                  Held = held() - Before,
+                  {ok, [Frame], _} = sluice_frame:decode(<<LastByte, Last/binary>>, St),
+                  exit({done, Held, Frame})
+          end),
+    receive
+        {'DOWN', Ref, process, Pid, {done, Held, Frame}} -> {Held, Frame};
+        {'DOWN', Ref, process, Pid, Reason} -> error(Reason)
+    end.
+
+held() ->
+    erlang:garbage_collect(),
+    {memory, Mem} = process_info(self(), memory),
+    {binary, Bins} = process_info(self(), binary),
+    Mem + lists:sum([Size || {_, Size, _} <- Bins]).
+
 %%% ------------------------------------------------------------------
 %%% Lines
 %%% ------------------------------------------------------------------
