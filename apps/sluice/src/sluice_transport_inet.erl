@@ -71,6 +71,9 @@ listen(Port, Opts) ->
 %% connection process arms it. exit_on_close false: a client that shuts
 %% down its sending side after its last request is still owed the
 %% replies; with the default the driver would close the socket on its FIN.
+%% (Not all of them if the FIN is read while the port is busy: the driver
+%% then empties its queue; docs/backends.md, "A half-close while replies
+%% are backed up".)
 -spec listen_options(sluice_transport:listen_opts()) -> [gen_tcp:listen_option()].
 listen_options(#{ip := IP, backlog := Backlog, reuseport := ReusePort,
                  socket_opts := SocketOpts}) ->
