@@ -34,6 +34,7 @@
 -export([check_opts/1]).
 
 -include_lib("public_key/include/public_key.hrl").
+-include_lib("kernel/include/logger.hrl").
 
 -define(INET, sluice_transport_inet).
 
@@ -120,9 +121,61 @@ check_known(TlsOpts, _Config) ->
 
 check_files(TlsOpts, All) ->
     case check_files(TlsOpts) of
-        ok -> check_key_pair(All);
-        Error -> Error
+        ok ->
+            case check_key_pair(All) of
+                ok -> warn_validity(All, calendar:universal_time());
+                Error -> Error
+            end;
+        Error ->
+            Error
     end.
+
+%% ssl serves a certificate that has expired, or is not valid yet, without
+%% a word, and then every client that verifies refuses the handshake (and
+%% one that does not verify is served): said at start, as a warning, not
+%% an error (a listener for clients that do not verify, or one started
+%% just before a renewal lands, still works as ssl has it).
+warn_validity(TlsOpts, Now) ->
+    case certificate(TlsOpts) of
+        {ok, Der} ->
+            case validity(Der) of
+                {NotBefore, NotAfter} ->
+                    NowS = calendar:datetime_to_gregorian_seconds(Now),
+                    if
+                        NowS > NotAfter ->
+                            ?LOG_WARNING("sluice: the TLS certificate (~s) expired on ~s: "
+                                         "clients that verify it will refuse every handshake",
+                                         [cert_source(TlsOpts), utc(NotAfter)]);
+                        NowS < NotBefore ->
+                            ?LOG_WARNING("sluice: the TLS certificate (~s) is not valid "
+                                         "before ~s: clients that verify it will refuse "
+                                         "every handshake until then",
+                                         [cert_source(TlsOpts), utc(NotBefore)]);
+                        true ->
+                            ok
+                    end;
+                unknown ->
+                    ok
+            end;
+        none ->
+            ok
+    end,
+    ok.
+
+%% A certificate's validity in gregorian seconds (UTC), or `unknown'.
+validity(Der) ->
+    try public_key:pkix_decode_cert(Der, otp) of
+        #'OTPCertificate'{tbsCertificate = #'OTPTBSCertificate'{
+                              validity = {'Validity', From, To}}} ->
+            {pubkey_cert:time_str_2_gregorian_sec(From),
+             pubkey_cert:time_str_2_gregorian_sec(To)}
+    catch _:_ ->
+            unknown
+    end.
+
+utc(Seconds) ->
+    {{Y, Mo, D}, {H, Mi, S}} = calendar:gregorian_seconds_to_datetime(Seconds),
+    io_lib:format("~4..0b-~2..0b-~2..0b ~2..0b:~2..0b:~2..0b UTC", [Y, Mo, D, H, Mi, S]).
 
 check_files([]) ->
     ok;

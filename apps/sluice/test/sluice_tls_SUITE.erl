@@ -34,7 +34,8 @@
          failed_handshakes_are_logged_about_once_a_second/1,
          bad_tls_opts_are_named_at_start/1,
          pem_files_in_tls_opts_work/1,
-         client_certificate_reaches_the_handler/1]).
+         client_certificate_reaches_the_handler/1,
+         certificate_out_of_its_validity_is_warned_at_start/1]).
 %% run in the peer
 -export([start_sampler/0, stop_sampler/0]).
 
@@ -66,7 +67,8 @@ groups() ->
                  never_reading_flood_is_held_back_with_ssl_active_n_10]},
      {closing, [], [drain_sends_close_notify_before_fin,
                     fin_without_close_notify_while_passive_closes]},
-     {options, [], [bad_tls_opts_are_named_at_start, pem_files_in_tls_opts_work]}].
+     {options, [], [bad_tls_opts_are_named_at_start, pem_files_in_tls_opts_work,
+                    certificate_out_of_its_validity_is_warned_at_start]}].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -639,3 +641,47 @@ kinds(Ms) ->
                                                 K = Kind(M),
                                                 Acc#{K => maps:get(K, Acc, 0) + 1}
                                         end, #{}, Ms))).
+
+%% ssl serves an expired certificate (or one not valid yet) without a word,
+%% and every client that verifies it then refuses the handshake: the start
+%% says so in a warning (the listener still starts: clients that do not
+%% verify are served); a certificate within its validity is not warned of.
+certificate_out_of_its_validity_is_warned_at_start(Config) ->
+    Name = ?config(name, Config),
+    {Today, _} = calendar:universal_time(),
+    Day = fun(N) -> calendar:gregorian_days_to_date(calendar:date_to_gregorian_days(Today) + N) end,
+    Key = [{key, {namedCurve, secp256r1}}],
+    Cert = fun(From, To) ->
+                   #{server_config := S} =
+                       public_key:pkix_test_data(
+                         #{server_chain => #{root => Key, intermediates => [],
+                                             peer => [{validity, {From, To}} | Key]},
+                           client_chain => #{root => Key, intermediates => [], peer => Key}}),
+                   [O || {K, _} = O <- S, K =:= cert orelse K =:= key]
+           end,
+    All = fun() -> [T || {_, warning, _, T} <- sluice_tls_test_lib:captured(),
+                         string:find(T, "TLS certificate") =/= nomatch]
+          end,
+    %% The warnings a start with TlsOpts adds.
+    Warnings = fun(TlsOpts) ->
+                       Before = length(All()),
+                       {ok, _} = sluice:start_listener(Name, #{transport => ssl, port => 0,
+                                                               tls_opts => TlsOpts,
+                                                               handler => {sluice_proto_echo, []}}),
+                       ok = sluice:stop_listener(Name),
+                       lists:nthtail(Before, All())
+               end,
+    ok = sluice_tls_test_lib:capture_all_logs(),
+    try
+        [Expired] = Warnings(Cert(Day(-10), Day(-5))),
+        ct:log("~s", [Expired]),
+        {Y, M, D} = Day(-5),
+        ?assertNotEqual(nomatch, string:find(Expired, "expired on " ++
+                                                 lists:flatten(io_lib:format("~4..0b-~2..0b-~2..0b",
+                                                                             [Y, M, D])))),
+        [Early] = Warnings(Cert(Day(5), Day(10))),
+        ?assertNotEqual(nomatch, string:find(Early, "not valid before")),
+        ?assertEqual([], Warnings(Cert(Day(-1), Day(10))))
+    after
+        ok = sluice_tls_test_lib:stop_capture()
+    end.
