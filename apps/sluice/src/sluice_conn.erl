@@ -48,7 +48,8 @@
 
 %% What every connection of a listener starts from (template/2).
 -opaque template() :: {#s{}, sluice_listener_sup:listener()}.
--export([system_continue/3, system_terminate/4, system_code_change/4]).
+-export([system_continue/3, system_terminate/4, system_code_change/4,
+         system_get_state/1, system_replace_state/2]).
 
 -define(OPTIONAL, [{handle_info, 2}, {handle_call, 3}, {handle_timeout, 1},
                    {handle_drain, 1}, {handle_close, 1}, {handle_error, 2},
@@ -619,3 +620,17 @@ system_terminate(Reason, _Parent, _Debug, S) ->
 -spec system_code_change(#s{}, module(), term(), term()) -> {ok, #s{}}.
 system_code_change(S, _Module, _OldVsn, _Extra) ->
     {ok, S}.
+
+%% sys:get_state/1 and sys:replace_state/2 see the handler's state, as a
+%% gen_server's show its callback module's: without these they saw the
+%% loop's record, and a replace_state fun written for the handler's state
+%% either failed or gave the loop a state it crashed on. (The loop's own
+%% state is still in sys:get_status/1.)
+-spec system_get_state(#s{}) -> {ok, term()}.
+system_get_state(#s{hstate = HState}) ->
+    {ok, HState}.
+
+-spec system_replace_state(fun((term()) -> term()), #s{}) -> {ok, term(), #s{}}.
+system_replace_state(StateFun, S = #s{hstate = HState}) ->
+    HState2 = StateFun(HState),
+    {ok, HState2, S#s{hstate = HState2}}.

@@ -12,7 +12,8 @@
 %%   "badlist"     -> {reply, [<<"a">>, 256], S} (a list that is not iodata)
 %% Anything else is echoed back as it came (chunks, without framing).
 %% Calls `{setopts, Opts}' and `{getopts, Names}' answer what
-%% sluice:setopts/2 and getopts/2 return in the connection process.
+%% sluice:setopts/2 and getopts/2 return in the connection process;
+%% `state' answers the handler's state.
 %% Opts also take `init => close | crash' (init/2 fails, after reporting)
 %% and `trap_exit => true' (init/2 sets it).
 -module(sluice_api_handler).
@@ -70,6 +71,9 @@ handle_call(Req, From, S = #{test := Test}) ->
             {reply, X, S};
         {setopts, Opts} ->
             sluice:reply(From, sluice:setopts(maps:get(conn, S), Opts)),
+            {ok, S};
+        state ->
+            sluice:reply(From, S),
             {ok, S};
         {getopts, Names} ->
             sluice:reply(From, sluice:getopts(maps:get(conn, S), Names)),

@@ -17,6 +17,7 @@
          call_reaches_handle_call_and_can_be_answered_later/1,
          call_without_handle_call_is_not_supported/1,
          call_to_a_closed_connection_exits/1,
+         sys_state_is_the_handlers_state/1,
          send_from_another_process_is_ordered_counted_and_leaves_no_reply/1,
          send_to_a_closed_connection_is_an_error/1,
          connections_sending_to_each_other_do_not_wait_for_each_other/1,
@@ -59,6 +60,7 @@ network_cases() ->
      call_reaches_handle_call_and_can_be_answered_later,
      call_without_handle_call_is_not_supported,
      call_to_a_closed_connection_exits,
+     sys_state_is_the_handlers_state,
      send_from_another_process_is_ordered_counted_and_leaves_no_reply,
      send_to_a_closed_connection_is_an_error,
      connections_sending_to_each_other_do_not_wait_for_each_other,
@@ -231,6 +233,22 @@ call_to_a_closed_connection_exits(Config) ->
     ok = gen_tcp:close(S),
     ?expect({terminate, Pid, closed}),
     ?assertExit({noproc, {sluice, call, _}}, sluice:call(Pid, hello, 1000)).
+
+%% sys:get_state/1 and sys:replace_state/2 see the handler's state, as a
+%% gen_server's do its callback module's (they saw the loop's record); a
+%% fun that raises leaves the connection as it was.
+sys_state_is_the_handlers_state(Config) ->
+    {S, Pid} = api(Config, #{}),
+    Self = self(),
+    ?assertMatch(#{test := Self, conn := #{pid := Pid}}, sys:get_state(Pid)),
+    Replaced = sys:replace_state(Pid, fun(HState) -> HState#{mark => replaced} end),
+    ?assertMatch(#{mark := replaced}, Replaced),
+    ?assertEqual(Replaced, sluice:call(Pid, state, 2000)),
+    ?assertError({callback_failed, _, _},
+                 sys:replace_state(Pid, fun(_) -> error(no) end)),
+    ?assertEqual(Replaced, sys:get_state(Pid)),
+    ok = gen_tcp:send(S, <<"echo still here">>),
+    ?assertEqual({ok, <<"still here\n">>}, gen_tcp:recv(S, 0, 2000)).
 
 %% sluice:send/2 from another process: in order with the connection's
 %% replies, counted in bytes_out, and the sender is left with no message
