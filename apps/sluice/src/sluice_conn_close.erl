@@ -24,6 +24,10 @@
 %% throw away replies it has not read.
 -define(CLOSE_LINGER_MS, 1000).
 
+%% How long the wait for the peer's close after a FIN goes without
+%% answering sends from other processes (discard_wait/3).
+-define(DISCARD_SLICE_MS, 50).
+
 %% @doc Close by `Deadline' (monotonic ms) without losing what was read and
 %% without a reset: pause delivery, hand every chunk already delivered to
 %% the handler so that its replies go out, send FIN behind them, then read
@@ -74,15 +78,32 @@ fin_then_discard(Reason, Deadline, S = #s{t = T}) ->
 discard(Reason, Deadline, S = #s{t = T}) ->
     Mode = case S#s.active of false -> false; _ -> once end,
     case T:activate(S#s.ts, Mode) of
-        {ok, TS} ->
-            Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
-            case T:await(TS, Left) of
-                {data, _, TS2} -> discard(Reason, Deadline, S#s{ts = TS2});
-                {_, TS2} -> finish(Reason, S#s{ts = TS2});
-                {error, _, TS2} -> finish(Reason, S#s{ts = TS2})
-            end;
-        {error, _} ->
-            finish(Reason, S)
+        {ok, TS} -> discard_wait(Reason, Deadline, S#s{ts = TS});
+        {error, _} -> finish(Reason, S)
+    end.
+
+%% The wait for the peer's close goes in slices, and between them a
+%% sluice:send/2 that came meanwhile is told `{error, closed}': after the
+%% FIN nothing more can go out, and the caller (an ordinary process waits
+%% for its send to be queued) waited for the connection's end, up to a
+%% drain's whole deadline, where gen_tcp:send/2 after a shutdown fails at
+%% once. (A connection's own handler does not wait: its send is dropped.)
+discard_wait(Reason, Deadline, S = #s{t = T}) ->
+    ok = refuse_sends(),
+    Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
+    case T:await(S#s.ts, min(Left, ?DISCARD_SLICE_MS)) of
+        {data, _, TS2} -> discard(Reason, Deadline, S#s{ts = TS2});
+        {timeout, TS2} when Left > ?DISCARD_SLICE_MS -> discard_wait(Reason, Deadline, S#s{ts = TS2});
+        {_, TS2} -> finish(Reason, S#s{ts = TS2});
+        {error, _, TS2} -> finish(Reason, S#s{ts = TS2})
+    end.
+
+refuse_sends() ->
+    receive
+        {'$sluice', none, {send, _}} -> refuse_sends();
+        {'$sluice', From, {send, _}} -> gen:reply(From, {error, closed}), refuse_sends()
+    after 0 ->
+            ok
     end.
 
 %% @doc Close now, count why, and run the handler's last callbacks: the

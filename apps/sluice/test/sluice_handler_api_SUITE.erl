@@ -11,6 +11,7 @@
 -export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
          init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
 -export([init_reply_is_a_greeting_sent_first/1,
+         send_to_a_connection_past_its_fin_fails_at_once/1,
          conn_carries_pid_listener_and_addresses/1,
          result_timeout_calls_handle_timeout_and_any_result_clears_it/1,
          without_handle_timeout_the_connection_closes_with_reason_timeout/1,
@@ -54,6 +55,7 @@ suite() -> [{timetrap, {seconds, 30}}].
 
 network_cases() ->
     [init_reply_is_a_greeting_sent_first,
+     send_to_a_connection_past_its_fin_fails_at_once,
      conn_carries_pid_listener_and_addresses,
      result_timeout_calls_handle_timeout_and_any_result_clears_it,
      without_handle_timeout_the_connection_closes_with_reason_timeout,
@@ -779,3 +781,23 @@ child_spec_1_takes_the_name_from_the_options(_Config) ->
 %% A handler's pid never changes unless the listener asks for parking.
 parking_is_off_by_default(_Config) ->
     ?assertEqual(infinity, maps:get(park_after, sluice_opts:defaults())).
+
+%% After its FIN the connection waits for the client's close (here up to
+%% reply_close's linger, 1 s; a drain's, up to its deadline), and nothing
+%% more can go out: sluice:send/2 from another process says
+%% `{error, closed}' while the connection still waits, as gen_tcp:send/2
+%% after a shutdown fails at once (it waited for the connection's end).
+send_to_a_connection_past_its_fin_fails_at_once(Config) ->
+    Name = ?config(name, Config),
+    _ = sluice_test_lib:start_listener(
+          Name, #{handler => {sluice_api_handler, #{test => self()}}}),
+    %% A client that keeps its side open after the server's FIN.
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name), [{exit_on_close, false}]),
+    Pid = receive {init, P, _Conn} -> P after 5000 -> error(no_init) end,
+    ok = gen_tcp:send(S, <<"bye x">>),
+    ?assertEqual({ok, <<"x\n">>}, gen_tcp:recv(S, 2, 5000)),
+    ?assertEqual({error, closed}, gen_tcp:recv(S, 0, 5000)),
+    ?assertEqual({error, closed}, sluice:send(Pid, <<"late">>)),
+    ?assert(is_process_alive(Pid)),
+    ok = gen_tcp:close(S),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 3000).
