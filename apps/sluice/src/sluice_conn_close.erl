@@ -24,10 +24,6 @@
 %% throw away replies it has not read.
 -define(CLOSE_LINGER_MS, 1000).
 
-%% How long the wait for the peer's close after a FIN goes without
-%% answering sends from other processes (discard_wait/3).
--define(DISCARD_SLICE_MS, 50).
-
 %% @doc Close by `Deadline' (monotonic ms) without losing what was read and
 %% without a reset: pause delivery, hand every chunk already delivered to
 %% the handler so that its replies go out, send FIN behind them, then read
@@ -73,38 +69,47 @@ linger_close(Out, Reason, S) ->
 %% kept armed, or the peer's close would go unseen until the deadline.
 fin_then_discard(Reason, Deadline, S = #s{t = T}) ->
     _ = T:shutdown(S#s.ts, write),
-    discard(Reason, Deadline, S).
+    discard(Reason, Deadline, S, []).
 
-discard(Reason, Deadline, S = #s{t = T}) ->
+discard(Reason, Deadline, S = #s{t = T}, Kept) ->
     Mode = case S#s.active of false -> false; _ -> once end,
     case T:activate(S#s.ts, Mode) of
-        {ok, TS} -> discard_wait(Reason, Deadline, S#s{ts = TS});
-        {error, _} -> finish(Reason, S)
+        {ok, TS} -> discard_wait(Reason, Deadline, S#s{ts = TS}, Kept);
+        {error, _} -> kept_finish(Reason, S, Kept)
     end.
 
-%% The wait for the peer's close goes in slices, and between them a
-%% sluice:send/2 that came meanwhile is told `{error, closed}': after the
-%% FIN nothing more can go out, and the caller (an ordinary process waits
-%% for its send to be queued) waited for the connection's end, up to a
-%% drain's whole deadline, where gen_tcp:send/2 after a shutdown fails at
-%% once. (A connection's own handler does not wait: its send is dropped.)
-discard_wait(Reason, Deadline, S = #s{t = T}) ->
-    ok = refuse_sends(),
+%% The wait for the peer's close takes every message, not only the
+%% transport's: a sluice:send/2 that comes meanwhile is told
+%% `{error, closed}' at once (after the FIN nothing more can go out, and
+%% its caller, who waits for the send to be queued, waited for the
+%% connection's end, up to a drain's whole deadline, where gen_tcp:send/2
+%% after a shutdown fails at once; a connection's own handler does not
+%% wait, and its send is dropped). Any other message is kept, in order,
+%% and put back for terminate/2 before the end (kept_finish/3).
+discard_wait(Reason, Deadline, S = #s{t = T}, Kept) ->
     Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
-    case T:await(S#s.ts, min(Left, ?DISCARD_SLICE_MS)) of
-        {data, _, TS2} -> discard(Reason, Deadline, S#s{ts = TS2});
-        {timeout, TS2} when Left > ?DISCARD_SLICE_MS -> discard_wait(Reason, Deadline, S#s{ts = TS2});
-        {_, TS2} -> finish(Reason, S#s{ts = TS2});
-        {error, _, TS2} -> finish(Reason, S#s{ts = TS2})
+    receive
+        {'$sluice', none, {send, _}} ->
+            discard_wait(Reason, Deadline, S, Kept);
+        {'$sluice', From, {send, _}} ->
+            gen:reply(From, {error, closed}),
+            discard_wait(Reason, Deadline, S, Kept);
+        Msg ->
+            case T:classify(Msg, S#s.ts) of
+                {data, _, TS} -> discard(Reason, Deadline, S#s{ts = TS}, Kept);
+                {passive, TS} -> discard(Reason, Deadline, S#s{ts = TS}, Kept);
+                {ignore, TS} -> discard_wait(Reason, Deadline, S#s{ts = TS}, Kept);
+                {closed, TS} -> kept_finish(Reason, S#s{ts = TS}, Kept);
+                {error, _, TS} -> kept_finish(Reason, S#s{ts = TS}, Kept);
+                other -> discard_wait(Reason, Deadline, S, [Msg | Kept])
+            end
+    after Left ->
+            kept_finish(Reason, S, Kept)
     end.
 
-refuse_sends() ->
-    receive
-        {'$sluice', none, {send, _}} -> refuse_sends();
-        {'$sluice', From, {send, _}} -> gen:reply(From, {error, closed}), refuse_sends()
-    after 0 ->
-            ok
-    end.
+kept_finish(Reason, S, Kept) ->
+    _ = [self() ! Msg || Msg <- lists:reverse(Kept)],
+    finish(Reason, S).
 
 %% @doc Close now, count why, and run the handler's last callbacks: the
 %% client closed (`closed': handle_close/1), a socket error (`{error, _}':
