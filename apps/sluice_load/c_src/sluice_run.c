@@ -8,12 +8,19 @@
  * turns both signals into the SIGTERM the VM drains on. A shell script
  * cannot do this job: a shell started in the background has SIGINT ignored
  * and may not trap it; a C program installs its handler regardless.
+ *
+ * If this launcher itself is killed with SIGKILL (`kill -9 $!' after
+ * `bin/sluice serve ... &': $! is this process), the child gets SIGTERM
+ * (PR_SET_PDEATHSIG) and drains and exits as on any SIGTERM; without it the
+ * VM, and the peer nodes of `serve --nodes', went on serving the port with
+ * no parent, and nothing but their own pids could stop them.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,6 +45,7 @@ int main(int argc, char **argv)
     sigaddset(&block, SIGTERM);
     /* Block until the handlers are in place, so an early signal is not lost. */
     sigprocmask(SIG_BLOCK, &block, &old);
+    pid_t self = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         perror("sluice-run: fork");
@@ -47,6 +55,10 @@ int main(int argc, char **argv)
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
         sigprocmask(SIG_SETMASK, &old, NULL);
+        /* Kept across execve; the check covers a launcher that died
+           before the prctl. */
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != self)
+            _exit(128 + SIGTERM);
         execvp(argv[1], argv + 1);
         fprintf(stderr, "sluice-run: cannot run %s: %s\n", argv[1], strerror(errno));
         _exit(127);

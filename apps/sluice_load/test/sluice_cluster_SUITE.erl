@@ -17,6 +17,9 @@
          init_per_testcase/2, end_per_testcase/2]).
 -export([serve_on_two_nodes_spreads_reports_and_drains/1,
          a_dead_node_leaves_the_other_serving/1,
+         a_killed_launcher_leaves_no_vm_running/1,
+         a_port_shared_by_another_server_is_in_use/1,
+         a_hung_node_is_not_counted_as_drained/1,
          hosts_start_nodes_through_ssh/1,
          bad_cluster_options_exit_2_with_one_line/1,
          cluster_info_sums_over_peer_nodes/1,
@@ -35,6 +38,8 @@ suite() -> [{timetrap, {seconds, 60}}].
 
 all() ->
     [serve_on_two_nodes_spreads_reports_and_drains, a_dead_node_leaves_the_other_serving,
+     a_killed_launcher_leaves_no_vm_running, a_port_shared_by_another_server_is_in_use,
+     a_hung_node_is_not_counted_as_drained,
      hosts_start_nodes_through_ssh,
      bad_cluster_options_exit_2_with_one_line, cluster_info_sums_over_peer_nodes,
      telemetry_events_carry_the_figures, no_telemetry_no_process].
@@ -61,8 +66,10 @@ end_per_testcase(_Case, Config) ->
 %% accepted count in /metrics is > 0: SO_REUSEPORT hashes each connection,
 %% all 40 on one node would be a 1 in 2^39 event); every /metrics line
 %% parses, every agreed series is there, and node="all" is the sum of the
-%% nodes; SIGTERM closes every client (drain), exits 0 and leaves no node
-%% running.
+%% nodes; the nodes' command lines do not show the cookie (they read it
+%% from ~/.erlang.cookie as this VM did: `ps' showed it to every user of
+%% the host, enough to connect to a node and run anything there); SIGTERM
+%% closes every client (drain), exits 0 and leaves no node running.
 serve_on_two_nodes_spreads_reports_and_drains(Config) ->
     {Port, OsPid, TcpPort, MetricsUrl, Lines} = serve(Config, ["--nodes", "2"]),
     ?assertEqual(1, length([L || L <- Lines, binary:match(L, <<"listening on">>) =/= nomatch])),
@@ -72,6 +79,9 @@ serve_on_two_nodes_spreads_reports_and_drains(Config) ->
     Nodes = lists:usort([N || {_, #{"node" := N}, _} <- Metrics, N =/= "all"]),
     ct:log("nodes ~p~nmetrics:~n~p", [Nodes, Metrics]),
     ?assertEqual(2, length(Nodes)),
+    CmdLines = [C || P <- node_os_pids(Nodes), {ok, C} <- [file:read_file("/proc/" ++ P ++ "/cmdline")]],
+    ?assertMatch([_, _], [C || C <- CmdLines, binary:match(C, <<"-name">>) =/= nomatch]),
+    [?assertEqual(nomatch, binary:match(C, <<"-setcookie">>)) || C <- CmdLines],
     [?assert(value(Metrics, "sluice_accepted_total", N) > 0, N) || N <- Nodes],
     ?assertEqual(40, value(Metrics, "sluice_accepted_total", "all")),
     ?assertEqual(40, value(Metrics, "sluice_connections", "all")),
@@ -95,8 +105,9 @@ serve_on_two_nodes_spreads_reports_and_drains(Config) ->
     ?assertEqual([], node_os_pids(Nodes)).
 
 %% kill -9 of one node's OS process: the CLI says so on one line, the other
-%% node keeps serving (new connections get Pong, /metrics shows one node),
-%% and SIGTERM still ends it all with 0.
+%% node keeps serving (new connections get Pong, /metrics shows one node
+%% and sluice_node_up 0 for the dead one, no node="all" for the counters:
+%% it would have gone down), and SIGTERM still ends it all with 0.
 a_dead_node_leaves_the_other_serving(Config) ->
     %% On both backends: the nodes' listeners are independent either way.
     lists:foreach(fun(Backend) -> dead_node(Config, Backend) end, ["inet", "socket"]).
@@ -110,13 +121,84 @@ dead_node(Config, Backend) ->
     {_, _} = sluice_load_test_lib:wait_line(Port, "node " ++ Victim ++ " is down", 10000),
     Socks = [ping_connect(TcpPort) || _ <- lists:seq(1, 10)],
     Metrics = scrape(MetricsUrl),
-    ?assertEqual([Survivor], lists:usort([N || {_, #{"node" := N}, _} <- Metrics, N =/= "all"])),
+    ?assertEqual([Survivor], lists:usort([N || {S, #{"node" := N}, _} <- Metrics, N =/= "all",
+                                               S =/= "sluice_node_up"])),
     ?assertEqual(10, value(Metrics, "sluice_connections", "all")),
+    ?assertEqual(0, value(Metrics, "sluice_node_up", Victim)),
+    ?assertEqual(1, value(Metrics, "sluice_node_up", Survivor)),
+    ?assertEqual([], [M || {"sluice_accepted_total", #{"node" := "all"}, _} = M <- Metrics]),
     [gen_tcp:close(S) || S <- Socks],
     signal("TERM", OsPid),
     {Status, After} = sluice_load_test_lib:wait_exit(Port, 15000),
     ct:log("after SIGTERM: ~p~n~s", [Status, [[L, $\n] || L <- After]]),
     ?assertEqual(0, Status).
+
+%% kill -9 of the command's own pid (bin/sluice execs sluice-run: what `$!'
+%% names): its VM and the node's VM end too (the VM gets SIGTERM, drains
+%% and stops the node). They went on serving the port with no parent,
+%% found only by their own pids.
+a_killed_launcher_leaves_no_vm_running(Config) ->
+    {_Port, OsPid, TcpPort, MetricsUrl, _} = serve(Config, ["--nodes", "1"]),
+    Nodes = lists:usort([N || {_, #{"node" := N}, _} <- scrape(MetricsUrl), N =/= "all"]),
+    Vms = string:lexemes(os:cmd("pgrep -P " ++ integer_to_list(OsPid)), "\n")
+        ++ node_os_pids(Nodes),
+    ct:log("launcher ~b, VMs ~p", [OsPid, Vms]),
+    ?assertEqual(2, length(Vms)),
+    try
+        signal("KILL", OsPid),
+        ?assertEqual([], wait_gone(Vms, 15000)),
+        ?assertMatch({error, _}, gen_tcp:connect({127, 0, 0, 1}, TcpPort, [], 1000))
+    after
+        [os:cmd("kill -9 " ++ P) || P <- Vms]
+    end.
+
+%% A port held by another server whose socket has SO_REUSEPORT (another
+%% `serve --nodes', sluice-ref --share-port; here this VM): exit 1 with
+%% one line saying the address is in use, as `serve' alone does. The
+%% nodes bound it beside the other server (their sockets have
+%% SO_REUSEPORT), said `listening on', and the clients were split between
+%% the two.
+a_port_shared_by_another_server_is_in_use(Config) ->
+    SoReusePort = {raw, 1, 15, <<1:32/native>>},
+    {ok, L} = gen_tcp:listen(0, [{ip, {127, 0, 0, 1}}, {reuseaddr, true}, SoReusePort]),
+    {ok, TcpPort} = inet:port(L),
+    try
+        {Status, Lines} = sluice_load_test_lib:wait_exit(
+                            element(1, sluice_load_test_lib:sluice(
+                                         Config, ["serve", "--ip", ?LOOPBACK,
+                                                  "--port", integer_to_list(TcpPort),
+                                                  "--protocol", "ping", "--nodes", "1"])),
+                            30000),
+        ct:log("~p~n~s", [Status, [[Line, $\n] || Line <- Lines]]),
+        ?assertEqual(1, Status),
+        ?assertMatch([_], [Line || Line <- Lines, binary:match(Line, <<"address in use">>) =/= nomatch]),
+        ?assertEqual([], [Line || Line <- Lines, binary:match(Line, <<"listening on">>) =/= nomatch])
+    after
+        gen_tcp:close(L)
+    end.
+
+%% SIGTERM with one node hung (SIGSTOP): the drain does not wait for its
+%% answer past the deadline, the summary counts only the node that drained
+%% and a line names the one that did not, exit 0. It said "drained 2
+%% nodes (0 connections closed at the deadline)" whatever the hung node
+%% held, and waited 15 s more to stop its listener.
+a_hung_node_is_not_counted_as_drained(Config) ->
+    {Port, OsPid, _TcpPort, MetricsUrl, _} = serve(Config, ["--nodes", "2",
+                                                            "--drain-timeout", "200"]),
+    Nodes = lists:usort([N || {_, #{"node" := N}, _} <- scrape(MetricsUrl), N =/= "all"]),
+    [Hung, _] = Nodes,
+    [HungPid] = node_os_pids([Hung]),
+    try
+        signal("STOP", list_to_integer(HungPid)),
+        signal("TERM", OsPid),
+        {Status, After} = sluice_load_test_lib:wait_exit(Port, 40000),
+        ct:log("after SIGTERM: ~p~n~s", [Status, [[L, $\n] || L <- After]]),
+        ?assertEqual(0, Status),
+        ?assert(lists:any(fun(L) -> binary:match(L, <<"drained 1 nodes">>) =/= nomatch end, After)),
+        ?assert(lists:any(fun(L) -> binary:match(L, list_to_binary("node " ++ Hung ++ " did not drain")) =/= nomatch end, After))
+    after
+        os:cmd("kill -9 " ++ HungPid)
+    end.
 
 %% --hosts starts each node through ssh (here $SLUICE_SSH, a stand-in that
 %% logs its arguments and runs the command locally; $SLUICE_DIST_HOST names
@@ -213,7 +295,9 @@ telemetry_events_carry_the_figures(_Config) ->
          || E <- Events],
         %% one of each (the first tick's two events), not the node's twice
         ?assertEqual(lists:sort([Node, all]),
-                     lists:sort([maps:get(node, Meta) || {_, _, Meta} <- Events]))
+                     lists:sort([maps:get(node, Meta) || {_, _, Meta} <- Events])),
+        %% `all' names the nodes that did not answer: none
+        ?assertEqual([[]], [maps:get(missing, Meta) || {_, _, #{node := all} = Meta} <- Events])
     after
         unlink(Pid), exit(Pid, kill),
         unregister(sluice_serve_telemetry_test),
@@ -270,6 +354,13 @@ ping_connect(TcpPort) ->
     ok = gen_tcp:send(S, <<"Ping\n">>),
     {ok, <<"Pong\n">>} = gen_tcp:recv(S, 5, 5000),
     S.
+
+%% The OS pids of `Pids' still running after up to `Ms'.
+wait_gone(Pids, Ms) ->
+    case [P || P <- Pids, filelib:is_dir("/proc/" ++ P)] of
+        Alive when Alive =:= []; Ms =< 0 -> Alive;
+        _ -> timer:sleep(200), wait_gone(Pids, Ms - 200)
+    end.
 
 %% OS pids of the VMs running these node names.
 node_os_pids(Nodes) ->

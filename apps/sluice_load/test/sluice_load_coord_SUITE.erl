@@ -11,9 +11,12 @@
 -export([engines_merge_counts_and_histograms/1,
          nodes_run_engines_on_local_peers/1,
          remote_hosts_path_with_a_stand_in_for_ssh/1,
+         a_dotted_host_gets_long_node_names/1,
          scale_holds_connections_and_reports_server_memory/1,
          bad_options_exit_2_with_one_line/1,
          sigterm_ends_the_run_with_a_report/1,
+         sigterm_while_the_nodes_start_ends_the_run_with_a_report/1,
+         an_engine_stopped_as_it_starts_still_reports/1,
          engine_starts_its_window_on_go/1,
          a_lost_engine_is_reported_and_the_rest_merged/1,
          lockstep_rate_stays_per_connection/1]).
@@ -22,9 +25,11 @@ suite() -> [{timetrap, {seconds, 60}}].
 
 all() ->
     [engines_merge_counts_and_histograms, nodes_run_engines_on_local_peers,
-     remote_hosts_path_with_a_stand_in_for_ssh,
+     remote_hosts_path_with_a_stand_in_for_ssh, a_dotted_host_gets_long_node_names,
      scale_holds_connections_and_reports_server_memory,
      bad_options_exit_2_with_one_line, sigterm_ends_the_run_with_a_report,
+     sigterm_while_the_nodes_start_ends_the_run_with_a_report,
+     an_engine_stopped_as_it_starts_still_reports,
      engine_starts_its_window_on_go, a_lost_engine_is_reported_and_the_rest_merged,
      lockstep_rate_stays_per_connection].
 
@@ -118,6 +123,24 @@ remote_hosts_path_with_a_stand_in_for_ssh(Config) ->
     ?assertEqual(lists:sort(["localhost", Here]), lists:sort(string:lexemes(binary_to_list(Logged), "\n"))),
     ?assertEqual(10, get(established, get(connect, J))).
 
+%% A host given by address (or by a domain name): long node names. The
+%% coordinator took the host part net_kernel found, the bare host name
+%% (`vm' here, most machines), which long names refuse: every such run
+%% ended with a page of supervisor report and exit 1 before a node
+%% started.
+a_dotted_host_gets_long_node_names(Config) ->
+    Port = start_ref(Config),
+    Ssh = filename:join(?config(priv_dir, Config), "fake-ssh"),
+    ok = file:write_file(Ssh, "#!/bin/sh\nshift\nexec \"$@\"\n"),
+    ok = file:change_mode(Ssh, 8#755),
+    J = load_ok(Config, ["--scenario", "ping", "--nodes", "127.0.0.1", "--ssh", Ssh,
+                         "--port", Port, "--conns", "4", "--interval", "200",
+                         "--duration", "0.4"]),
+    ?assertMatch([<<"sluice_load_", _/binary>>], [get(node, P) || P <- get(placement, J)]),
+    [Node] = [get(node, P) || P <- get(placement, J)],
+    ?assertEqual(<<"127.0.0.1">>, lists:last(binary:split(Node, <<"@">>))),
+    ?assertEqual(4, get(established, get(connect, J))).
+
 %% The scale scenario: 2,000 connections from 2 engines on 2 source
 %% addresses, ramped at a rate, held for 2 rounds with no timeout, each
 %% round reported live as it ends; the
@@ -190,6 +213,63 @@ sigterm_ends_the_run_with_a_report(Config) ->
     J = read_json(Config),
     ?assert(get(duration_s, J) < 10),
     ?assertEqual(20, get(conns_up_at_end, J)).
+
+%% SIGTERM while a node is starting (a stand-in for ssh that marks the
+%% moment and takes a second): the run ends as from the ramp, each engine
+%% reporting what it measured, exit 0. OTP's handler stopped the VM (the
+%% node was then reported unreachable, exit 1); and an engine stopped just
+%% after its start died of the SIGTERM with no report (143, `lost', exit 1)
+%% before it blocked the signal.
+sigterm_while_the_nodes_start_ends_the_run_with_a_report(Config) ->
+    TcpPort = start_ref(Config),
+    Dir = ?config(priv_dir, Config),
+    Mark = filename:join(Dir, "starting"),
+    Ssh = filename:join(Dir, "slow-ssh"),
+    ok = file:write_file(Ssh, ["#!/bin/sh\ntouch '", Mark, "'\nsleep 1\nshift\nexec \"$@\"\n"]),
+    ok = file:change_mode(Ssh, 8#755),
+    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
+                  [{args, ["load", "--scenario", "ping", "--nodes", "localhost", "--ssh", Ssh,
+                           "--engines", "3", "--port", TcpPort, "--conns", "6",
+                           "--duration", "3", "--json", json_path(Config)]},
+                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    ok = wait_file(Mark, 10000),
+    _ = os:cmd("kill -TERM " ++ integer_to_list(OsPid)),
+    {Status, Out} = collect_lines(P, []),
+    ct:log("~s", [Out]),
+    ?assertEqual(0, Status),
+    J = read_json(Config),
+    ?assertEqual(0, get(engines_lost, J)),
+    ?assertEqual(3, length(get(engine_results, J))).
+
+%% sluice_load_engine told to stop as soon as it is started (SIGTERM in
+%% the coordinator as the engines start): the engine still reports, with
+%% status 0. The SIGTERM reached it before it blocked the signal, and it
+%% died with no report (143: `lost', exit 1). The engine here starts half
+%% a second late (a wrapper), which makes that window wide.
+an_engine_stopped_as_it_starts_still_reports(Config) ->
+    TcpPort = start_ref(Config),
+    Slow = filename:join(?config(priv_dir, Config), "slow-engine"),
+    ok = file:write_file(Slow, ["#!/bin/sh\nsleep 0.5\nexec '",
+                                filename:join(?config(bin_dir, Config), "sluice-load"),
+                                "' \"$@\"\n"]),
+    ok = file:change_mode(Slow, 8#755),
+    Runner = sluice_load_engine:start(self(), 7, Slow,
+                                      ["--scenario", "ping", "--port", TcpPort, "--conns", "2",
+                                       "--duration", "3"]),
+    ok = sluice_load_engine:stop(Runner),
+    {Status, Result} = receive {engine_done, 7, St, R} -> {St, R} after 10000 -> ct:fail(no_end) end,
+    ct:log("~p ~p", [Status, Result]),
+    ?assertEqual(0, Status),
+    ?assertMatch(#{<<"conns">> := 2}, element(2, sluice_json:decode(Result))).
+
+wait_file(File, Ms) ->
+    case filelib:is_regular(File) of
+        true -> ok;
+        false when Ms =< 0 -> ct:fail({no_file, File});
+        false -> timer:sleep(50), wait_file(File, Ms - 50)
+    end.
 
 %% An engine killed during the hold: the run goes on with the others, the
 %% report merges what they measured, says which engine gave nothing, and

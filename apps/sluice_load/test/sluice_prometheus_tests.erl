@@ -1,6 +1,7 @@
 %% EUnit tests of `serve --metrics-port': the text sluice_prometheus makes
-%% of an info map whatever reasons its accept errors have, and how
-%% sluice_prometheus_httpd answers methods other than GET.
+%% of an info map whatever reasons its accept errors have or whichever
+%% nodes did not answer, and how sluice_prometheus_httpd answers methods
+%% other than GET.
 -module(sluice_prometheus_tests).
 
 -include_lib("eunit/include/eunit.hrl").
@@ -21,6 +22,78 @@ accept_error_reasons_that_are_not_atoms_test() ->
                            "reason=\"{invalid,\\\"a\\\\\\\"b\\\"}\"} 3">>, Lines)),
     ?assert(lists:member(<<"sluice_accept_errors_total{node=\"all\",reason=\"all\"} 5">>,
                          Lines)).
+
+%% A scrape in which a node did not answer (down, or over erpc's 5 s): no
+%% counter's node="all" series goes down from the scrape before, which
+%% Prometheus would take for a counter reset (the sum lacked that node's
+%% share: 20 accepted, then 9). The counters' `all' series are left out,
+%% the gauges' stay (over the nodes that answered), and sluice_node_up
+%% names the node that is missing.
+counters_all_never_goes_down_when_a_node_is_missing_test() ->
+    A = #{connections => 2, accepted => 9, bytes_in => 90, accept_errors => #{emfile => 1}},
+    B = #{connections => 3, accepted => 11, bytes_in => 110, accept_errors => #{emfile => 2}},
+    Both = samples(sluice_prometheus:format(cluster(#{'a@h' => A, 'b@h' => B}, []))),
+    OnlyA = samples(sluice_prometheus:format(cluster(#{'a@h' => A}, ['b@h']))),
+    ?assertEqual(20, maps:get({"sluice_accepted_total", "all"}, Both)),
+    Counters = [M || {M, _, counter, _} <- sluice_prometheus:series()]
+        ++ ["sluice_accept_errors_total"],
+    [?assert(maps:get({M, "all"}, OnlyA, infinity) >= maps:get({M, "all"}, Both), M)
+     || M <- Counters],
+    ?assertEqual(error, maps:find({"sluice_accepted_total", "all"}, OnlyA)),
+    ?assertEqual(error, maps:find({"sluice_accept_errors_total", "all"}, OnlyA)),
+    ?assertEqual(9, maps:get({"sluice_accepted_total", "a@h"}, OnlyA)),
+    ?assertEqual(2, maps:get({"sluice_connections", "all"}, OnlyA)),
+    ?assertEqual(#{"a@h" => 1, "b@h" => 1},
+                 maps:from_list([{N, V} || {{"sluice_node_up", N}, V} <- maps:to_list(Both)])),
+    ?assertEqual(#{"a@h" => 1, "b@h" => 0},
+                 maps:from_list([{N, V} || {{"sluice_node_up", N}, V} <- maps:to_list(OnlyA)])).
+
+%% Through sluice_cluster: a serving node that cannot be reached is
+%% missing from the scrape, and once node_down/1 took it out of the nodes
+%% asked (bin/sluice serve's loop, on nodedown) it stays missing: the
+%% counters' `all' series do not come back lower than they were.
+a_node_down_stays_missing_test_() ->
+    {setup, fun start/0, fun stop/1,
+     fun(_) ->
+             [fun() ->
+                      Gone = 'sluice_gone@nowhere.invalid',
+                      ok = sluice_cluster:set_serving_nodes([node(), Gone]),
+                      try
+                          Asked = samples(sluice_prometheus:scrape(?NAME)),
+                          ok = sluice_cluster:node_down(Gone),
+                          ?assertEqual([node()], sluice_cluster:serving_nodes()),
+                          Later = samples(sluice_prometheus:scrape(?NAME)),
+                          [begin
+                               ?assertEqual(error, maps:find({"sluice_accepted_total", "all"}, S)),
+                               ?assertEqual(0, maps:get({"sluice_node_up", atom_to_list(Gone)}, S)),
+                               ?assertEqual(1, maps:get({"sluice_node_up", atom_to_list(node())}, S)),
+                               ?assert(maps:is_key({"sluice_connections", "all"}, S))
+                           end || S <- [Asked, Later]]
+                      after
+                          sluice_cluster:set_serving_nodes([node()])
+                      end
+              end]
+     end}.
+
+cluster(PerNode, Missing) ->
+    {ok, All} = maps:find(nodes, #{nodes => PerNode}),
+    Sum = fun(K) -> lists:sum([maps:get(K, I, 0) || I <- maps:values(All)]) end,
+    #{connections => Sum(connections), accepted => Sum(accepted), bytes_in => Sum(bytes_in),
+      accept_errors => #{emfile => lists:sum([maps:get(emfile, maps:get(accept_errors, I))
+                                              || I <- maps:values(All)])},
+      nodes => PerNode, missing => Missing}.
+
+%% {Metric, Node} => value of a text's samples (accept errors: reason="all").
+samples(Text) ->
+    Lines = string:lexemes(unicode:characters_to_list(iolist_to_binary(Text)), "\n"),
+    maps:from_list(
+      [{{Metric, proplists:get_value("node", Labels)}, list_to_integer(V)}
+       || L <- Lines, hd(L) =/= $#,
+          [Series, V] <- [string:split(L, " ", trailing)],
+          [Metric, LabelText] <- [string:split(string:trim(Series, trailing, "}"), "{")],
+          Labels <- [[list_to_tuple(string:split(string:trim(KV, both, "\""), "=\""))
+                      || KV <- string:lexemes(LabelText, ",")]],
+          proplists:get_value("reason", Labels, "all") =:= "all"]).
 
 %% HEAD /metrics is GET's status and headers with no body (it was a 404,
 %% with a body, which a client on a kept-alive connection reads as the

@@ -11,12 +11,17 @@
 -export([install/1]).
 -export([init/1, handle_event/2, handle_call/2, handle_info/2]).
 
-%% @doc From now on SIGTERM sends `{sluice_signal, sigterm}' to `Pid'.
+%% @doc From now on SIGTERM sends `{sluice_signal, sigterm}' to `Pid'
+%% (and no longer to a pid an earlier call named: a second call replaces
+%% the handler, it does not add one that sends the signal twice).
 -spec install(pid()) -> ok.
 install(Pid) ->
     ok = os:set_signal(sigterm, handle),
-    ok = gen_event:swap_handler(erl_signal_server,
-                                {erl_signal_handler, []}, {?MODULE, Pid}),
+    Old = case lists:member(?MODULE, gen_event:which_handlers(erl_signal_server)) of
+              true -> ?MODULE;
+              false -> erl_signal_handler
+          end,
+    ok = gen_event:swap_handler(erl_signal_server, {Old, []}, {?MODULE, Pid}),
     ok.
 
 -spec init(term()) -> {ok, pid()}.

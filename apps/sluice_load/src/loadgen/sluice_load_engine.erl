@@ -49,7 +49,8 @@ init(Coord, Id, Bin, Args) ->
                         _ -> undefined
                     end,
             loop(#{coord => Coord, id => Id, port => Port, os_pid => OsPid,
-                   mref => MRef, partial => [], result => none})
+                   mref => MRef, partial => [], result => none, heard => false,
+                   stop => false})
     catch error:Reason ->
             Coord ! {engine_text, Id, iolist_to_binary(
                                         io_lib:format("cannot run ~s: ~p", [Bin, Reason]))},
@@ -60,10 +61,10 @@ init(Coord, Id, Bin, Args) ->
 loop(#{port := Port, coord := Coord, id := Id, mref := MRef} = S) ->
     receive
         {Port, {data, {noeol, Part}}} ->
-            loop(S#{partial := [Part | maps:get(partial, S)]});
+            loop(heard(S#{partial := [Part | maps:get(partial, S)]}));
         {Port, {data, {eol, Part}}} ->
             Line = iolist_to_binary(lists:reverse([Part | maps:get(partial, S)])),
-            loop(line(Line, S#{partial := []}));
+            loop(line(Line, heard(S#{partial := []})));
         {Port, {exit_status, Status}} ->
             Coord ! {engine_done, Id, Status, maps:get(result, S)},
             ok;
@@ -72,6 +73,12 @@ loop(#{port := Port, coord := Coord, id := Id, mref := MRef} = S) ->
             %% failed): its exit_status is on the way
             catch port_command(Port, <<"go\n">>),
             loop(S);
+        stop when not map_get(heard, S) ->
+            %% The engine blocks SIGTERM (and reads it from a signalfd) only
+            %% once it has parsed its options: a SIGTERM just after the
+            %% start killed it with no report (status 143, `lost'). Sent
+            %% once it has said something (a progress line a second).
+            loop(S#{stop := true});
         stop ->
             _ = signal_term(maps:get(os_pid, S)),
             loop(S);
@@ -80,6 +87,14 @@ loop(#{port := Port, coord := Coord, id := Id, mref := MRef} = S) ->
             catch port_close(Port),
             ok
     end.
+
+%% The first output of the engine: its signal handling is in place; a
+%% stop asked before is sent now.
+heard(#{heard := false, stop := true, os_pid := OsPid} = S) ->
+    _ = signal_term(OsPid),
+    S#{heard := true};
+heard(S) ->
+    S#{heard := true}.
 
 line(<<"{\"progress\":true", _/binary>> = L, #{coord := Coord, id := Id} = S) ->
     Coord ! {engine_progress, Id, L},

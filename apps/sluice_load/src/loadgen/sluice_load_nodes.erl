@@ -56,8 +56,8 @@ start_all([Host | Rest], Opts, I, Acc) ->
 
 start_one(Host, #{ssh := Ssh, erl := Erl}, I) ->
     Name = lists:flatten(io_lib:format("~s_e~b", [base_name(), I])),
-    Args = ["-setcookie", atom_to_list(erlang:get_cookie()), "-hidden",
-            "-kernel", "net_setuptime", "20"],
+    Args = sluice_build:cookie_args(case Host of local -> local; _ -> remote end)
+        ++ ["-hidden", "-kernel", "net_setuptime", "20"],
     Common = #{name => Name, connection => standard_io, args => Args,
                wait_boot => 30000},
     Opts = case Host of
@@ -99,16 +99,26 @@ ensure_distributed(Long) ->
         nonode@nohost ->
             %% epmd is started by `erl -sname', not by net_kernel:start/2.
             _ = os:cmd("epmd -daemon"),
-            Name = list_to_atom(base_name() ++ "_coord"),
-            case net_kernel:start(Name, #{name_domain => case Long of
-                                                             true -> longnames;
-                                                             false -> shortnames
-                                                         end}) of
+            case net_kernel:start(coord_name(Long),
+                                  #{name_domain => case Long of
+                                                       true -> longnames;
+                                                       false -> shortnames
+                                                   end}) of
                 {ok, _} -> ok;
                 {error, R} -> {error, fmt("cannot start Erlang distribution: ~p", [R])}
             end;
         _ -> ok
     end.
+
+%% Long names (a host with a dot: an address, a domain name) need a host
+%% part: the one net_kernel takes by itself is the host name, and one
+%% without a domain (`vm', most machines) is refused ("Can't set long node
+%% name!"), so every dotted host failed before a node started. As `serve
+%% --nodes --hosts': $SLUICE_DIST_HOST, else this host's name.
+coord_name(false) ->
+    list_to_atom(base_name() ++ "_coord");
+coord_name(true) ->
+    list_to_atom(base_name() ++ "_coord@" ++ os:getenv("SLUICE_DIST_HOST", net_adm:localhost())).
 
 %% Names unique on this host for this run: several runs may share epmd.
 base_name() ->

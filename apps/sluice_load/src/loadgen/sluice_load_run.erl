@@ -89,6 +89,12 @@ writable(Path) ->
     end.
 
 start(#{bin := Bin} = O, Engines, NodeSpec, Url) ->
+    %% Before the nodes, which take seconds to start: a SIGTERM meanwhile
+    %% stopped the VM (OTP's default handler), and the node being started
+    %% was reported unreachable ("epmd and the distribution ports must be
+    %% open"), exit 1. It now waits for sluice_load_coord, which ends the
+    %% run at once with what was measured, as in the ramp.
+    ok = sluice_signal:install(self()),
     case start_nodes(NodeSpec, O) of
         {ok, Nodes, Refs} ->
             Placed = [E#{node => lists:nth(I rem length(Nodes) + 1, Nodes)}

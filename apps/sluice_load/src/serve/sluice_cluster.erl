@@ -3,14 +3,16 @@
 %% node's own memory figures (what memory per connection is computed from).
 %%
 %% Which nodes: by default this node and every node it is connected to
-%% (`nodes()'); a node that has no listener of that name, or does not
-%% answer within the timeout, is left out. That needs no registration step
+%% (`nodes()'); a node that has no listener of that name is left out, one
+%% that does not answer within the timeout (or is unreachable) is left out
+%% and named under `missing'. That needs no registration step
 %% and stays right when a node dies, and is what `bin/sluice serve --nodes'
 %% sets up (its peers are connected to the CLI node). Pass the list
 %% explicitly when other nodes are connected too.
 -module(sluice_cluster).
 
--export([info/2, node_stats/1, set_serving_nodes/1, serving_nodes/0, serving_info/1]).
+-export([info/2, node_stats/1, set_serving_nodes/1, serving_nodes/0, serving_info/1,
+         node_down/1]).
 
 %% Figures that are summed; the rest of info/1 (ip, port, options) is
 %% taken from the first node.
@@ -21,14 +23,17 @@
 
 %% @doc The listener's figures summed over `Nodes', with each node's own
 %% under `nodes' (node => info map with `beam_memory' and
-%% `resident_memory' added). `{error, not_found}' when no node runs it.
+%% `resident_memory' added), and under `missing' the nodes that did not
+%% answer (down, unreachable, over the timeout): the sums lack their
+%% share. `{error, not_found}' when no node runs it.
 -spec info(sluice:name(), [node()]) -> map() | {error, not_found}.
 info(Name, Nodes) ->
-    Results = erpc:multicall(Nodes, ?MODULE, node_stats, [Name], ?TIMEOUT),
-    PerNode = maps:from_list([{N, Stats} || {N, {ok, Stats = #{}}} <- lists:zip(Nodes, Results)]),
+    Results = lists:zip(Nodes, erpc:multicall(Nodes, ?MODULE, node_stats, [Name], ?TIMEOUT)),
+    PerNode = maps:from_list([{N, Stats} || {N, {ok, Stats = #{}}} <- Results]),
+    Missing = lists:usort([N || {N, R} <- Results, element(1, R) =/= ok]),
     case maps:values(PerNode) of
         [] -> {error, not_found};
-        [First | _] = All -> sum(First, All, PerNode)
+        [First | _] = All -> (sum(First, All, PerNode))#{missing => Missing}
     end.
 
 sum(First, All, PerNode) ->
@@ -69,16 +74,33 @@ node_stats(Name) ->
 
 %% @doc The nodes `bin/sluice serve' runs its listener on (default: this
 %% one); what /metrics and the telemetry events sum over. A node that dies
-%% is taken out by the cluster's loop.
+%% is taken out by the cluster's loop (node_down/1).
 -spec set_serving_nodes([node()]) -> ok.
 set_serving_nodes(Nodes) ->
-    persistent_term:put(?SERVING_KEY, Nodes).
+    persistent_term:put(?SERVING_KEY, {Nodes, []}).
 
 -spec serving_nodes() -> [node()].
 serving_nodes() ->
-    persistent_term:get(?SERVING_KEY, [node()]).
+    element(1, serving()).
 
-%% @doc info/2 over serving_nodes().
+%% @doc A serving node is down: no longer asked (a call to a host that is
+%% gone could take the whole timeout at every scrape), and named under
+%% `missing' by serving_info/1 from now on: its figures are gone from the
+%% sums for good.
+-spec node_down(node()) -> ok.
+node_down(Node) ->
+    {Serving, Down} = serving(),
+    persistent_term:put(?SERVING_KEY, {Serving -- [Node], lists:usort([Node | Down])}).
+
+serving() ->
+    persistent_term:get(?SERVING_KEY, {[node()], []}).
+
+%% @doc info/2 over serving_nodes(); `missing' also names the nodes that
+%% went down.
 -spec serving_info(sluice:name()) -> map() | {error, not_found}.
 serving_info(Name) ->
-    info(Name, serving_nodes()).
+    {Serving, Down} = serving(),
+    case info(Name, Serving) of
+        #{missing := Missing} = Info -> Info#{missing := lists:usort(Missing ++ Down)};
+        Error -> Error
+    end.

@@ -7,6 +7,9 @@
 %% per reason seen and `reason="all"' with their sum (present even at 0).
 %% `sluice_listen_overflows_total' and `sluice_listen_drops_total' are the
 %% host's kernel counters (sluice_kernel), the same on every node of a host.
+%% `sluice_node_up' is 1 for each node that answered, 0 for each that did
+%% not (sluice_cluster's `missing': down, or over the timeout); in such a
+%% scrape the counters have no `node="all"' series (see format/1).
 -module(sluice_prometheus).
 
 -export([series/0, format/1, scrape/1]).
@@ -33,25 +36,44 @@ series() ->
       "Resident set size of the node's OS process."}].
 
 %% @doc Prometheus text of a sluice_cluster:info/2 result.
+%%
+%% When a node did not answer (`missing'), the `node="all"' series of the
+%% counters are left out of the text: their sum would lack that node's
+%% share and go down, which Prometheus takes for a counter reset (rate/1
+%% and increase/1 then count the whole sum again as new). A node that died
+%% stays missing, so from then on the counters' sums are gone; summing the
+%% per-node series in the query survives it. The gauges keep their sum over
+%% the nodes that answered (a gauge may go down).
 -spec format(map() | {error, not_found}) -> iolist().
 format({error, not_found}) ->
     [];
 format(All = #{nodes := PerNode}) ->
-    Rows = [{atom_to_list(N), I} || {N, I} <- lists:sort(maps:to_list(PerNode))]
-        ++ [{"all", All}],
+    Missing = maps:get(missing, All, []),
+    Nodes = [{atom_to_list(N), I} || {N, I} <- lists:sort(maps:to_list(PerNode))],
+    WithAll = Nodes ++ [{"all", All}],
+    Rows = fun(counter) when Missing =/= [] -> Nodes;
+              (_) -> WithAll
+           end,
     [[header(Metric, Type, Help),
-      [sample(Metric, [{"node", Node}], maps:get(Key, I, 0)) || {Node, I} <- Rows]]
+      [sample(Metric, [{"node", Node}], maps:get(Key, I, 0)) || {Node, I} <- Rows(Type)]]
      || {Metric, Key, Type, Help} <- series()]
         ++ [header("sluice_accept_errors_total", counter, "Failed accept calls, by reason."),
             [[[sample("sluice_accept_errors_total", [{"node", Node}, {"reason", reason(R)}], C)
                || {R, C} <- lists:sort(maps:to_list(maps:get(accept_errors, I, #{})))],
               sample("sluice_accept_errors_total", [{"node", Node}, {"reason", "all"}],
                      lists:sum(maps:values(maps:get(accept_errors, I, #{}))))]
-             || {Node, I} <- Rows]]
+             || {Node, I} <- Rows(counter)]]
+        %% The kernel's: `all' is a host's figure, not a sum, and does
+        %% not lack a missing node's share.
         ++ [[header(Metric, counter, Help),
              [sample(Metric, [{"node", Node}], maps:get(Key, maps:get(kernel, I, #{}), 0))
-              || {Node, I} <- Rows]]
-            || {Metric, Key, Help} <- kernel_series()].
+              || {Node, I} <- WithAll]]
+            || {Metric, Key, Help} <- kernel_series()]
+        ++ [header("sluice_node_up", gauge,
+                   "1 if the node answered this scrape, 0 if it is down or did not answer "
+                   "in time (then the counters have no node=\"all\" series)."),
+            [sample("sluice_node_up", [{"node", N}], 1) || {N, _} <- Nodes],
+            [sample("sluice_node_up", [{"node", atom_to_list(N)}], 0) || N <- Missing]].
 
 %% A reason label: accept(2)'s errno, or whatever else a transport's
 %% accept/2 returned (its callback allows any term: `{invalid, What}' from

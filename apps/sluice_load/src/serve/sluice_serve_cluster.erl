@@ -15,7 +15,7 @@
 %% exits 0.
 -module(sluice_serve_cluster).
 
--export([run/2, start_node_listener/1]).
+-export([run/2, start_node_listener/1, start_first_listener/1]).
 
 -define(LISTENER, sluice_cli).
 -define(PEER_TIMEOUT, 30000).
@@ -54,11 +54,12 @@ with_peers(O, ListenerOpts, {ok, Peers}) ->
             io:format("listening on ~s~n", [sluice_opts:format_address(IP, P)]),
             ok = sluice_serve:warn_if_open(IP),
             Code = wait(Nodes),
-            Alive = alive(Nodes),
-            Left = drain(Alive, maps:get(drain_timeout, O)),
+            {Drained, Left, Failed} = drain(alive(Nodes), maps:get(drain_timeout, O)),
             stop_peers(Peers),
             io:format(standard_error, "sluice: drained ~b nodes (~b connections "
-                      "closed at the deadline)~n", [length(Alive), Left]),
+                      "closed at the deadline)~n", [length(Drained), Left]),
+            _ = [io:format(standard_error, "sluice: node ~s did not drain (~0p): its "
+                           "connections were cut~n", [N, Why]) || {N, Why} <- Failed],
             Code;
         {error, Why} ->
             stop_peers(Peers),
@@ -126,8 +127,9 @@ start_peer(I, Host, O) ->
     %% -connect_all false: the nodes only need the CLI node, not each other;
     %% a full mesh also makes `global' warn about overlapping partitions
     %% as they stop one after the other.
-    Args = ["+Bi", "-connect_all", "false", "-setcookie", atom_to_list(erlang:get_cookie())
-            | lists:append([["-pa", D] || D <- sluice_build:code_path()])] ++ Flags,
+    Args = ["+Bi", "-connect_all", "false"]
+        ++ sluice_build:cookie_args(case Host of local -> local; _ -> remote end)
+        ++ lists:append([["-pa", D] || D <- sluice_build:code_path()]) ++ Flags,
     Opts = #{name => Name, args => Args, wait_boot => ?PEER_TIMEOUT},
     case Host of
         local -> boot_peer(Host, Opts#{host => "127.0.0.1", exec => Erl});
@@ -155,14 +157,22 @@ ssh() ->
              end
     end.
 
+%% A node started over the distribution is detached: peer sees neither
+%% its exit status nor ssh's (a host that cannot be reached, refused the
+%% login, has no erl), only that no node came back by the deadline.
+peer_error(Host, {exit, timeout}) when Host =/= local ->
+    lists:flatten(io_lib:format("cannot start a node on ~s: none came up within ~b s "
+                                "(check that `ssh -T ~s erl` starts Erlang there, and that it "
+                                "reaches this host's epmd and distribution ports)",
+                                [Host, ?PEER_TIMEOUT div 1000, Host]));
 peer_error(Host, Reason) ->
     lists:flatten(io_lib:format("cannot start a node on ~s: ~p",
                                 [case Host of local -> "this host"; _ -> Host end, Reason])).
 
 start_listeners([First | Rest], Opts) ->
-    case call(First, Opts) of
+    case call(First, start_first_listener, Opts) of
         {ok, Port} ->
-            Others = [{N, call(N, Opts#{port => Port})} || N <- Rest],
+            Others = [{N, call(N, start_node_listener, Opts#{port => Port})} || N <- Rest],
             case [{N, R} || {N, R} <- Others, R =/= {ok, Port}] of
                 [] -> {ok, Port};
                 [{N, R} | _] -> {error, listen_error(N, Opts#{port => Port}, R)}
@@ -171,8 +181,8 @@ start_listeners([First | Rest], Opts) ->
             {error, listen_error(First, Opts, Error)}
     end.
 
-call(Node, Opts) ->
-    try erpc:call(Node, ?MODULE, start_node_listener, [Opts], ?CALL_TIMEOUT)
+call(Node, F, Opts) ->
+    try erpc:call(Node, ?MODULE, F, [Opts], ?CALL_TIMEOUT)
     catch Class:Reason -> {error, {Class, Reason}}
     end.
 
@@ -193,6 +203,25 @@ start_node_listener(Opts) ->
             Error
     end.
 
+%% @doc Runs on the first node: start_node_listener/1 once the port is
+%% known to be free. The nodes' sockets have SO_REUSEPORT, with which a
+%% bind also succeeds beside another process's sockets that have it (a
+%% `serve --nodes' already running, sluice-ref --share-port): the command
+%% said `listening on' and the clients were split between two servers
+%% without a word. A bind without it fails there, as `serve' alone does.
+-spec start_first_listener(map()) -> {ok, inet:port_number()} | {error, term()}.
+start_first_listener(#{port := 0} = Opts) ->
+    start_node_listener(Opts);
+start_first_listener(#{ip := IP, port := Port} = Opts) ->
+    Family = case tuple_size(IP) of 4 -> inet; 8 -> inet6 end,
+    case gen_tcp:listen(Port, [Family, {ip, IP}, {reuseaddr, true}]) of
+        {ok, L} ->
+            ok = gen_tcp:close(L),
+            start_node_listener(Opts);
+        {error, _} = Error ->
+            Error
+    end.
+
 %% Serve until SIGTERM; a node going down is reported, and when none is
 %% left there is nothing to serve.
 wait(Nodes) ->
@@ -200,8 +229,8 @@ wait(Nodes) ->
         {sluice_signal, sigterm} ->
             0;
         {nodedown, Node} ->
-            Left = alive(Nodes),
-            ok = sluice_cluster:set_serving_nodes(Left),
+            ok = sluice_cluster:node_down(Node),
+            Left = sluice_cluster:serving_nodes(),
             io:format(standard_error, "sluice: node ~s is down, its connections are lost; "
                       "~b of ~b nodes still serving~n", [Node, length(Left), length(Nodes)]),
             case Left of
@@ -216,13 +245,19 @@ alive(Nodes) ->
     Connected = nodes(),
     [N || N <- Nodes, lists:member(N, Connected)].
 
-%% Drain every node at once; the connections still open at the deadline.
+%% Drain every node at once: the nodes drained, the connections they still
+%% had open at the deadline, and the nodes that did not drain (hung, or
+%% gone meanwhile), which stop_peers/1 then takes down with their
+%% connections. Those were counted as drained, with none left open.
 drain([], _DrainMs) ->
-    0;
+    {[], 0, []};
 drain(Nodes, DrainMs) ->
-    Results = erpc:multicall(Nodes, sluice, drain, [?LISTENER, DrainMs], DrainMs + ?CALL_TIMEOUT),
-    _ = erpc:multicall(Nodes, sluice, stop_listener, [?LISTENER], ?CALL_TIMEOUT),
-    lists:sum([N || {ok, {ok, N}} <- Results]).
+    Results = lists:zip(Nodes, erpc:multicall(Nodes, sluice, drain, [?LISTENER, DrainMs],
+                                              DrainMs + ?CALL_TIMEOUT)),
+    Drained = [N || {N, {ok, {ok, _}}} <- Results],
+    _ = erpc:multicall(Drained, sluice, stop_listener, [?LISTENER], ?CALL_TIMEOUT),
+    {Drained, lists:sum([Left || {_, {ok, {ok, Left}}} <- Results]),
+     [{N, R} || {N, R} <- Results, not lists:member(N, Drained)]}.
 
 stop_peers(Peers) ->
     _ = [catch peer:stop(Peer) || {Peer, _} <- Peers],

@@ -3,7 +3,9 @@
 %% for `all', event `[sluice, listener, stats]' with the measurements of
 %% sluice_prometheus:series/0 (connections, accepted, ..., beam_memory,
 %% resident_memory) plus `accept_errors' summed over reasons, and the
-%% metadata `#{listener => Name, node => Node | all}'.
+%% metadata `#{listener => Name, node => Node | all}'; `all''s also has
+%% `missing', the nodes that did not answer (sluice_cluster): its sums lack
+%% their share, and its counters may then be lower than the event before.
 %%
 %% telemetry is no dependency: it is called through erlang:apply/3, and
 %% only when `code:which(telemetry)' finds it.
@@ -32,16 +34,16 @@ loop(Telemetry, Name) ->
     receive after ?INTERVAL -> ok end,
     case sluice_cluster:serving_info(Name) of
         All = #{nodes := PerNode} ->
-            _ = [emit(Telemetry, Name, Node, I) || {Node, I} <- maps:to_list(PerNode)],
-            emit(Telemetry, Name, all, All);
+            _ = [emit(Telemetry, Name, #{node => Node}, I) || {Node, I} <- maps:to_list(PerNode)],
+            emit(Telemetry, Name, #{node => all, missing => maps:get(missing, All, [])}, All);
         {error, not_found} ->
             ok
     end,
     loop(Telemetry, Name).
 
-emit(Telemetry, Name, Node, I) ->
+emit(Telemetry, Name, Meta, I) ->
     M = maps:with([K || {_, K, _, _} <- sluice_prometheus:series()], I),
     Measurements = M#{accept_errors => lists:sum(maps:values(maps:get(accept_errors, I, #{})))},
     _ = erlang:apply(Telemetry, execute, [[sluice, listener, stats], Measurements,
-                                          #{listener => Name, node => Node}]),
+                                          Meta#{listener => Name}]),
     ok.
