@@ -22,7 +22,8 @@
          c_cell_has_a_positive_rate/1,
          seed_cell_against_c_has_ratio_and_cpu/1,
          peer_cells_share_a_c_run/1,
-         ab_script_compares_servers_by_rate_and_cpu/1]).
+         ab_script_compares_servers_by_rate_and_cpu/1,
+         sigterm_reports_the_runs_done_as_interrupted/1]).
 
 suite() -> [{timetrap, {seconds, 60}}].
 
@@ -35,7 +36,8 @@ groups() ->
      {cli, [], [bad_options_exit_2, help_exits_0, list_shows_the_runs_of_the_cells_picked,
                 unwritable_out_fails_before_any_run]},
      {real, [], [c_cell_has_a_positive_rate, seed_cell_against_c_has_ratio_and_cpu,
-                 peer_cells_share_a_c_run, ab_script_compares_servers_by_rate_and_cpu]}].
+                 peer_cells_share_a_c_run, ab_script_compares_servers_by_rate_and_cpu,
+                 sigterm_reports_the_runs_done_as_interrupted]}].
 
 init_per_group(real, Config) ->
     case os:find_executable("taskset") of
@@ -260,6 +262,46 @@ ab_script_compares_servers_by_rate_and_cpu(_Config) ->
      || R <- Rounds],
     ?assertMatch({match, _}, re:run(Out, "b/a: rate median [0-9.]+ .* CPU per message \\(a's / b's\\) median [0-9.]+")),
     ok = wait_for(fun() -> os:cmd("pgrep -f 'protocol ech[o] --active 100' | wc -l") =:= "0\n" end, 50).
+
+%% `bin/sluice bench' stopped by SIGTERM after its first run: exit 130,
+%% the runs done written, and the output's last line, the JSON and the
+%% page all say the benchmark was interrupted and after how many of its
+%% runs (the table and page read as a complete benchmark before); every
+%% process it started is gone.
+sigterm_reports_the_runs_done_as_interrupted(Config0) ->
+    Config = sluice_load_test_lib:start_reaper(Config0),
+    try
+        {ok, Root} = sluice_load_test_lib:repo_root(),
+        Out = filename:join(?config(priv_dir, Config), "interrupted"),
+        {Port, OsPid} = sluice_load_test_lib:run_lines(
+                          Config, filename:join([Root, "bin", "sluice"]),
+                          ["bench", "--scenario", "lockstep", "--server", "c", "--rounds", "5",
+                           "--warmup", "0", "--duration", "0.5", "--out", Out]),
+        {_, _} = sluice_load_test_lib:wait_line(Port, "^\\[1/5\\]", 20000),
+        Tree = sluice_procfs:process_tree(OsPid),
+        ok = sluice_load_test_lib:signal("TERM", OsPid),
+        {Status, Lines} = sluice_load_test_lib:wait_exit(Port, 20000),
+        ct:log("~p~n~p", [Status, Lines]),
+        ?assertEqual(130, Status),
+        ?assertMatch({match, _}, re:run(lists:last(Lines), "; interrupted: [12] of 5 runs done$")),
+        [Json] = filelib:wildcard(filename:join(Out, "*.json")),
+        {ok, Text} = file:read_file(Json),
+        ?assertMatch({ok, #{<<"interrupted">> := true, <<"planned_runs">> := 5}},
+                     sluice_json:decode(Text)),
+        {ok, Html} = file:read_file(filename:rootname(Json) ++ ".html"),
+        ?assertMatch({match, _}, re:run(Html, "Interrupted \\(SIGTERM or Ctrl-C\\) after [12] of 5 runs")),
+        ?assertEqual(ok, wait_for(fun() -> not lists:any(fun running/1, Tree) end, 50))
+    after
+        sluice_load_test_lib:stop_reaper(Config)
+    end.
+
+%% An OS process that exists and is not a zombie (a zombie waits for its
+%% reaper, which in a container may be slow to come).
+running(OsPid) ->
+    case file:read_file("/proc/" ++ integer_to_list(OsPid) ++ "/stat") of
+        {ok, Stat} -> binary:part(hd(tl(binary:split(Stat, <<") ">>))), 0, 1) =/= <<"Z">>;
+        {error, _} -> false
+    end.
 
 %% Fun() true within N tries 100 ms apart.
 wait_for(Fun, 0) -> {gave_up, Fun()};

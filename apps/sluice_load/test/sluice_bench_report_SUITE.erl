@@ -18,7 +18,10 @@
          text_table_is_aligned/1,
          json_report_decodes/1,
          html_has_what_it_claims/1, html_header_gives_each_scenarios_times/1,
+         html_table_names_failed_runs_as_the_text_does/1, html_says_when_interrupted/1,
+         html_has_no_empty_ratio_chart/1,
          storm_cells_need_an_engine_with_storm/1,
+         storm_figures_without_kernel_counters/1,
          default_matrix_has_the_rows_the_readme_lists/1,
          paced_cells_are_judged_by_cpu_per_frame/1]).
 
@@ -27,7 +30,10 @@ all() ->
      spread_warning_for_wide_cells_only, targets_are_per_round_ratios,
      defaults_are_judged_against_the_best_mode_on_the_pipeline,
      the_best_mode_is_chosen_without_the_round_it_judges, text_table_is_aligned,
-     json_report_decodes, html_has_what_it_claims, html_header_gives_each_scenarios_times, storm_cells_need_an_engine_with_storm,
+     json_report_decodes, html_has_what_it_claims, html_header_gives_each_scenarios_times,
+     html_table_names_failed_runs_as_the_text_does, html_says_when_interrupted,
+     html_has_no_empty_ratio_chart, storm_cells_need_an_engine_with_storm,
+     storm_figures_without_kernel_counters,
      default_matrix_has_the_rows_the_readme_lists,
      tls_cells_run_sluice_and_c_with_the_same_certificate,
      paced_cells_are_judged_by_cpu_per_frame].
@@ -385,6 +391,53 @@ html_has_what_it_claims(_) ->
     ?assertEqual(nomatch, binary:match(Html, <<"<h2>conns200</h2>">>)),
     ?assert(Has(<<"No successful run (left out above): conns200/sluice (3 failed runs)">>)).
 
+%% A cell with a failed run among successful ones is marked in the HTML
+%% table as in the text one (its figures are those of the other rounds),
+%% and a cell with no C median shows "-", not "- msg/s".
+html_table_names_failed_runs_as_the_text_does(_) ->
+    #{cells := Cells} = Doc = fake_doc(),
+    Text = lists:flatten(io_lib:format("~ts", [sluice_bench_report:table(Cells)])),
+    ?assertMatch({match, _}, re:run(Text, "flood +sluice-active-once \\(1 failed\\) ")),
+    Html = iolist_to_binary(sluice_bench_html:page(Doc)),
+    ?assertMatch({match, _}, re:run(Html, "<tr><td class=\"t\">flood</td>"
+                                          "<td class=\"t\">sluice-active-once \\(1 failed\\)</td>")),
+    ?assertMatch({match, _}, re:run(Html, "<tr><td class=\"t\">pipeline</td>"
+                                          "<td class=\"t\">sluice</td>")),
+    NoC = #{n => 0, median => null, min => null, max => null},
+    Html2 = iolist_to_binary(sluice_bench_html:page(
+                               Doc#{cells := [case C of
+                                                  #{scenario := lockstep, server := sluice} ->
+                                                      C#{c_rate := NoC};
+                                                  _ -> C
+                                              end || C <- Cells]})),
+    ?assertMatch({match, _}, re:run(Html2, "<td class=\"t\">lockstep</td><td class=\"t\">sluice</td>"
+                                           "<td>[^<]*</td><td>[^<]*</td><td>-</td>")),
+    ?assertEqual(nomatch, binary:match(Html2, <<"- msg/s">>)).
+
+%% A benchmark stopped by SIGTERM or Ctrl-C writes the runs done: its page
+%% says so at the top, with how many of the planned runs were done.
+html_says_when_interrupted(_) ->
+    Doc = fake_doc(),
+    Page = fun(D) -> iolist_to_binary(sluice_bench_html:page(D)) end,
+    ?assertEqual(nomatch, binary:match(Page(Doc), <<"Interrupted">>)),
+    ?assertEqual(nomatch, binary:match(Page(Doc#{interrupted => false}), <<"Interrupted">>)),
+    ?assertMatch({match, _},
+                 re:run(Page(Doc#{interrupted => true, planned_runs => 60}),
+                        "<p class=\"warn\">Interrupted \\(SIGTERM or Ctrl-C\\) after 45 of 60 runs")).
+
+%% A run without any cell relative to C (C's own cells alone) has no
+%% ratio chart: every chart on the page has a bar.
+html_has_no_empty_ratio_chart(_) ->
+    Runs = [R || #{scenario := lockstep, server := c} = R <- fake_runs()],
+    Cells = sluice_bench_report:cells([{lockstep, c}], [R#{role := subject} || R <- Runs]),
+    Doc = (fake_doc())#{cells := Cells, targets := [], warnings := [], runs := Runs},
+    Html = iolist_to_binary(sluice_bench_html:page(Doc)),
+    ?assertEqual(nomatch, binary:match(Html, <<"Every cell relative to C">>)),
+    Svgs = binary:split(Html, <<"<svg ">>, [global]),
+    ?assertEqual(2, length(Svgs)),
+    [?assertNotEqual(nomatch, binary:match(hd(binary:split(S, <<"</svg>">>)), <<"<rect ">>))
+     || S <- tl(Svgs)].
+
 %% The storm hook: an engine without the storm scenario skips its cells
 %% and says so; one with it runs them, with no --warmup (the engine
 %% refuses one) and the reconnect wave's rate as the figure.
@@ -401,6 +454,29 @@ storm_cells_need_an_engine_with_storm(_) ->
                  sluice_bench_matrix:scenario(storm)),
     ?assert(lists:member({storm, handwritten}, sluice_bench_matrix:default())),
     ?assertEqual(ok, sluice_bench_matrix:check_cell(storm, 'gen_tcp-socket')).
+
+%% The engine writes `"reopen_kernel": null' when it cannot read
+%% /proc/net/netstat (a container without it, or no descriptor left: a
+%% storm of 15,000 connections under `ulimit -n 1024'): the run's figures
+%% then have no ListenOverflows ("-" in the text and the page). That null
+%% crashed sluice_bench_storm:figures/1, and with it the whole benchmark,
+%% before anything was written.
+storm_figures_without_kernel_counters(_) ->
+    Json = #{<<"storm">> => #{<<"reopen">> => #{<<"back">> => 1015, <<"attempts">> => 15000,
+                                                <<"time_s">> => 0.03,
+                                                <<"connect_latency_us">> => #{<<"p50">> => 1314.8},
+                                                <<"failures">> => #{<<"EMFILE">> => 13985}},
+                              <<"reopen_kernel">> => null}},
+    F = sluice_bench_storm:figures(Json),
+    ?assertMatch(#{back := 1015, listen_overflows := null, connect_us := #{<<"p50">> := _}}, F),
+    Run = #{server => sluice, round => 1, storm => F},
+    ?assertMatch([["sluice", "1", "1015 of 15000", "0.03", "1.3", "-", "-", "-", "EMFILE 13985"]],
+                 sluice_bench_storm:rows([Run])),
+    Text = lists:flatten(io_lib:format("~ts", [sluice_bench_storm:text([Run])])),
+    ?assertNotEqual(nomatch, string:find(Text, "ListenOverflows -  failures: EMFILE 13985")),
+    Counted = sluice_bench_storm:text([Run#{storm := F#{listen_overflows := 3}}]),
+    ?assertNotEqual(nomatch, string:find(lists:flatten(io_lib:format("~ts", [Counted])),
+                                         "ListenOverflows +3  failures")).
 
 %% The default matrix's rows as bench/README.md lists them ("What runs"):
 %% the seed on lock-step and on the pipelined connection (seed 001's

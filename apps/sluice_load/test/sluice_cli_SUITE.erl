@@ -28,7 +28,8 @@
          load_bad_option_exits_2_with_one_line/1,
          load_unwritable_json_exits_2_before_the_run/1,
          socket_backend_and_poll_sets_reach_the_vm/1,
-         more_poll_sets_than_threads_exits_2_with_one_line/1]).
+         more_poll_sets_than_threads_exits_2_with_one_line/1,
+         idle_memory_past_the_descriptor_limit_exits_1_with_one_line/1]).
 
 -define(LOOPBACK, "127.0.0.1").
 %% Every option of `serve'; `serve --help' must document each (help_mentions_every_option).
@@ -48,7 +49,8 @@ all() ->
      load_help_lists_coordinator_and_engine_options,
      load_bad_option_exits_2_with_one_line, load_unwritable_json_exits_2_before_the_run,
      socket_backend_and_poll_sets_reach_the_vm,
-     more_poll_sets_than_threads_exits_2_with_one_line].
+     more_poll_sets_than_threads_exits_2_with_one_line,
+     idle_memory_past_the_descriptor_limit_exits_1_with_one_line].
 
 init_per_suite(Config) ->
     sluice_load_test_lib:built_bin(Config).
@@ -201,6 +203,23 @@ hosts_without_nodes_exits_2_with_one_line(Config) ->
     ?assertEqual(2, Status),
     ?assertMatch([_], Lines),
     [?assertNotEqual(nomatch, binary:match(hd(Lines), F)) || F <- [<<"--hosts">>, <<"--nodes">>]].
+
+%% `idle-memory' with more --conns than the descriptor limit leaves room
+%% for (a shell's default `ulimit -n' is 1024, the default --conns 1000):
+%% status 1 at once and one line naming the limit. It waited 30 s for
+%% connections that emfile kept out, then crashed stopping the engine
+%% (os:cmd/1 needs descriptors too), an "internal error" and a trace.
+idle_memory_past_the_descriptor_limit_exits_1_with_one_line(Config) ->
+    {Port, _} = sluice_load_test_lib:run_lines(
+                  Config, "/bin/sh",
+                  ["-c", "ulimit -n 256 && exec \"$0\" idle-memory --conns 1000 --backend inet",
+                   proplists:get_value(bin, Config)]),
+    {Status, Lines} = sluice_load_test_lib:wait_exit(Port, 15000),
+    ct:log("~p ~p", [Status, Lines]),
+    ?assertEqual(1, Status),
+    ?assertMatch([_], Lines),
+    [?assertNotEqual(nomatch, binary:match(hd(Lines), F))
+     || F <- [<<"--conns 1000">>, <<"limit of 256">>, <<"ulimit -n">>]].
 
 %% `serve --help' exits 0 and documents every option, each with its
 %% default; the list checked is both the documented one and the parser's

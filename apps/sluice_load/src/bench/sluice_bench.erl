@@ -288,6 +288,7 @@ finish(#{cells := Cells} = Config, #{paths := #{root := Root}}, {Status, Runs}, 
                        || {Sc, Sv} <- Cells],
             runs => Runs, cells => Summaries, targets => Targets, warnings => Warnings,
             interrupted => Status =:= interrupted,
+            planned_runs => length(plan(Cells, maps:get(rounds, Config))),
             notes => [list_to_binary(N) || N <- maps:get(notes, Config, [])],
             failed_runs => Failed, elapsed_s => round(Elapsed)},
     Table = sluice_bench_report:table(Summaries),
@@ -299,12 +300,19 @@ finish(#{cells := Cells} = Config, #{paths := #{root := Root}}, {Status, Runs}, 
         {ok, Files} ->
             io:format("~nresults: ~ts~n         ~ts~n",
                       [relative(F, Root) || F <- Files]),
-            io:format("~b runs in ~s~ts~n",
+            io:format("~b runs in ~s~ts~ts~n",
                       [length(Runs), minsec(Elapsed),
                        case Failed of
                            0 -> "";
                            _ -> io_lib:format(", ~b FAILED (see the runs' \"error\" in the JSON)",
                                               [Failed])
+                       end,
+                       %% on stdout too: the table above is then a partial one
+                       case Status of
+                           interrupted -> io_lib:format("; interrupted: ~b of ~b runs done",
+                                                        [length(Runs),
+                                                         maps:get(planned_runs, Doc)]);
+                           done -> ""
                        end]),
             {ok, Doc#{files => Files}};
         {error, Why} ->

@@ -30,20 +30,11 @@ page(#{cells := AllCells, machine := M, date := Date, command := Cmd} = Doc) ->
      "<p class=\"note\">Measured on a shared machine: absolute rates drift between runs; "
      "compare the ratios, which are taken within one round.</p>\n",
      [["<p class=\"note\">", esc(N), "</p>\n"] || N <- maps:get(notes, Doc, [])],
+     interrupted(Doc),
      glance(Cells, Scenarios),
      targets(Targets),
      warnings(maps:get(warnings, Doc, [])),
-     "<h2>Every cell relative to C</h2>\n",
-     sluice_bench_svg:ratios(Cells, Targets),
-     "<p class=\"note\">Bar: the median of the per-round ratios to the C run beside it (by "
-     "rate; ", sluice_bench_report:cpu_judged(),
-     ": by server CPU per message, C's over the server's); thin line: the rounds' "
-     "min&ndash;max; circles: each round, where the spread is wide; &#9656;: a round beyond "
-     "the axis; right: median (min&ndash;max). Blue: sluice, green: peers, grey: seed. On the row a speed target "
-     "judges, <span style=\"color:#b3261e\">red dashes</span>: a target against C, at its "
-     "threshold; <span style=\"color:#7b2cbf\">purple dots</span>: a target against another "
-     "cell (the best peer, the best active mode, the inet backend), at the threshold times "
-     "that cell's ratio to C: the bar must reach it.</p>\n",
+     relative(Cells, Targets),
      "<h2>Results</h2>\n", table(Cells), empty(Empty),
      "<p class=\"note\">", notes(), "</p>\n",
      latency([C || #{scenario := Sc} = C <- Cells, lists:member(Sc, ?LATENCY)]),
@@ -51,6 +42,27 @@ page(#{cells := AllCells, machine := M, date := Date, command := Cmd} = Doc) ->
      [scenario_section(Sc, [C || #{scenario := S} = C <- Cells, S =:= Sc]) || Sc <- Scenarios],
      "<h2>Machine</h2>\n", machine(M),
      "</body>\n</html>\n"].
+
+%% Every cell relative to C: a chart only when a cell has a ratio to C (a
+%% run of C cells alone, or one whose C runs all failed, has none: an
+%% empty chart would read as a broken page).
+relative(Cells, Targets) ->
+    case [C || #{server := Sv, vs_c := #{median := M}} = C <- Cells, Sv =/= c, is_number(M)] of
+        [] ->
+            [];
+        _ ->
+            ["<h2>Every cell relative to C</h2>\n",
+             sluice_bench_svg:ratios(Cells, Targets),
+             "<p class=\"note\">Bar: the median of the per-round ratios to the C run beside it (by "
+             "rate; ", sluice_bench_report:cpu_judged(),
+             ": by server CPU per message, C's over the server's); thin line: the rounds' "
+             "min&ndash;max; circles: each round, where the spread is wide; &#9656;: a round beyond "
+             "the axis; right: median (min&ndash;max). Blue: sluice, green: peers, grey: seed. On the row a speed target "
+             "judges, <span style=\"color:#b3261e\">red dashes</span>: a target against C, at its "
+             "threshold; <span style=\"color:#7b2cbf\">purple dots</span>: a target against another "
+             "cell (the best peer, the best active mode, the inet backend), at the threshold times "
+             "that cell's ratio to C: the bar must reach it.</p>\n"]
+    end.
 
 css() ->
     "body{font-family:sans-serif;max-width:66em;margin:2em auto;color:#222}\n"
@@ -152,6 +164,21 @@ warnings(Ws) ->
       || #{scenario := Sc, server := Sv, vs_c := VsC, spread_pct := P} <- Ws],
      "</ul>\n"].
 
+%% A page written after SIGTERM or Ctrl-C holds only the runs done: say
+%% so at the top, or it reads as a complete benchmark whose missing cells
+%% and ratios are unexplained.
+interrupted(#{interrupted := true} = Doc) ->
+    Done = length(maps:get(runs, Doc, [])),
+    Of = case maps:get(planned_runs, Doc, null) of
+             null -> "";
+             P -> [" of ", integer_to_list(P)]
+         end,
+    ["<p class=\"warn\">Interrupted (SIGTERM or Ctrl-C) after ", integer_to_list(Done), Of,
+     " runs: only what those runs measured is shown. A cell not reached is missing; one "
+     "whose C run was not reached has no ratio to C.</p>\n"];
+interrupted(_) ->
+    [].
+
 pf(true) -> "pass";
 pf(false) -> "fail";
 pf(null) -> "n/a".
@@ -161,13 +188,24 @@ table(Cells) ->
                 "vs C", "rounds", "vs best peer", "server ns/msg", "C ns/msg"],
                [row(C) || C <- Cells], 2).
 
+%% As the text table: a cell's failed runs beside its server (its figures
+%% are those of the other rounds), and "-" for a C median there is none of
+%% (its C runs failed or were not reached), not "- msg/s".
 row(#{scenario := Sc, server := Sv, unit := U, rate := R, c_rate := CR, vs_c := VsC,
       ns_per_msg := Ns, c_ns_per_msg := CNs} = C) ->
     F = fun sluice_bench_report:fmt_rate/1,
-    [atom_to_list(Sc), atom_to_list(Sv),
+    [atom_to_list(Sc),
+     [atom_to_list(Sv), case maps:get(failed_runs, C, 0) of
+                            0 -> "";
+                            N -> [" (", integer_to_list(N), " failed)"]
+                        end],
      [F(maps:get(median, R)), " ", U],
      [F(maps:get(min, R)), "-", F(maps:get(max, R))],
-     case Sv of c -> "-"; _ -> [F(maps:get(median, CR)), " ", U] end,
+     case {Sv, maps:get(median, CR)} of
+         {c, _} -> "-";
+         {_, null} -> "-";
+         {_, CM} -> [F(CM), " ", U]
+     end,
      ratio(VsC),
      [spread(VsC), case maps:get(wide_spread, C, false) of true -> " *"; false -> "" end],
      ratio(maps:get(vs_peer, C, #{median => null})),

@@ -11,8 +11,8 @@
 %% other scenarios, or a JSON without them).
 -spec figures(map()) -> map() | none.
 figures(#{<<"storm">> := #{<<"reopen">> := Reopen} = Storm}) ->
-    Latency = maps:get(<<"connect_latency_us">>, Reopen, #{}),
-    Kernel = maps:get(<<"reopen_kernel">>, Storm, #{}),
+    Latency = object(<<"connect_latency_us">>, Reopen),
+    Kernel = object(<<"reopen_kernel">>, Storm),
     #{back => maps:get(<<"back">>, Reopen, null),
       attempts => maps:get(<<"attempts">>, Reopen, null),
       time_s => maps:get(<<"time_s">>, Reopen, null),
@@ -22,6 +22,16 @@ figures(#{<<"storm">> := #{<<"reopen">> := Reopen} = Storm}) ->
 figures(_) ->
     none.
 
+%% A JSON object of the engine's, `#{}' when absent or null: the engine
+%% writes `"reopen_kernel": null' when it cannot read /proc/net/netstat
+%% (no such file in the container, or no descriptor left), and that
+%% null took the whole benchmark down, its results unwritten.
+object(Key, Json) ->
+    case maps:get(Key, Json, #{}) of
+        #{} = M -> M;
+        _ -> #{}
+    end.
+
 %% @doc Per storm run, one line (empty when no run has storm figures).
 -spec text([map()]) -> iolist().
 text(Runs) ->
@@ -30,9 +40,15 @@ text(Runs) ->
         Rows ->
             ["reconnect storm, wave 2 (every client back at once), per run:\n",
              [io_lib:format("  ~-16s round ~s  ~s back in ~s s  connect p50 ~s p99 ~s max ~s ms"
-                            "  ListenOverflows +~s  failures: ~s~n", Row) || Row <- Rows],
+                            "  ListenOverflows ~s  failures: ~s~n", signed(Row)) || Row <- Rows],
              "\n"]
     end.
+
+%% ListenOverflows as an increase ("+3"), "-" when the engine could not
+%% read it.
+signed(Row) ->
+    {Before, [Over | After]} = lists:split(7, Row),
+    Before ++ [case Over of "-" -> Over; _ -> "+" ++ Over end | After].
 
 %% @doc The same per run as table rows (server, round, back, time, connect
 %% p50/p99/max in ms, ListenOverflows, failures), for the HTML report.

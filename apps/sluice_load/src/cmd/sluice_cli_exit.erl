@@ -51,7 +51,8 @@ codes("soak") ->
      {130, "interrupted by SIGTERM or Ctrl-C: nothing was checked"}];
 codes("idle-memory") ->
     [{0, "measured"},
-     {1, "the measurement failed: the connections did not all come up or go idle"},
+     {1, "the measurement failed: the connections did not all come up or go idle, or "
+         "would not fit under the open-file limit (ulimit -n)"},
      usage(),
      {130, "interrupted by SIGTERM or Ctrl-C"}].
 

@@ -16,6 +16,9 @@
 -export([run/1, specs/0, measure/4]).
 
 -define(HIBERNATE_MS, 200).
+%% Descriptors kept free beside the connections: the engine's port, the
+%% shell os:cmd/1 starts, files the code server opens.
+-define(FD_SPARE, 16).
 %% RSS grows and shrinks by whole pages.
 -define(PAGE, 4096).
 -define(ABOUT, "Memory per idle connection on the inet and the socket backend: a ping\n"
@@ -44,7 +47,8 @@ measure_all(#{conns := N, backend := B, park_after := Park}, Engine) ->
     {ok, _} = application:ensure_all_started(sluice),
     ok = sluice_signal:install(self()),
     Backends = case B of both -> [inet, socket]; _ -> [B] end,
-    try [measure(Backend, N, Engine, Park) || Backend <- Backends] of
+    try ok = room_for(N, sluice_procfs:open_fds(), sluice_procfs:open_file_limit()),
+        [measure(Backend, N, Engine, Park) || Backend <- Backends] of
         Results -> print(Results, N)
     catch
         throw:interrupted ->
@@ -76,6 +80,20 @@ print(Results, N) ->
                   "pages): a connection costs less than X bytes of it.\nMore --conns than ~b "
                   "resolve it.~n", [lists:max(Noise), N]),
     0.
+
+%% `ok' when this VM, with `Open' descriptors open, can accept `N' more
+%% under its limit (with a few to spare for the engine's pipes and the
+%% shell that stops it); else throws `{failed, Message}'. Found out before the
+%% connections: past the limit, accepts fail with emfile and the run
+%% waits for connections that never come (a shell's default `ulimit -n'
+%% is 1024, less than the default --conns 1000 needs with the VM's own).
+room_for(N, Open, Limit) when is_integer(Limit), Open + N + ?FD_SPARE > Limit ->
+    throw({failed, lists:flatten(
+                     io_lib:format("--conns ~b needs ~b descriptors beside the ~b this VM has "
+                                   "open, over its limit of ~b (ulimit -n): raise the limit "
+                                   "or lower --conns", [N, N + ?FD_SPARE, Open, Limit]))});
+room_for(_, _, _) ->
+    ok.
 
 cell({bytes, B}) -> integer_to_list(B);
 cell({below, _Floor, PerConn}) -> "<" ++ integer_to_list(PerConn).
@@ -145,15 +163,26 @@ noise(K, A, B) -> abs(maps:get(K, B) - maps:get(K, A)).
 start_engine(Engine, N, Port) ->
     Args = ["--scenario", "connect", "--conns", integer_to_list(N), "--probe", "ping",
             "--rate", "0", "--threads", "1", "--port", integer_to_list(Port),
-            "--duration", "3600", "--quiet", "--source-ips", "127.0.0.2-127.0.0.9"],
+            "--duration", "3600", "--quiet", "--source-ips", "127.0.0.2-127.0.0.9",
+            "--go-stdin"],
     P = open_port({spawn_executable, Engine}, [{args, Args}, exit_status, binary,
                                                stderr_to_stdout, hide]),
+    %% --go-stdin: the engine also ends when its standard input closes
+    %% (port_close/1, or this VM gone), not only on SIGTERM
+    true = port_command(P, "go\n"),
     {os_pid, OsPid} = erlang:port_info(P, os_pid),
     {P, OsPid}.
 
+%% SIGTERM through a shell, which needs descriptors this VM may not have
+%% left (the connections that failed with emfile): then closing the port
+%% ends the engine (--go-stdin), and the run's own error is the one told.
 stop_engine({P, OsPid}) ->
-    _ = os:cmd("kill -TERM " ++ integer_to_list(OsPid)),
-    receive {P, {exit_status, _}} -> ok after 10000 -> catch port_close(P), ok end.
+    try os:cmd("kill -TERM " ++ integer_to_list(OsPid)) of
+        _ -> receive {P, {exit_status, _}} -> ok after 10000 -> catch port_close(P), ok end
+    catch error:_ ->
+            _ = (catch port_close(P)),
+            ok
+    end.
 
 wait_connections(Name, N, Timeout) when Timeout > 0 ->
     case sluice:info(Name) of
