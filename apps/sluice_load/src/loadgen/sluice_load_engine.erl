@@ -68,6 +68,12 @@ loop(#{port := Port, coord := Coord, id := Id, mref := MRef} = S) ->
         {Port, {exit_status, Status}} ->
             Coord ! {engine_done, Id, Status, maps:get(result, S)},
             ok;
+        go when map_get(stop, S) ->
+            %% Stopped before the window opened: the engine reports on the
+            %% SIGTERM without it, and may be gone already; writing to its
+            %% closed stdin would end the port with epipe, and its report
+            %% and exit status with it (the run called it lost).
+            loop(S);
         go ->
             %% the engine may have ended already (all its connections
             %% failed): its exit_status is on the way
@@ -81,7 +87,7 @@ loop(#{port := Port, coord := Coord, id := Id, mref := MRef} = S) ->
             loop(S#{stop := true});
         stop ->
             _ = signal_term(maps:get(os_pid, S)),
-            loop(S);
+            loop(S#{stop := true});
         {'DOWN', MRef, process, _, _} ->
             _ = signal_term(maps:get(os_pid, S)),
             catch port_close(Port),
