@@ -41,6 +41,7 @@
 -compile({inline, [uncollected/2]}).
 
 -export([template/2, init/3, wake/1, unpark/5]).
+%% for the sweep, before it nudges (sluice_sweep)
 %% the adaptive grant's rule, a pure function (sluice_conn_tests)
 -export([adapt_grant/5]).
 
@@ -70,7 +71,7 @@ template(L = #{name := Name, transport := T, stats := Stats,
         classify = fun T:classify/2, send = fun T:send/2, activate = fun T:activate/2,
         handle_data = fun H:handle_data/2,
         grant = Min, grant_min = Min, grant_max = Max, small_read = small_read(T, Buffer),
-        gc_after_bytes = GcAfter,
+        gc_after_bytes = GcAfter, timer_tag = make_ref(),
         has = maps:from_list([{F, erlang:function_exported(H, F, A)} || {F, A} <- ?OPTIONAL])},
      L}.
 
@@ -286,7 +287,7 @@ control({sluice_sweep, park}, S) ->
     park(S);
 control({sluice_sweep, idle_timeout}, S) ->
     sluice_conn_close:finish(idle_timeout, S);
-control({timeout, Ref, sluice_timeout}, S = #s{timer = Ref}) ->
+control({timeout, Ref, Tag}, S = #s{timer = Ref, timer_tag = Tag}) ->
     continue(sluice_conn_handler:timeout(S));
 control({timeout, Ref, sluice_drain}, S = #s{drain = {Ref, _}}) ->
     %% The deadline of a drain the handler carried on through
@@ -316,7 +317,12 @@ control({'EXIT', Parent, Reason}, S = #s{parent = Parent}) ->
     sluice_conn_close:finish({shutdown, Reason}, S);
 control({system, From, Req}, S) ->
     sys:handle_system_msg(Req, From, S#s.parent, ?MODULE, [], S);
-control({timeout, _StaleRef, sluice_timeout}, S) ->
+control({timeout, _StaleRef, Tag}, S = #s{timer_tag = Tag}) ->
+    %% A result's timer that had fired when a later result cancelled it
+    %% (sluice_conn_handler:timer/2). Known by its tag, which is the
+    %% library's alone: a handler's own timer whose message is the same
+    %% term but for the reference (it was the atom `sluice_timeout') still
+    %% goes to handle_info/2.
     loop(S);
 control(Msg, S) ->
     continue(sluice_conn_handler:info(Msg, S)).

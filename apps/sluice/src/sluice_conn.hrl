@@ -55,6 +55,10 @@
             frame = none :: none | sluice_frame:state(),
             %% the timer of the last result's Timeout, if any
             timer = undefined :: undefined | reference(),
+            %% the message of that timer, `{timeout, Ref, TimerTag}': a
+            %% reference of the listener's, which no message of a
+            %% handler's own has (sluice_conn:control/2)
+            timer_tag :: reference(),
             %% draining with a handler that carries on (handle_drain/1's
             %% `{ok, _}'): the timer of the drain's deadline, and that
             %% deadline (monotonic ms); kept apart from `timer', which is

@@ -94,6 +94,16 @@ discard_wait(Reason, Deadline, S = #s{t = T}, Kept) ->
         {'$sluice', From, {send, _}} ->
             gen:reply(From, {error, closed}),
             discard_wait(Reason, Deadline, S, Kept);
+        {sluice_sweep, _} ->
+            %% the library's own, as are a drain's and a stale result
+            %% timer's: not put back for the handler
+            discard_wait(Reason, Deadline, S, Kept);
+        {sluice_drain, _} ->
+            discard_wait(Reason, Deadline, S, Kept);
+        {timeout, _, Tag} when Tag =:= S#s.timer_tag ->
+            discard_wait(Reason, Deadline, S, Kept);
+        {timeout, Ref, sluice_drain} when element(1, S#s.drain) =:= Ref ->
+            discard_wait(Reason, Deadline, S, Kept);
         Msg ->
             case T:classify(Msg, S#s.ts) of
                 {data, _, TS} -> discard(Reason, Deadline, S#s{ts = TS}, Kept);

@@ -244,5 +244,5 @@ timer(Timeout, S = #s{timer = Old}) ->
     _ = Old =:= undefined orelse erlang:cancel_timer(Old, [{async, true}, {info, false}]),
     case Timeout of
         infinity -> S#s{timer = undefined};
-        _ -> S#s{timer = erlang:start_timer(Timeout, self(), sluice_timeout)}
+        _ -> S#s{timer = erlang:start_timer(Timeout, self(), S#s.timer_tag)}
     end.

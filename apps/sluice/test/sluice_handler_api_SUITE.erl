@@ -15,6 +15,7 @@
          conn_carries_pid_listener_and_addresses/1,
          result_timeout_calls_handle_timeout_and_any_result_clears_it/1,
          without_handle_timeout_the_connection_closes_with_reason_timeout/1,
+         handlers_own_timer_named_like_the_librarys_reaches_handle_info/1,
          call_reaches_handle_call_and_can_be_answered_later/1,
          call_without_handle_call_is_not_supported/1,
          call_to_a_closed_connection_exits/1,
@@ -59,6 +60,7 @@ network_cases() ->
      conn_carries_pid_listener_and_addresses,
      result_timeout_calls_handle_timeout_and_any_result_clears_it,
      without_handle_timeout_the_connection_closes_with_reason_timeout,
+     handlers_own_timer_named_like_the_librarys_reaches_handle_info,
      call_reaches_handle_call_and_can_be_answered_later,
      call_without_handle_call_is_not_supported,
      call_to_a_closed_connection_exits,
@@ -205,6 +207,24 @@ without_handle_timeout_the_connection_closes_with_reason_timeout(Config) ->
     ?expect({terminate, _, timeout}),
     ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
     ?assertMatch(#{close_reasons := #{handler := 1}}, sluice:info(Name)).
+
+%% A handler's own timer is its own, whatever its message: one whose
+%% message has the shape of the library's result timer,
+%% `{timeout, Ref, sluice_timeout}', reaches handle_info/2 (it was dropped
+%% as a stale result timer).
+handlers_own_timer_named_like_the_librarys_reaches_handle_info(Config) ->
+    Name = ?config(name, Config),
+    _ = sluice_test_lib:start_listener(Name, #{handler => {sluice_test_handler,
+                                                           #{test_pid => self()}}}),
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    Pid = receive {sluice_test_handler, {init, P}} -> P after 2000 -> error(no_init) end,
+    ok = gen_tcp:send(S, <<"own_timer">>),
+    ?assertEqual({ok, <<"started\n">>}, gen_tcp:recv(S, 0, 2000)),
+    receive
+        {sluice_test_handler, {info, Pid, Msg}} ->
+            ?assertMatch({timeout, _, sluice_timeout}, Msg)
+    after 1000 -> error(own_timer_lost)
+    end.
 
 %% sluice:call/3 reaches handle_call/3; the handler may answer at once
 %% (sluice:reply/2) or keep From and answer from a later callback; what

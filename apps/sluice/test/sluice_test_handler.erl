@@ -1,5 +1,6 @@
 %% A handler for the lifecycle tests: echoes, crashes on request, and tells
 %% the test process (option `test_pid') about init, drain and terminate.
+%% `own_timer' starts a timer of its own named like the library's.
 %% `on_drain': `close' (the default drain: finish and FIN) or
 %% `{reply, Bin}' (say Bin and keep going until the deadline).
 -module(sluice_test_handler).
@@ -13,6 +14,11 @@ init(_Conn, Opts) when is_map(Opts) ->
 
 handle_data(<<"crash", _/binary>>, _State) ->
     error(crash_requested);
+handle_data(<<"own_timer", _/binary>>, State) ->
+    %% A timer of the handler's own, whose message is the library's
+    %% result timer's but for the reference: it comes to handle_info/2.
+    _ = erlang:start_timer(0, self(), sluice_timeout),
+    {reply, <<"started\n">>, State};
 handle_data(Data, State) ->
     {reply, Data, State}.
 
