@@ -148,7 +148,9 @@ ack_each_answers_every_frame(Config) ->
     lists:foreach(fun(I) ->
                           Id = <<"lock", I:32>>,
                           ok = ssl:send(S, sluice_test_lib:frame(Id, <<I:32>>)),
-                          ?assertEqual(Id, sluice_tls_test_lib:recv_exactly(S, 8, 5000))
+                          %% (exactly 8 bytes: an ack too many would be
+                          %% the next round's, or the stream's, first)
+                          ?assertEqual({ok, Id}, ssl:recv(S, 8, 5000))
                   end, lists:seq(1, 300)),
     {Ids, Stream} = sluice_test_lib:frames(2000),
     Self = self(),
