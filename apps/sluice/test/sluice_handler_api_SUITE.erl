@@ -802,9 +802,9 @@ child_spec_1_takes_the_name_from_the_options(_Config) ->
 parking_is_off_by_default(_Config) ->
     ?assertEqual(infinity, maps:get(park_after, sluice_opts:defaults())).
 
-%% After its FIN the connection waits for the client's close (here up to
-%% reply_close's linger, 1 s; a drain's, up to its deadline), and nothing
-%% more can go out: sluice:send/2 from another process says
+%% After its FIN the connection waits for the client's close (in a
+%% drain, up to its deadline: 10 s here; after reply_close, a second), and
+%% nothing more can go out: sluice:send/2 from another process says
 %% `{error, closed}' while the connection still waits, as gen_tcp:send/2
 %% after a shutdown fails at once (it waited for the connection's end).
 send_to_a_connection_past_its_fin_fails_at_once(Config) ->
@@ -814,10 +814,13 @@ send_to_a_connection_past_its_fin_fails_at_once(Config) ->
     %% A client that keeps its side open after the server's FIN.
     {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name), [{exit_on_close, false}]),
     Pid = receive {init, P, _Conn} -> P after 5000 -> error(no_init) end,
-    ok = gen_tcp:send(S, <<"bye x">>),
+    ok = gen_tcp:send(S, <<"echo x">>),
     ?assertEqual({ok, <<"x\n">>}, gen_tcp:recv(S, 2, 5000)),
+    Self = self(),
+    _ = spawn_link(fun() -> Self ! {drained, sluice:drain(Name, 10000)} end),
     ?assertEqual({error, closed}, gen_tcp:recv(S, 0, 5000)),
     ?assertEqual({error, closed}, sluice:send(Pid, <<"late">>)),
     ?assert(is_process_alive(Pid)),
     ok = gen_tcp:close(S),
+    receive {drained, _} -> ok after 10000 -> error(drain_stuck) end,
     ok = sluice_test_lib:wait_info(Name, connections, 0, 3000).
