@@ -117,6 +117,7 @@ discard_wait(Reason, Deadline, S = #s{t = T}, Kept) ->
             kept_finish(Reason, S, Kept)
     end.
 
+-spec kept_finish(term(), #s{}, [term()]) -> no_return().
 kept_finish(Reason, S, Kept) ->
     _ = [self() ! Msg || Msg <- lists:reverse(Kept)],
     finish(Reason, S).
