@@ -41,7 +41,6 @@
 -compile({inline, [uncollected/2]}).
 
 -export([template/2, init/3, wake/1, unpark/5]).
-%% for the sweep, before it nudges (sluice_sweep)
 %% the adaptive grant's rule, a pure function (sluice_conn_tests)
 -export([adapt_grant/5]).
 

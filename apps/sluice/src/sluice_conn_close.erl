@@ -94,16 +94,6 @@ discard_wait(Reason, Deadline, S = #s{t = T}, Kept) ->
         {'$sluice', From, {send, _}} ->
             gen:reply(From, {error, closed}),
             discard_wait(Reason, Deadline, S, Kept);
-        {sluice_sweep, _} ->
-            %% the library's own, as are a drain's and a stale result
-            %% timer's: not put back for the handler
-            discard_wait(Reason, Deadline, S, Kept);
-        {sluice_drain, _} ->
-            discard_wait(Reason, Deadline, S, Kept);
-        {timeout, _, Tag} when Tag =:= S#s.timer_tag ->
-            discard_wait(Reason, Deadline, S, Kept);
-        {timeout, Ref, sluice_drain} when element(1, S#s.drain) =:= Ref ->
-            discard_wait(Reason, Deadline, S, Kept);
         Msg ->
             case T:classify(Msg, S#s.ts) of
                 {data, _, TS} -> discard(Reason, Deadline, S#s{ts = TS}, Kept);
@@ -111,11 +101,25 @@ discard_wait(Reason, Deadline, S = #s{t = T}, Kept) ->
                 {ignore, TS} -> discard_wait(Reason, Deadline, S#s{ts = TS}, Kept);
                 {closed, TS} -> kept_finish(Reason, S#s{ts = TS}, Kept);
                 {error, _, TS} -> kept_finish(Reason, S#s{ts = TS}, Kept);
-                other -> discard_wait(Reason, Deadline, S, [Msg | Kept])
+                other ->
+                    Kept2 = case librarys(Msg, S) of
+                                true -> Kept;
+                                false -> [Msg | Kept]
+                            end,
+                    discard_wait(Reason, Deadline, S, Kept2)
             end
     after Left ->
             kept_finish(Reason, S, Kept)
     end.
+
+%% The library's own messages (the sweep's nudges, a drain's, the timers
+%% of a result and of a drain's deadline): dropped, not put back for the
+%% handler.
+librarys({sluice_sweep, _}, _S) -> true;
+librarys({sluice_drain, _}, _S) -> true;
+librarys({timeout, _, Tag}, #s{timer_tag = Tag}) -> true;
+librarys({timeout, Ref, sluice_drain}, #s{drain = {Ref, _}}) -> true;
+librarys(_Msg, _S) -> false.
 
 -spec kept_finish(term(), #s{}, [term()]) -> no_return().
 kept_finish(Reason, S, Kept) ->

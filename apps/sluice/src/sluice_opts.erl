@@ -551,13 +551,11 @@ is_int(V, Min) ->
 %% can be opened (no socket NIF on the platform, no free descriptor), the
 %% transport is left to find out as before.
 check_raw(#{ip := IP, socket_opts := SO}) ->
-    case [O || O = {raw, _, _, _} <- socket_opts_list(SO)] of
+    %% (a list by now, nested/1 and check/2 have seen to it)
+    case [O || O = {raw, _, _, _} <- SO] of
         [] -> ok;
         Raw -> probe_raw(family(IP), Raw)
     end.
-
-socket_opts_list(SO) when is_map(SO) -> maps:to_list(SO);
-socket_opts_list(SO) -> SO.
 
 family(IP) when tuple_size(IP) =:= 8 -> inet6;
 family(_) -> inet.

@@ -39,7 +39,7 @@
 %% Activity is noticed at the tick after it, so the idle timeout fires
 %% between `idle_timeout' and `idle_timeout' plus two ticks after the last
 %% byte. (Bytes that came while the process could not run are noticed when
-%% the timeout is due, see still_idle/3: never early, possibly later.)
+%% the timeout is due, see nudge/4: never early, possibly later.)
 %% @private
 -module(sluice_sweep).
 

@@ -122,8 +122,9 @@ check_known(TlsOpts, _Config) ->
 check_files(TlsOpts, All) ->
     case check_files(TlsOpts) of
         ok ->
-            case check_key_pair(All) of
-                ok -> warn_validity(All, calendar:universal_time());
+            Cert = certificate(All),
+            case check_key_pair(All, Cert) of
+                ok -> warn_validity(Cert, cert_source(All), calendar:universal_time());
                 Error -> Error
             end;
         Error ->
@@ -135,31 +136,21 @@ check_files(TlsOpts, All) ->
 %% one that does not verify is served): said at start, as a warning, not
 %% an error (a listener for clients that do not verify, or one started
 %% just before a renewal lands, still works as ssl has it).
-warn_validity(TlsOpts, Now) ->
-    case certificate(TlsOpts) of
-        {ok, Der} ->
-            case validity(Der) of
-                {NotBefore, NotAfter} ->
-                    NowS = calendar:datetime_to_gregorian_seconds(Now),
-                    if
-                        NowS > NotAfter ->
-                            ?LOG_WARNING("sluice: the TLS certificate (~s) expired on ~s: "
-                                         "clients that verify it will refuse every handshake",
-                                         [cert_source(TlsOpts), utc(NotAfter)]);
-                        NowS < NotBefore ->
-                            ?LOG_WARNING("sluice: the TLS certificate (~s) is not valid "
-                                         "before ~s: clients that verify it will refuse "
-                                         "every handshake until then",
-                                         [cert_source(TlsOpts), utc(NotBefore)]);
-                        true ->
-                            ok
-                    end;
-                unknown ->
-                    ok
-            end;
-        none ->
+warn_validity({ok, Der}, Source, Now) ->
+    NowS = calendar:datetime_to_gregorian_seconds(Now),
+    case validity(Der) of
+        {_, NotAfter} when NowS > NotAfter ->
+            ?LOG_WARNING("sluice: the TLS certificate (~s) expired on ~s: "
+                         "clients that verify it will refuse every handshake",
+                         [Source, utc(NotAfter)]);
+        {NotBefore, _} when NowS < NotBefore ->
+            ?LOG_WARNING("sluice: the TLS certificate (~s) is not valid before ~s: clients "
+                         "that verify it will refuse every handshake until then",
+                         [Source, utc(NotBefore)]);
+        _ ->
             ok
-    end,
+    end;
+warn_validity(none, _Source, _Now) ->
     ok.
 
 %% A certificate's validity in gregorian seconds (UTC), or `unknown'.
@@ -214,20 +205,17 @@ has_pem(K, Types) ->
 %% that cannot be read, or whose public half is not the certificate's,
 %% fails every handshake (ssl reads them then): named here instead.
 %% Keys given another way (`certs_keys', an engine) are left to ssl.
-check_key_pair(TlsOpts) ->
-    case private_key(TlsOpts) of
-        none -> ok;
-        {error, _} = Error -> Error;
-        {ok, Where, Key} ->
-            case certificate(TlsOpts) of
-                {ok, CertDer} ->
-                    case key_matches(Key, CertDer) of
-                        false -> {error, key_error(Where, {key_does_not_match, cert_source(TlsOpts)})};
-                        _TrueOrUnknown -> ok
-                    end;
-                none ->
-                    ok
-            end
+check_key_pair(TlsOpts, Cert) ->
+    case {private_key(TlsOpts), Cert} of
+        {{error, _} = Error, _} ->
+            Error;
+        {{ok, Where, Key}, {ok, CertDer}} ->
+            case key_matches(Key, CertDer) of
+                false -> {error, key_error(Where, {key_does_not_match, cert_source(TlsOpts)})};
+                _TrueOrUnknown -> ok
+            end;
+        _NoKeyOrNoCert ->
+            ok
     end.
 
 private_key(TlsOpts) ->
