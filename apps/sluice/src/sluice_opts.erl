@@ -333,8 +333,6 @@ check_max_connections(Max) ->
     catch throw:Error -> {error, Error}
     end.
 
-normalize(Opts = #{socket_opts := SO}) when is_map(SO) ->
-    normalize(Opts#{socket_opts := maps:to_list(SO)});
 normalize(Opts = #{socket_opts := SO, num_listen_sockets := NL, num_acceptors := NA}) ->
     Defaults = [D || D = {K, _} <- ?SOCKET_DEFAULTS, not lists:keymember(K, 1, SO)],
     Shared = maps:get(reuseport, Opts),
@@ -382,8 +380,6 @@ check(active, A) ->
     A =:= false orelse A =:= once orelse A =:= true orelse A =:= adaptive
         orelse (is_integer(A) andalso A > 0 andalso A =< 32767)
         orelse bad(active, A);
-check(socket_opts, SO) when is_map(SO) ->
-    check(socket_opts, maps:to_list(SO));
 check(socket_opts, SO) when is_list(SO) ->
     lists:foreach(fun check_socket_opt/1, SO);
 check(socket_opts, SO) ->

@@ -122,7 +122,7 @@ check_known(TlsOpts, _Config) ->
 check_files(TlsOpts, All) ->
     case check_files(TlsOpts) of
         ok ->
-            Cert = certificate(All),
+            Cert = decoded(certificate(All)),
             case check_key_pair(All, Cert) of
                 ok -> warn_validity(Cert, cert_source(All), calendar:universal_time());
                 Error -> Error
@@ -136,9 +136,9 @@ check_files(TlsOpts, All) ->
 %% one that does not verify is served): said at start, as a warning, not
 %% an error (a listener for clients that do not verify, or one started
 %% just before a renewal lands, still works as ssl has it).
-warn_validity({ok, Der}, Source, Now) ->
+warn_validity({ok, Cert}, Source, Now) ->
     NowS = calendar:datetime_to_gregorian_seconds(Now),
-    case validity(Der) of
+    case validity(Cert) of
         {_, NotAfter} when NowS > NotAfter ->
             ?LOG_WARNING("sluice: the TLS certificate (~s) expired on ~s: "
                          "clients that verify it will refuse every handshake",
@@ -150,18 +150,24 @@ warn_validity({ok, Der}, Source, Now) ->
         _ ->
             ok
     end;
-warn_validity(none, _Source, _Now) ->
+warn_validity(_NoCertificate, _Source, _Now) ->
     ok.
 
+%% The server certificate decoded once, for check_key_pair/2 and
+%% warn_validity/3: `{ok, #'OTPCertificate'{}}', `none' (tls_opts have
+%% none), or `undecodable' (ssl will say so at the first handshake).
+decoded({ok, Der}) ->
+    try {ok, public_key:pkix_decode_cert(Der, otp)}
+    catch _:_ -> undecodable
+    end;
+decoded(none) ->
+    none.
+
 %% A certificate's validity in gregorian seconds (UTC), or `unknown'.
-validity(Der) ->
-    try public_key:pkix_decode_cert(Der, otp) of
-        #'OTPCertificate'{tbsCertificate = #'OTPTBSCertificate'{
-                              validity = {'Validity', From, To}}} ->
-            {pubkey_cert:time_str_2_gregorian_sec(From),
-             pubkey_cert:time_str_2_gregorian_sec(To)}
-    catch _:_ ->
-            unknown
+validity(#'OTPCertificate'{tbsCertificate = #'OTPTBSCertificate'{
+                                               validity = {'Validity', From, To}}}) ->
+    try {pubkey_cert:time_str_2_gregorian_sec(From), pubkey_cert:time_str_2_gregorian_sec(To)}
+    catch _:_ -> unknown
     end.
 
 utc(Seconds) ->
@@ -209,8 +215,8 @@ check_key_pair(TlsOpts, Cert) ->
     case {private_key(TlsOpts), Cert} of
         {{error, _} = Error, _} ->
             Error;
-        {{ok, Where, Key}, {ok, CertDer}} ->
-            case key_matches(Key, CertDer) of
+        {{ok, Where, Key}, {ok, OtpCert}} ->
+            case key_matches(Key, OtpCert) of
                 false -> {error, key_error(Where, {key_does_not_match, cert_source(TlsOpts)})};
                 _TrueOrUnknown -> ok
             end;
@@ -299,15 +305,10 @@ cert_source(TlsOpts) ->
 
 %% Whether the private key's public half is the certificate's public key:
 %% `true', `false', or `unknown' (a kind of key not compared here).
-key_matches(Key, CertDer) ->
-    try public_key:pkix_decode_cert(CertDer, otp) of
-        #'OTPCertificate'{tbsCertificate = #'OTPTBSCertificate'{
-                              subjectPublicKeyInfo = #'OTPSubjectPublicKeyInfo'{
-                                                        subjectPublicKey = Public}}} ->
-            same_key(Key, Public)
-    catch _:_ ->
-            unknown
-    end.
+key_matches(Key, #'OTPCertificate'{tbsCertificate = #'OTPTBSCertificate'{
+                                         subjectPublicKeyInfo = #'OTPSubjectPublicKeyInfo'{
+                                                                   subjectPublicKey = Public}}}) ->
+    same_key(Key, Public).
 
 same_key({#'RSAPrivateKey'{} = Key, _PssParams}, Public) ->
     same_key(Key, Public);
