@@ -19,6 +19,7 @@
          json_report_decodes/1,
          html_has_what_it_claims/1, html_header_gives_each_scenarios_times/1,
          html_table_names_failed_runs_as_the_text_does/1, html_says_when_interrupted/1,
+         html_tells_cells_not_reached_from_failed_ones/1,
          html_has_no_empty_ratio_chart/1,
          storm_cells_need_an_engine_with_storm/1,
          storm_figures_without_kernel_counters/1,
@@ -32,6 +33,7 @@ all() ->
      the_best_mode_is_chosen_without_the_round_it_judges, text_table_is_aligned,
      json_report_decodes, html_has_what_it_claims, html_header_gives_each_scenarios_times,
      html_table_names_failed_runs_as_the_text_does, html_says_when_interrupted,
+     html_tells_cells_not_reached_from_failed_ones,
      html_has_no_empty_ratio_chart, storm_cells_need_an_engine_with_storm,
      storm_figures_without_kernel_counters,
      default_matrix_has_the_rows_the_readme_lists,
@@ -424,6 +426,22 @@ html_says_when_interrupted(_) ->
     ?assertMatch({match, _},
                  re:run(Page(Doc#{interrupted => true, planned_runs => 60}),
                         "<p class=\"warn\">Interrupted \\(SIGTERM or Ctrl-C\\) after 45 of 60 runs")).
+
+%% A cell without a successful run is named under the table: one whose
+%% runs failed with their count (the JSON has their errors), one an
+%% interrupt came before as not reached (it has no run, so no error: it
+%% was "0 failed runs; the runs' error says why").
+html_tells_cells_not_reached_from_failed_ones(_) ->
+    Cells = sluice_bench_report:cells(fake_cells() ++ [{lockstep, 'gen_tcp-socket'}],
+                                      fake_runs()),
+    Html = iolist_to_binary(sluice_bench_html:page((fake_doc())#{cells := Cells,
+                                                                 interrupted => true,
+                                                                 planned_runs => 60})),
+    ?assertMatch({match, _}, re:run(Html, "No successful run \\(left out above\\): "
+                                          "conns200/sluice \\(3 failed runs\\);")),
+    ?assertMatch({match, _}, re:run(Html, "Not reached before the run was interrupted "
+                                          "\\(left out above\\): lockstep/gen_tcp-socket\\.")),
+    ?assertEqual(nomatch, binary:match(Html, <<"0 failed runs">>)).
 
 %% A run without any cell relative to C (C's own cells alone) has no
 %% ratio chart: every chart on the page has a bar.

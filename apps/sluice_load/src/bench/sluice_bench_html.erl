@@ -212,13 +212,25 @@ row(#{scenario := Sc, server := Sv, unit := U, rate := R, c_rate := CR, vs_c := 
      sluice_bench_report:fmt_ns(maps:get(median, Ns)),
      case Sv of c -> "-"; _ -> sluice_bench_report:fmt_ns(maps:get(median, CNs)) end].
 
-empty([]) -> [];
+%% Cells with no successful run: those whose runs failed, and those an
+%% interrupt came before (no run at all, so no error to look up).
 empty(Cells) ->
-    ["<p class=\"warn\">No successful run (left out above): ",
-     esc(lists:join(", ", [[atom_to_list(Sc), "/", atom_to_list(Sv), " (",
-                            integer_to_list(F), " failed runs)"]
-                           || #{scenario := Sc, server := Sv, failed_runs := F} <- Cells])),
-     "; the runs' <code>error</code> in the JSON says why.</p>\n"].
+    {Failed, NotReached} = lists:partition(fun(#{failed_runs := F}) -> F > 0 end, Cells),
+    [case Failed of
+         [] -> [];
+         _ -> ["<p class=\"warn\">No successful run (left out above): ",
+               esc(lists:join(", ", [[cell_name(C), " (", integer_to_list(F), " failed runs)"]
+                                     || C = #{failed_runs := F} <- Failed])),
+               "; the runs' <code>error</code> in the JSON says why.</p>\n"]
+     end,
+     case NotReached of
+         [] -> [];
+         _ -> ["<p class=\"warn\">Not reached before the run was interrupted (left out "
+               "above): ", esc(lists:join(", ", [cell_name(C) || C <- NotReached])), ".</p>\n"]
+     end].
+
+cell_name(#{scenario := Sc, server := Sv}) ->
+    [atom_to_list(Sc), "/", atom_to_list(Sv)].
 
 notes() ->
     ["Rate: the median over the rounds; spread: min&ndash;max. C median: the C reference "
