@@ -202,7 +202,12 @@ owned_options_are_refused_and_the_connection_carries_on(Config) ->
     ?assertEqual({error, {not_settable, packet}},
                  in_handler(Conn, {setopts, [{nodelay, false}, {packet, line}]})),
     ?assertEqual([{nodelay, true}], on_socket(Conn, [nodelay])),
-    ?assertEqual(Library, library_settings(Conn)),
+    %% The inet transport moves `buffer' itself as it arms (the small
+    %% buffer first, the listener's after a full read): only the refused
+    %% value must not be there.
+    {Buffer, Rest} = lists:partition(fun({K, _}) -> K =:= buffer end, library_settings(Conn)),
+    ?assertEqual(lists:keydelete(buffer, 1, Library), Rest),
+    ?assertNotEqual([{buffer, 10}], Buffer),
     echoes(C),
     echoes(C).
 
