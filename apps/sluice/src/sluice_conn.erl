@@ -40,7 +40,7 @@
 %% On every read (next/3).
 -compile({inline, [uncollected/2]}).
 
--export([template/2, init/3, wake/1, unpark/5]).
+-export([template/2, init/3, wake/1, unpark/5, code_change_parked/4]).
 %% the adaptive grant's rule, a pure function (sluice_conn_tests)
 -export([adapt_grant/5]).
 
@@ -50,10 +50,6 @@
 -opaque template() :: {#s{}, sluice_listener_sup:listener()}.
 -export([system_continue/3, system_terminate/4, system_code_change/4,
          system_get_state/1, system_replace_state/2]).
-
--define(OPTIONAL, [{handle_info, 2}, {handle_call, 3}, {handle_timeout, 1},
-                   {handle_drain, 1}, {handle_close, 1}, {handle_error, 2},
-                   {terminate, 2}]).
 
 %% @doc What every connection of `Listener' starts from, made once by its
 %% connection supervisor: the parts of the state that do not depend on the
@@ -71,7 +67,7 @@ template(L = #{name := Name, transport := T, stats := Stats,
         handle_data = fun H:handle_data/2,
         grant = Min, grant_min = Min, grant_max = Max, small_read = small_read(T, Buffer),
         gc_after_bytes = GcAfter, timer_tag = make_ref(),
-        has = maps:from_list([{F, erlang:function_exported(H, F, A)} || {F, A} <- ?OPTIONAL])},
+        has = sluice_conn_handler:optional(H)},
      L}.
 
 %% `adaptive' (the default) starts where the mailbox of a client that
@@ -110,7 +106,12 @@ init(Parent, Sock, {S0, L = #{transport := T, opts := Opts}}) ->
             case T:handshake(Sock, Opts#{prefix => Prefix}) of
                 {ok, TS} ->
                     S = S0#s{parent = Parent, ts = TS, frame = frame(Opts),
-                             sent_ack = sent_ack(T, TS), data_tag = data_tag(S0, TS)},
+                             sent_ack = sent_ack(T, TS), data_tag = data_tag(S0, TS),
+                             %% Read again, not the template's: a handler
+                             %% reloaded since the listener started may
+                             %% have gained or lost one (l(Mod), a release
+                             %% upgrade), as a gen_server's would
+                             has = sluice_conn_handler:optional(S0#s.handler)},
                     start(S, L, conn(L, Sock, Proxy, TS), prefix(T, Prefix));
                 {error, Reason} ->
                     refuse(Sock, L, {handshake_error, Reason})
@@ -221,6 +222,7 @@ unpark(Parent, Sock, {HState, Frame, Started, LoggerMeta}, TS, {S0 = #s{t = T}, 
             TS2 = T:unpark(TS),
             resumed(Event, S0#s{parent = Parent, ts = TS2, hstate = HState, frame = Frame,
                                 started = Started,
+                                has = sluice_conn_handler:optional(S0#s.handler),
                                 sent_ack = sent_ack(T, TS2), data_tag = data_tag(S0, TS2)})
     end.
 
@@ -534,7 +536,8 @@ activate(Mode, S = #s{activate = Activate, ts = TS}) ->
 %% re-arms and carries on (and tells the conns_sup it is awake). The sweep
 %% sends `park' only to a connection of a listener that parks
 %% (sluice_parking:parkable/1).
-park(S = #s{timer = undefined, drain = undefined}) ->
+park(S = #s{timer = undefined, drain = undefined,
+            has = #{handle_info := false, handle_call := false}}) ->
     %% A handler that traps exits does so to get terminate/2 when its
     %% supervisor shuts it down (docs/handler.md): parked, it would get no
     %% callback at a shutdown, and woken, its new process would not trap.
@@ -542,6 +545,12 @@ park(S = #s{timer = undefined, drain = undefined}) ->
         {trap_exit, false} -> hand_over(S);
         {trap_exit, true} -> stay(S)
     end;
+park(S = #s{timer = undefined, drain = undefined}) ->
+    %% The listener parks, but this connection's handler has gained
+    %% handle_info/2 or handle_call/3 since the listener started (reloaded): it is
+    %% reached at its pid, which parking would change
+    %% (sluice_parking:parkable/1).
+    stay(S);
 park(S) ->
     %% A handler's timer, or a drain's deadline (draining/2), is running:
     %% the process it would fire in must stay.
@@ -551,6 +560,16 @@ park(S) ->
 stay(S) ->
     ok = sluice_sweep:report_woke(S#s.woke),
     loop(S).
+
+%% @doc A parked connection's state (what hand_over/1 gives its
+%% supervisor) at a code change of its handler `H': the handler's part
+%% through its code_change/3 (sluice_conns_sup:system_code_change/4).
+-spec code_change_parked(term(), module(), term(), term()) -> {ok, term()} | term().
+code_change_parked({HState, Frame, Started, LoggerMeta}, H, OldVsn, Extra) ->
+    case sluice_conn_handler:code_change_state(H, OldVsn, HState, Extra) of
+        {ok, HState2} -> {ok, {HState2, Frame, Started, LoggerMeta}};
+        Error -> Error
+    end.
 
 hand_over(S = #s{t = T, parent = Parent, hstate = HState}) ->
     case T:pause(S#s.ts) of
@@ -622,9 +641,13 @@ system_continue(_Parent, _Debug, S) ->
 system_terminate(Reason, _Parent, _Debug, S) ->
     sluice_conn_close:finish({shutdown, Reason}, S).
 
--spec system_code_change(#s{}, module(), term(), term()) -> {ok, #s{}}.
-system_code_change(S, _Module, _OldVsn, _Extra) ->
-    {ok, S}.
+%% sys:change_code/4, as a release upgrade makes it on every process whose
+%% child spec names the module (sluice_conns_sup lists the handler's):
+%% the handler's code_change/3, as a gen_server's, whatever the module
+%% (the loop's own record needs none).
+-spec system_code_change(#s{}, module(), term(), term()) -> {ok, #s{}} | term().
+system_code_change(S, _Module, OldVsn, Extra) ->
+    sluice_conn_handler:code_change(OldVsn, Extra, S).
 
 %% sys:get_state/1 and sys:replace_state/2 see the handler's state, as a
 %% gen_server's show its callback module's: without these they saw the

@@ -18,6 +18,7 @@
 
 -export([init/3, data/2, chunk/3, info/2, call/3, timeout/1, drain/1, closed/1, failed/2,
          terminate/2, send/2]).
+-export([optional/1, code_change/3, code_change_state/4]).
 
 -export_type([outcome/0]).
 
@@ -166,6 +167,42 @@ terminate(Reason, #s{has = #{terminate := true}, handler = H, hstate = HState}) 
     quietly(fun() -> H:terminate(Reason, HState) end);
 terminate(_Reason, _S) ->
     ok.
+
+%% @doc Which optional callbacks handler `H' exports now. Read when a
+%% connection starts or wakes and at a code change, not once for a
+%% listener: a handler reloaded meanwhile is called as it now is (a
+%% quarter of a microsecond a connection).
+-spec optional(module()) -> #{atom() => boolean()}.
+optional(H) ->
+    #{handle_info => erlang:function_exported(H, handle_info, 2),
+      handle_call => erlang:function_exported(H, handle_call, 3),
+      handle_timeout => erlang:function_exported(H, handle_timeout, 1),
+      handle_drain => erlang:function_exported(H, handle_drain, 1),
+      handle_close => erlang:function_exported(H, handle_close, 1),
+      handle_error => erlang:function_exported(H, handle_error, 2),
+      terminate => erlang:function_exported(H, terminate, 2)}.
+
+%% @doc sys:change_code/4 on a connection (a release upgrade makes it):
+%% the handler's state through its code_change/3, and its optional
+%% callbacks read again. An error (what code_change/3 returned if not
+%% `{ok, State}', or what it raised) is sys's answer, and the connection
+%% keeps its state, as a gen_server does.
+-spec code_change(term(), term(), #s{}) -> {ok, #s{}} | term().
+code_change(OldVsn, Extra, S = #s{handler = H, hstate = HState}) ->
+    case code_change_state(H, OldVsn, HState, Extra) of
+        {ok, HState2} -> {ok, S#s{hstate = HState2, has = optional(H)}};
+        Error -> Error
+    end.
+
+%% @doc A handler state through `H:code_change/3' if `H' has it (as it is
+%% if not: the callback is optional, as a gen_server's). For a live
+%% connection and for a parked one's state alike (sluice_conns_sup).
+-spec code_change_state(module(), term(), term(), term()) -> {ok, term()} | term().
+code_change_state(H, OldVsn, HState, Extra) ->
+    case erlang:function_exported(H, code_change, 3) of
+        true -> catch H:code_change(OldVsn, HState, Extra);
+        false -> {ok, HState}
+    end.
 
 %% The last callbacks of a connection that is ending anyway: what they
 %% raise must not keep it from ending the way it was going to.

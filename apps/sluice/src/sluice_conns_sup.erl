@@ -320,8 +320,9 @@ expired(Now, #st{sweep = #{idle := Idle}, parked = Tab}) ->
 gone(#st{stats = Stats, index = I}) ->
     sluice_stats:sup_gone(Stats, I).
 
-call(which_children, #st{children = Children}) ->
-    [{sluice_conn, Pid, worker, [sluice_conn]} || Pid <- maps:keys(Children)];
+call(which_children, St = #st{children = Children}) ->
+    Modules = modules(St),
+    [{sluice_conn, Pid, worker, Modules} || Pid <- maps:keys(Children)];
 call(count_children, #st{children = Children}) ->
     %% Parked connections have no process: not counted here (the
     %% listener's live connections are, see sluice:info/1).
@@ -344,9 +345,17 @@ call(_, _) ->
 %% What every connection is, as supervisor:get_childspec/2 gives a
 %% simple_one_for_one supervisor's children: temporary (never restarted),
 %% shut down with the listener's shutdown_timeout.
-child_spec(#st{listener = #{opts := #{shutdown_timeout := Timeout}}}) ->
+child_spec(St = #st{listener = #{opts := #{shutdown_timeout := Timeout}}}) ->
     #{id => sluice_conn, start => {sluice_conn, init, []}, restart => temporary,
-      significant => false, shutdown => Timeout, type => worker, modules => [sluice_conn]}.
+      significant => false, shutdown => Timeout, type => worker, modules => modules(St)}.
+
+%% A connection runs sluice_conn's code and the handler's: release_handler
+%% suspends, and sys:change_code/4s, the processes whose modules name what
+%% a release upgrades, so that an appup's `{update, Handler, {advanced,
+%% Extra}}' reaches the handler's code_change/3 in every connection (as
+%% ranch's list the protocol module).
+modules(#st{listener = #{opts := #{handler := {H, _}}}}) ->
+    [sluice_conn, H].
 
 %% supervisor:terminate_child(Sup, Pid) of a connection: as a supervisor
 %% does it, a `shutdown' exit and the listener's shutdown_timeout, then
@@ -403,7 +412,22 @@ system_continue(_Parent, Debug, St) ->
 system_terminate(Reason, _Parent, _Debug, St) ->
     terminate(Reason, St).
 
--spec system_code_change(#st{}, module(), term(), term()) -> {ok, #st{}}.
+%% The handler's upgrade (release_handler finds this process too by the
+%% handler among its modules, sluice_conns_sup_sup): the parked
+%% connections' states, which have no process for sys to reach, through
+%% the handler's code_change/3, all or none (an error is sys's answer, as
+%% a connection's is, and nothing is changed). Whether the listener parks
+%% was read at its start and is not read again: a connection whose handler
+%% has gained handle_info/2 or handle_call/3 declines to park
+%% (sluice_conn:park/1).
+-spec system_code_change(#st{}, module(), term(), term()) -> {ok, #st{}} | term().
+system_code_change(St = #st{listener = #{opts := #{handler := {H, _}}}, parked = Tab}, H,
+                   OldVsn, Extra) ->
+    case sluice_parking:change_states(
+           Tab, fun(Parked) -> sluice_conn:code_change_parked(Parked, H, OldVsn, Extra) end) of
+        ok -> {ok, St};
+        Error -> Error
+    end;
 system_code_change(St, _Module, _OldVsn, _Extra) ->
     {ok, St}.
 

@@ -11,7 +11,8 @@ start_link(Listener) ->
     supervisor:start_link(?MODULE, Listener).
 
 -spec init(map()) -> {ok, {supervisor:sup_flags(), [supervisor:child_spec()]}}.
-init(Listener = #{opts := #{num_conns_sups := N, shutdown_timeout := Shutdown}}) ->
+init(Listener = #{opts := #{num_conns_sups := N, shutdown_timeout := Shutdown,
+                            handler := {H, _}}}) ->
     Children = [#{id => {sluice_conns_sup, I},
                   start => {sluice_conns_sup, start_link, [Listener, I]},
                   type => supervisor,
@@ -21,6 +22,9 @@ init(Listener = #{opts := #{num_conns_sups := N, shutdown_timeout := Shutdown}})
                                   infinity -> infinity;
                                   _ -> Shutdown + 1000
                               end,
-                  modules => [sluice_conns_sup]}
+                  %% The handler too: its upgrade changes the states
+                  %% of the parked connections the conns_sup holds
+                  %% (sluice_conns_sup:system_code_change/4)
+                  modules => [sluice_conns_sup, H]}
                 || I <- lists:seq(1, N)],
     {ok, {#{strategy => one_for_one, intensity => 10, period => 10}, Children}}.

@@ -92,6 +92,14 @@
 %% ignored.
 -callback handle_error(Reason :: term(), State :: term()) -> any().
 -callback terminate(Reason :: term(), State :: term()) -> any().
+%% sys:change_code/4 on the connection, as a release upgrade makes it for
+%% an appup's `{update, Handler, {advanced, Extra}}' (and, at their
+%% supervisor, for the states of parked connections): the state in its
+%% new shape, as a gen_server's code_change/3. Anything else is the
+%% upgrade's error, and the state is kept. Without this callback the state
+%% is kept as it is.
+-callback code_change(OldVsn :: term() | {down, term()}, State, Extra :: term()) ->
+    {ok, State} | {error, term()}.
 
 -optional_callbacks([handle_info/2, handle_call/3, handle_timeout/1, handle_drain/1,
-                     handle_close/1, handle_error/2, terminate/2]).
+                     handle_close/1, handle_error/2, terminate/2, code_change/3]).

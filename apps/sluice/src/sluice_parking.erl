@@ -13,7 +13,7 @@
 %% @private
 -module(sluice_parking).
 
--export([parkable/1, new/1, put/5, take/2, sockets/1, expired/2, size/1,
+-export([parkable/1, new/1, put/5, take/2, sockets/1, expired/2, size/1, change_states/2,
          close_orphans/2]).
 
 -export_type([table/0]).
@@ -71,6 +71,22 @@ sockets(Tab) ->
 -spec expired(table(), integer()) -> [sluice_transport:socket()].
 expired(Tab, Cutoff) ->
     ets:select(Tab, [{{'$1', '$2', '_', '_'}, [{'=<', '$2', Cutoff}], ['$1']}]).
+
+%% @doc Every parked connection's state through `Fun' (a code change of
+%% its handler): all replaced if `Fun' gives `{ok, New}' for each, none if
+%% it gives anything else for one, which is returned.
+-spec change_states(table(), fun((term()) -> {ok, term()} | term())) -> ok | term().
+change_states(Tab, Fun) ->
+    change_states(ets:tab2list(Tab), Fun, [], Tab).
+
+change_states([], _Fun, Changed, Tab) ->
+    true = ets:insert(Tab, Changed),
+    ok;
+change_states([{Sock, IdleSince, HState, TS} | Rest], Fun, Changed, Tab) ->
+    case Fun(HState) of
+        {ok, HState2} -> change_states(Rest, Fun, [{Sock, IdleSince, HState2, TS} | Changed], Tab);
+        Error -> Error
+    end.
 
 -spec size(table()) -> non_neg_integer().
 size(Tab) ->

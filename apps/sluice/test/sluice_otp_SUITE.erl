@@ -84,7 +84,7 @@ conns_sup_answers_supervisor_calls(Config) ->
     ?assertMatch([{header, _}, {data, [{"Status", running} | _]}, {data, [{"State", _}]} | _],
                  Misc),
     ?assertMatch({ok, #{id := sluice_conn, restart := temporary, shutdown := 2000,
-                        type := worker, modules := [sluice_conn]}},
+                        type := worker, modules := [sluice_conn, sluice_proto_echo]}},
                  supervisor:get_childspec(Sup, Conn)),
     ?assertEqual({error, not_found}, supervisor:get_childspec(Sup, self())),
     ?assertEqual({error, not_found}, supervisor:terminate_child(Sup, self())),
