@@ -33,7 +33,9 @@
 %%
 %% init/2 returns `{ok, State}', `{ok, State, Timeout}', `{reply, IoData,
 %% State}' (the server speaks first, e.g. a greeting), `{reply, IoData,
-%% State, Timeout}' or `{close, Reason}'.
+%% State, Timeout}', `{reply_close, IoData, Reason, State}' (say it and
+%% close: a banner, a daytime server; terminate/2 runs) or `{close,
+%% Reason}' (refuse: no terminate/2).
 %%
 %% == Ending ==
 %% Close reasons the library counts by name in info/1's `close_reasons':
@@ -56,6 +58,7 @@
                           | {ok, State, timeout_ms()}
                           | {reply, iodata(), State}
                           | {reply, iodata(), State, timeout_ms()}
+                          | {reply_close, iodata(), term(), State}
                           | {close, term()}.
 -type from() :: gen_server:from().
 -export_type([result/1, init_result/1, from/0, timeout_ms/0]).

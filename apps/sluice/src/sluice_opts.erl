@@ -599,6 +599,27 @@ format_error({unknown_option, K}) ->
     lists:flatten(io_lib:format("unknown option ~p", [K]));
 format_error({missing_option, K}) ->
     lists:flatten(io_lib:format("missing option ~p", [K]));
+format_error({bad_option, socket_opts, O}) ->
+    case misplaced(O) of
+        {true, Hint} ->
+            lists:flatten(io_lib:format("bad value for option socket_opts: ~0p (~s)", [O, Hint]));
+        false ->
+            lists:flatten(io_lib:format("bad value for option socket_opts: ~0p (expected ~s)",
+                                        [O, expected(socket_opts)]))
+    end;
+format_error({bad_option, handler, H = {M, _}}) when is_atom(M) ->
+    %% A module that is not there (a typo, an Elixir alias without its
+    %% namespace, not compiled) is said as such: "expected a module that
+    %% implements the behaviour" sent readers to check a module that does.
+    case code:which(M) of
+        non_existing ->
+            lists:flatten(io_lib:format("bad value for option handler: ~0p (module ~p not "
+                                        "found: not compiled, or not on the code path)",
+                                        [H, M]));
+        _ ->
+            lists:flatten(io_lib:format("bad value for option handler: ~0p (expected ~s)",
+                                        [H, expected(handler)]))
+    end;
 format_error({bad_option, K, V}) ->
     lists:flatten(io_lib:format("bad value for option ~p: ~0p (expected ~s)",
                                 [K, V, expected(K)]));
@@ -618,6 +639,46 @@ format_error(Posix) when is_atom(Posix) ->
     end;
 format_error(Other) ->
     lists:flatten(io_lib:format("~p", [Other])).
+
+%% ranch 2 takes `port', `ip' and `backlog' in its socket_opts (and
+%% ranch_ssl the certificates), and
+%% gen_tcp users write `{active, once}', `{packet, line}' or `binary'
+%% there: a socket option that is not one is said as such, with where it
+%% goes, rather than as a bad value followed by every key socket_opts
+%% takes, which leaves the reader to find that the key is the fault.
+misplaced({K, V}) when is_atom(K) ->
+    case maps:is_key(K, defaults()) of
+        true ->
+            {true, lists:flatten(io_lib:format("~p is a listener option, not a socket option: "
+                                               "~p => ~0p beside handler", [K, K, V]))};
+        false ->
+            libraries(K)
+    end;
+misplaced(K) when is_atom(K) ->
+    libraries(K);
+misplaced(_) ->
+    false.
+
+libraries(K) when K =:= packet; K =:= packet_size; K =:= line_delimiter ->
+    {true, "sluice cuts frames itself: the listener's framing option (line, "
+           "{length, N}, {split, Fun})"};
+libraries(K) when K =:= binary; K =:= list; K =:= mode; K =:= header; K =:= deliver;
+              K =:= reuseaddr; K =:= exit_on_close; K =:= show_econnreset ->
+    {true, lists:flatten(io_lib:format("~p is the library's: it sets the sockets' mode, "
+                                       "delivery and address reuse itself (handlers get "
+                                       "binaries)", [K]))};
+libraries(K) when K =:= certfile; K =:= keyfile; K =:= cacertfile; K =:= cert; K =:= key;
+                  K =:= cacerts; K =:= certs_keys; K =:= password; K =:= verify;
+                  K =:= versions; K =:= ciphers; K =:= alpn_preferred_protocols;
+                  K =:= fail_if_no_peer_cert; K =:= sni_fun; K =:= sni_hosts ->
+    %% ranch_ssl's socket_opts hold these
+    {true, lists:flatten(io_lib:format("~p is an ssl option: tls_opts, with transport => ssl",
+                                       [K]))};
+libraries(K) when K =:= inet; K =:= inet6; K =:= inet_backend ->
+    {true, "the address family follows the listener's ip option, the backend its "
+           "transport option (inet or socket)"};
+libraries(_) ->
+    false.
 
 expected(ip) -> "an IPv4 or IPv6 address tuple";
 expected(port) -> "an integer 0..65535 (0: any free port)";

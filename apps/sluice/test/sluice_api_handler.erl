@@ -14,7 +14,8 @@
 %% Calls `{setopts, Opts}' and `{getopts, Names}' answer what
 %% sluice:setopts/2 and getopts/2 return in the connection process;
 %% `state' answers the handler's state.
-%% Opts also take `init => close | crash' (init/2 fails, after reporting)
+%% Opts also take `init => close | crash' (init/2 fails, after reporting),
+%% `init => {reply_close, Bye}' (init/2 sends Bye, then closes)
 %% and `trap_exit => true' (init/2 sets it).
 -module(sluice_api_handler).
 -behaviour(sluice_handler).
@@ -33,6 +34,7 @@ init(Conn, Opts = #{test := Test}) ->
         #{init := close} -> {close, refused};
         #{init := crash} -> error(init_crash);
         #{greeting := G} -> {reply, G, S};
+        #{init := {reply_close, Bye}} -> {reply_close, Bye, said_goodbye, S};
         _ -> {ok, S}
     end.
 

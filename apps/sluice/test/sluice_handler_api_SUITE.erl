@@ -10,7 +10,7 @@
 
 -export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
          init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
--export([init_reply_is_a_greeting_sent_first/1,
+-export([init_reply_is_a_greeting_sent_first/1, init_reply_close_sends_then_closes/1,
          send_to_a_connection_past_its_fin_fails_at_once/1,
          conn_carries_pid_listener_and_addresses/1,
          result_timeout_calls_handle_timeout_and_any_result_clears_it/1,
@@ -56,6 +56,7 @@ suite() -> [{timetrap, {seconds, 30}}].
 
 network_cases() ->
     [init_reply_is_a_greeting_sent_first,
+     init_reply_close_sends_then_closes,
      send_to_a_connection_past_its_fin_fails_at_once,
      conn_carries_pid_listener_and_addresses,
      result_timeout_calls_handle_timeout_and_any_result_clears_it,
@@ -161,6 +162,19 @@ init_reply_is_a_greeting_sent_first(Config) ->
     ?assertEqual({ok, <<"hello\n">>}, gen_tcp:recv(S, 0, 2000)),
     ok = gen_tcp:send(S, <<"echo hi">>),
     ?assertEqual({ok, <<"hi\n">>}, gen_tcp:recv(S, 0, 2000)).
+
+%% `{reply_close, Bye, Reason, State}' from init/2 (thousand_island's
+%% handle_connection/2 that sends, then returns `{:close, state}'; a
+%% daytime server): the client reads Bye, then the FIN, the handler's
+%% terminate/2 gets the reason, counted as the handler's close.
+init_reply_close_sends_then_closes(Config) ->
+    {S, Pid} = api(Config, #{}, #{init => {reply_close, <<"it is noon\n">>}}),
+    ?assertEqual({ok, <<"it is noon\n">>}, gen_tcp:recv(S, 0, 2000)),
+    ?assertEqual({error, closed}, gen_tcp:recv(S, 0, 2000)),
+    ?assertEqual({terminate, Pid, said_goodbye}, next_report(Pid)),
+    Name = ?config(name, Config),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
+    ?assertMatch(#{close_reasons := #{handler := 1}}, sluice:info(Name)).
 
 %% conn() has the connection's pid (the process the callbacks run in),
 %% the listener's name, and addresses through peername/sockname.

@@ -139,6 +139,42 @@ socket_option_values_are_checked_for_both_backends_test() ->
     ?assertMatch("bad value for option socket_opts: {buffer,0} (expected " ++ _,
                  sluice:format_error({bad_option, socket_opts, {buffer, 0}})).
 
+%% What ranch 2 takes in socket_opts (port, ip, backlog; ranch_ssl's
+%% certificates) and what gen_tcp
+%% users put there (active, packet, binary, reuseaddr) is refused as
+%% before, and the error's text says where it goes instead of listing
+%% every key socket_opts takes after "bad value".
+misplaced_socket_options_say_where_they_go_test() ->
+    Said = [{O, sluice:format_error(E)}
+            || O <- [{port, 5555}, {ip, {127, 0, 0, 1}}, {backlog, 2048}, {active, once},
+                     {packet, line}, binary, {reuseaddr, true}, {inet_backend, socket},
+                     {certfile, "server.pem"}],
+               {error, {bad_option, socket_opts, _} = E} <- [sluice_opts:validate(on(inet, [O]))]],
+    ?assertEqual(9, length(Said)),
+    ?assertEqual("bad value for option socket_opts: {port,5555} (port is a listener option, "
+                 "not a socket option: port => 5555 beside handler)",
+                 proplists:get_value({port, 5555}, Said)),
+    ?assertMatch("bad value for option socket_opts: {active,once} (active is a listener "
+                 "option" ++ _, proplists:get_value({active, once}, Said)),
+    ?assertNotEqual(nomatch, string:find(proplists:get_value({packet, line}, Said), "framing")),
+    ?assertNotEqual(nomatch, string:find(proplists:get_value({certfile, "server.pem"}, Said),
+                                         "tls_opts")),
+    [?assertEqual({O, nomatch}, {O, string:find(Text, "expected a list")}) || {O, Text} <- Said],
+    %% A real socket option with a bad value still gets the list.
+    ?assertNotEqual(nomatch, string:find(sluice:format_error({bad_option, socket_opts,
+                                                               {nodelay, 3}}),
+                                         "expected a list")).
+
+%% A handler module that is not there is said as such; one that is there
+%% but is not a handler (a ranch protocol's start_link/3) gets what a
+%% handler exports.
+missing_handler_module_is_said_as_such_test() ->
+    ?assertEqual("bad value for option handler: {'Elixir.Echo',[]} (module 'Elixir.Echo' "
+                 "not found: not compiled, or not on the code path)",
+                 sluice:format_error({bad_option, handler, {'Elixir.Echo', []}})),
+    ?assertMatch("bad value for option handler: {lists,[]} (expected {Module, Opts} " ++ _,
+                 sluice:format_error({bad_option, handler, {lists, []}})).
+
 %% The largest of each is taken, as gen_tcp and the socket NIF take it.
 socket_option_bounds_are_accepted_test() ->
     Good = [{recbuf, ?INT_MAX}, {sndbuf, 0}, {priority, 0}, {tos, 255},
