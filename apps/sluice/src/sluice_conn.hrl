@@ -67,6 +67,14 @@
             %% the optional callbacks the handler exports
             has :: #{atom() => boolean()}}).
 
+%% A reason the handler closed with (a `close' or `reply_close' result,
+%% init/2's `{close, Reason}'), as the outcomes below carry it: told apart
+%% from the library's own reasons, which may look the same (`closed',
+%% `{error, _}', `{shutdown, _}'), so that sluice_conn_close counts it
+%% by the name the handler gave and calls none of handle_close/2 and
+%% handle_error/2; terminate/2 and the telemetry stop event get Reason.
+-define(BY_HANDLER(Reason), {'$sluice_by_handler', Reason}).
+
 %% What a call into the handler came to, for the caller to act on.
 %% `stop_after': send Out, then close gracefully.
 -type outcome() :: {continue, #s{}}

@@ -128,9 +128,22 @@ kept_finish(Reason, S, Kept) ->
 
 %% @doc Close now, count why, and run the handler's last callbacks: the
 %% client closed (`closed': handle_close/1), a socket error (`{error, _}':
-%% handle_error/2), anything else: terminate/2 only.
+%% handle_error/2), anything else: terminate/2 only. A reason the handler
+%% closed with (?BY_HANDLER) is its own, whatever it looks like: a handler
+%% that closes with `{error, bad_request}' or `{shutdown, Why}' did not
+%% see a socket error or a drain, so it is counted by the name it gave
+%% (sluice_stats:ended_by_handler/2) and gets terminate/2 only.
 -spec finish(term(), #s{}) -> no_return().
+finish(?BY_HANDLER(Reason), S = #s{t = T, ts = TS, stats = Stats}) ->
+    T:close(TS),
+    sluice_stats:ended_by_handler(Stats, Reason),
+    stop(Reason, S),
+    exit(normal);
 finish(Reason, S = #s{t = T, ts = TS, stats = Stats}) ->
+    ok = case Reason of
+             {error, _} -> unsent(S);
+             _ -> ok
+         end,
     T:close(TS),
     sluice_stats:ended(Stats, Reason),
     case Reason of
@@ -156,6 +169,14 @@ crash(Class, Reason, Stack, S = #s{t = T, ts = TS}) ->
     _ = {Class, Reason} =:= {exit, normal} andalso sluice_stats:crashed(S#s.stats),
     label(S#s.listener, Peer),
     erlang:raise(Class, Reason, Stack).
+
+%% A connection that ends with a socket error: `bytes_out' counted every
+%% send the transport took, and what it took and then dropped (the inet
+%% driver after a send timeout) is given back, before the close, while
+%% the transport can still tell. Only then: the question costs about a
+%% microsecond, and a connection that ends otherwise had no send refused.
+unsent(#s{t = T, ts = TS, stats = Stats}) ->
+    ok = sluice_stats:unsent(Stats, sluice_transport:optional(T, unsent, [TS], 0)).
 
 %% The crash report names the listener and the client: proc_lib's report
 %% has the reason and stacktrace but only sluice_conn:init/3 and a pid

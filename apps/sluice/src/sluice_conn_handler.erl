@@ -30,7 +30,7 @@
 -spec init(sluice:conn(), term(), #s{}) -> outcome().
 init(Conn, HOpts, S = #s{handler = H}) ->
     try H:init(Conn, HOpts) of
-        {close, Reason} -> {stop, Reason, uninitialised(S)};
+        {close, Reason} -> {stop, ?BY_HANDLER(Reason), uninitialised(S)};
         Result -> outcome(read(init, Result, [], S))
     catch Class:Reason:Stack -> sluice_conn_close:crash(Class, Reason, Stack, uninitialised(S))
     end.
@@ -248,9 +248,9 @@ read(_Cb, {ok, HState, Timeout}, Out, S) when ?IS_TIMEOUT(Timeout) ->
 read(_Cb, {reply, More, HState, Timeout}, Out, S) when ?IS_IODATA(More), ?IS_TIMEOUT(Timeout) ->
     {continue, add(Out, More), timer(Timeout, S#s{hstate = HState})};
 read(_Cb, {close, Reason, HState}, Out, S) ->
-    {stop, Out, Reason, S#s{hstate = HState}};
+    {stop, Out, ?BY_HANDLER(Reason), S#s{hstate = HState}};
 read(_Cb, {reply_close, More, Reason, HState}, Out, S) when ?IS_IODATA(More) ->
-    {stop, add(Out, More), Reason, S#s{hstate = HState}};
+    {stop, add(Out, More), ?BY_HANDLER(Reason), S#s{hstate = HState}};
 read(Cb, Other, Out, S = #s{handler = H}) ->
     ok = owed(Out, S),
     S2 = case Cb of

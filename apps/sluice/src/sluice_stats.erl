@@ -19,14 +19,14 @@
 
 -export([new/2, num_conns_sups/1]).
 %% connections
--export([received/2, sent/2, ended/2, crashed/1]).
+-export([received/2, sent/2, unsent/2, ended/2, ended_by_handler/2, crashed/1]).
 %% admission (acceptors)
 -export([admit/1, admit_within/2, release/1, rejected/1, shedding/1, set_shedding/2,
          set_max_connections/2, log_due/4]).
 %% connection supervisors
 -export([sup_claim/2, sup_unclaim/3, sup_reset/2, sup_gone/2, parked/3, parked_reset/2]).
 %% reading
--export([live/1, read/1, close_reason/1]).
+-export([live/1, read/1, close_reason/1, handler_close_reason/1]).
 
 -export_type([stats/0, close_reason/0]).
 
@@ -104,11 +104,25 @@ received(#stats{c = C}, Bytes) ->
 sent(#stats{c = C}, Bytes) ->
     counters:add(C, ?BYTES_OUT, Bytes).
 
+%% @doc Of the bytes counted by sent/2, `Bytes' never reached the
+%% kernel (sluice_transport's unsent/1): given back.
+-spec unsent(stats(), non_neg_integer()) -> ok.
+unsent(_St, 0) ->
+    ok;
+unsent(#stats{c = C}, Bytes) ->
+    counters:sub(C, ?BYTES_OUT, Bytes).
+
 %% @doc A connection ended for `Reason' (a close reason, or the reason a
 %% connection was closed with, see close_reason/1).
 -spec ended(stats(), term()) -> ok.
 ended(#stats{c = C}, Reason) ->
     counters:add(C, reason_slot(close_reason(Reason)), 1).
+
+%% @doc A connection ended because its handler closed it with `Reason'
+%% (see handler_close_reason/1).
+-spec ended_by_handler(stats(), term()) -> ok.
+ended_by_handler(#stats{c = C}, Reason) ->
+    counters:add(C, reason_slot(handler_close_reason(Reason)), 1).
 
 %% @doc A connection process died abnormally (its supervisor saw it).
 -spec crashed(stats()) -> ok.
@@ -124,11 +138,30 @@ close_reason(idle_timeout) -> idle_timeout;
 close_reason(frame_timeout) -> frame_timeout;
 close_reason({error, _}) -> socket_error;
 close_reason(drained) -> drained;
+%% The library's own shutdowns: a handler that traps exits and is shut
+%% down by its supervisor, sys:terminate/2, terminate_child. A handler
+%% that closes with `{shutdown, _}' is counted by handler_close_reason/1.
 close_reason({shutdown, _}) -> drained;
 close_reason(crashed) -> crashed;
 close_reason({handshake_error, _}) -> handshake_error;
 close_reason({proxy_error, _}) -> proxy_error;
 close_reason(_) -> handler.
+
+%% @doc How a reason a handler closed with (`{close, Reason, S}',
+%% `{reply_close, _, Reason, S}', init/2's `{close, Reason}') is counted:
+%% `{protocol_error, _}' and the name of a close reason (`drained',
+%% `idle_timeout', `frame_timeout', ...) as themselves, anything else as
+%% `handler' (docs/handler.md): `closed', `{error, _}' and `{shutdown, _}'
+%% from a handler are its own reasons, not the client's close, a socket
+%% error or a drain.
+-spec handler_close_reason(term()) -> close_reason().
+handler_close_reason({protocol_error, _}) ->
+    protocol_error;
+handler_close_reason(Reason) ->
+    case lists:member(Reason, ?REASONS) of
+        true -> Reason;
+        false -> handler
+    end.
 
 reason_slot(Reason) ->
     ?REASON_BASE + index(Reason, ?REASONS, 1).

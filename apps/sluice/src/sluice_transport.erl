@@ -137,6 +137,12 @@
 %% `false', whose chunks still go through classify/2. Optional.
 -callback data_tag(tstate()) -> {atom(), term()}.
 
+%% Of the bytes send/2 took, how many never reached the kernel and never
+%% will (a layer that queues sends itself and drops its queue on a
+%% failure), read as the connection ends, before close/1: info/1's
+%% `bytes_out' gives them back. Optional: without it, none.
+-callback unsent(tstate()) -> non_neg_integer().
+
 %%% A handler's socket options (optional).
 
 %% Set socket options on a connection's raw socket (sluice:setopts/2),
@@ -152,7 +158,7 @@
 -callback getopts(socket(), [sluice:sockopt_name()]) ->
     {ok, [sluice:sockopt()]} | {error, term()}.
 
--optional_callbacks([park/1, parked_event/1, unpark/1, sent_ack/1, data_tag/1,
+-optional_callbacks([park/1, parked_event/1, unpark/1, sent_ack/1, data_tag/1, unsent/1,
                      setopts/2, getopts/2]).
 
 %% @doc The callback module for a transport name or module.

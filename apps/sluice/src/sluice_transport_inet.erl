@@ -21,7 +21,7 @@
 -export([controlling_process/2, recv/3, bytes_received/1, close_socket/1,
          peername/1, sockname/1, setopts/2, getopts/2]).
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
-         shutdown/2, close/1, info/1, socket/1]).
+         unsent/1, shutdown/2, close/1, info/1, socket/1]).
 -export([queued/1]).
 -export([handover/2, park/1, parked_event/1, unpark/1]).
 -export([listen_options/1, sent_ack/1, data_tag/1]).
@@ -384,6 +384,26 @@ queued(Sock) ->
     case erlang:port_info(Sock, queue_size) of
         {queue_size, N} -> N >= ?BUSY_QUEUE;
         undefined -> false
+    end.
+
+%% @doc Bytes send/2 handed to the driver that never reached the kernel
+%% and never will: what the driver dropped when a send timed out and
+%% closed the socket (`send_timeout_close') or a write failed, and every
+%% send after that, each taken (port_command/2 returns at once) and
+%% refused later by an `inet_reply' error the connection only reaches
+%% behind the chunks it is still echoing (a client that reads nothing had
+%% 7 MB counted as sent where the kernel took 4.7). The port's `output'
+%% (all it was given) less the driver's `send_oct' (written to the
+%% kernel) and what it still queues, which gen_tcp:close/1 (close/1)
+%% waits to send.
+-spec unsent(#inet{}) -> non_neg_integer().
+unsent(#inet{sock = Sock}) ->
+    case {erlang:port_info(Sock, output), inet:getstat(Sock, [send_oct]),
+          erlang:port_info(Sock, queue_size)} of
+        {{output, Given}, {ok, [{send_oct, Written}]}, {queue_size, Queued}} ->
+            max(0, Given - Written - Queued);
+        _ ->
+            0
     end.
 
 -spec shutdown(#inet{}, read | write | read_write) -> ok | {error, term()}.

@@ -5,7 +5,9 @@
 %% that parked covers its whole life, as the start event's time says.
 %%
 %% This module is also the handler of its listeners: an echo that calls
-%% exit(normal) on `exit-normal'.
+%% exit(normal) on `exit-normal' and closes with the reason it is sent
+%% after `close-'; given a pid, it tells it of handle_close/1,
+%% handle_error/2 and terminate/2.
 -module(sluice_figures_SUITE).
 -behaviour(sluice_handler).
 
@@ -17,9 +19,11 @@
 -export([killed_conns_sup_counts_its_connections_closed/1,
          killed_conns_sup_counts_its_parked_connections_closed/1,
          handler_exit_normal_is_counted_as_crashed/1,
-         stop_event_of_a_parked_connection_covers_its_whole_life/1]).
+         stop_event_of_a_parked_connection_covers_its_whole_life/1,
+         handler_close_is_counted_by_the_name_it_gave/1,
+         bytes_out_after_a_send_timeout_is_what_the_kernel_took/1]).
 %% the handler
--export([init/2, handle_data/2]).
+-export([init/2, handle_data/2, handle_close/1, handle_error/2, terminate/2]).
 
 -define(WAIT, 5000).
 
@@ -33,7 +37,9 @@ all() ->
 
 groups() ->
     sluice_test_lib:backend_groups([killed_conns_sup_counts_its_connections_closed,
-                                    handler_exit_normal_is_counted_as_crashed]).
+                                    handler_exit_normal_is_counted_as_crashed,
+                                    handler_close_is_counted_by_the_name_it_gave,
+                                    bytes_out_after_a_send_timeout_is_what_the_kernel_took]).
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -59,13 +65,24 @@ end_per_testcase(_Case, Config) ->
 
 %%% The handler -------------------------------------------------------
 
-init(_Conn, _Opts) ->
-    {ok, none}.
+init(_Conn, Opts) ->
+    {ok, Opts}.
 
 handle_data(<<"exit-normal">>, _State) ->
     exit(normal);
+handle_data(<<"close-", Reason/binary>>, State) ->
+    {close, binary_to_term(Reason), State};
 handle_data(Data, State) ->
     {reply, Data, State}.
+
+handle_close(State) -> tell(State, handle_close).
+
+handle_error(Why, State) -> tell(State, {handle_error, Why}).
+
+terminate(Reason, State) -> tell(State, {terminate, Reason}).
+
+tell(Pid, What) when is_pid(Pid) -> Pid ! {?MODULE, What}, ok;
+tell(_State, _What) -> ok.
 
 %%% Cases -------------------------------------------------------------
 
@@ -150,7 +167,62 @@ stop_event_of_a_parked_connection_covers_its_whole_life(Config) ->
     end,
     assert_figures(Name, 1, #{peer_closed => 1}).
 
+%% A reason a handler closes with is its own, however it looks: counted
+%% by the name it gave (`handler' for any but a close reason's name, as
+%% docs/handler.md says), with terminate/2 only. (Until 2026-12 the
+%% library took `{shutdown, _}' for its own shutdown and counted a drain,
+%% `{error, _}' for a socket error, counted so and told
+%% handle_error({socket_error, _}), and `closed' for the client's close,
+%% with handle_close/1.)
+handler_close_is_counted_by_the_name_it_gave(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{handler => {?MODULE, self()}}),
+    Port = sluice_test_lib:port(Name),
+    Reasons = [{shutdown, bye}, {error, bad_request}, closed, drained,
+               {protocol_error, bad}, normal],
+    [begin
+         [S] = echoed(Port, 1),
+         ok = gen_tcp:send(S, <<"close-", (term_to_binary(R))/binary>>),
+         ok = sluice_test_lib:expect_closed(S, ?WAIT),
+         receive {?MODULE, Last} -> ?assertEqual({R, {terminate, R}}, {R, Last}) end
+     end || R <- Reasons],
+    ok = sluice_test_lib:wait_info(Name, closed, length(Reasons), ?WAIT),
+    receive {?MODULE, More} -> ct:fail({callback_after_terminate, More}) after 100 -> ok end,
+    assert_figures(Name, length(Reasons), #{handler => 4, drained => 1, protocol_error => 1}).
+
+%% A client that sends and reads nothing: the send timeout ends its
+%% connection, and `bytes_out' is what the kernel took (at most what the
+%% two sockets' buffers hold), not what the connection handed the inet
+%% driver. (Until 2026-12 inet counted every echo of the chunks still in
+%% the mailbox, made after the driver had closed the socket and refused
+%% them: several MB against a few hundred KB.)
+bytes_out_after_a_send_timeout_is_what_the_kernel_took(Config) ->
+    Name = ?config(name, Config),
+    Buf = 65536,
+    sluice_test_lib:start_listener(Name, #{handler => {?MODULE, []},
+                                           socket_opts => [{send_timeout, 200}, {sndbuf, Buf}]}),
+    {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name), [{recbuf, Buf}, {sndbuf, Buf}]),
+    Chunk = binary:copy(<<"x">>, 65536),
+    Sent = flood(S, Chunk, 0, 128),
+    ok = sluice_test_lib:wait_info(Name, closed, 1, ?WAIT),
+    _ = gen_tcp:close(S),
+    #{bytes_in := In, bytes_out := Out, close_reasons := #{socket_error := 1}} = sluice:info(Name),
+    %% What the kernel can hold: both buffers (which Linux doubles), and
+    %% what is in flight between them.
+    ct:log("client sent ~p, server read ~p and sent ~p", [Sent, In, Out]),
+    ?assert(Out =< 16 * Buf, {bytes_out, Out, read, In}).
+
 %%% Helpers -----------------------------------------------------------
+
+%% Send Chunk up to N times, until a send fails; what was sent.
+flood(_S, _Chunk, Sent, 0) ->
+    Sent;
+flood(S, Chunk, Sent, N) ->
+    case gen_tcp:send(S, Chunk) of
+        ok -> flood(S, Chunk, Sent + byte_size(Chunk), N - 1);
+        {error, _} -> Sent
+    end.
+
 
 %% N connections, each answered once.
 echoed(Port, N) ->
