@@ -146,9 +146,17 @@ conn(#{name := Name, transport := T}, Sock, Proxy, TS) ->
                    _ -> Conn#{proxy => Proxy}
                end, T:info(TS)).
 
-%% Bytes read after a PROXY header are the client's first data; the TLS
-%% transport puts them back in front of its stream itself.
-prefix(sluice_transport_ssl, _Prefix) -> <<>>;
+%% Bytes read after a PROXY header are the client's first data. The
+%% library's transports put them back in front of their stream themselves
+%% (handshake/2's `prefix'), so the first grant delivers them behind what
+%% init/2 queued: handed to the handler here, before the loop, they
+%% overtook the handler's own sluice:send/2 (and messages to itself) of
+%% init/2, whose data then went out after the reply to the client's
+%% first request, unlike without the PROXY protocol. A transport of the
+%% user's gets them here, as before.
+prefix(T, _Prefix) when T =:= sluice_transport_ssl; T =:= sluice_transport_inet;
+                        T =:= sluice_transport_socket ->
+    <<>>;
 prefix(_T, Prefix) -> Prefix.
 
 %% A connection that never reached its handler: counted and, because the
@@ -171,8 +179,9 @@ start(S, #{opts := #{handler := {_, HOpts}}}, Conn, Prefix) ->
             sluice_conn_close:linger_close(Out, Reason, S2)
     end.
 
-%% Bytes that came in the PROXY header's read were not delivered by a
-%% grant: they go to the handler before the first one, which is then
+%% Bytes that came in the PROXY header's read, on a transport of the
+%% user's (the library's put them back, prefix/2), were not delivered by
+%% a grant: they go to the handler before the first one, which is then
 %% whole. (Granting first and handling them as a chunk would count a
 %% chunk the transport never sent, and with `false' start a second read
 %% beside the first: the inet driver refuses it and the connection died.)

@@ -226,9 +226,17 @@ closed_or(_Sock, Result) ->
 
 %% @doc Nothing to negotiate; the one option an accepted socket does not
 %% inherit from its listen socket (see accept/2) is set here, in the
-%% connection process, when the listener has it.
+%% connection process, when the listener has it. Bytes already read after
+%% a PROXY header (`prefix') are put back in front of the stream, as the
+%% TLS transport does: the first grant delivers them, behind whatever
+%% init/2 queued for the process (its own sluice:send/2, a message to
+%% itself), as any later chunk comes.
 -spec handshake(gen_tcp:socket(), sluice_transport:conn_opts()) -> {ok, #inet{}} | {error, term()}.
-handshake(Sock, #{socket_opts := SocketOpts}) ->
+handshake(Sock, Opts = #{socket_opts := SocketOpts}) ->
+    _ = case maps:get(prefix, Opts, <<>>) of
+            <<>> -> ok;
+            Prefix -> gen_tcp:unrecv(Sock, Prefix)
+        end,
     {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
     case lists:keyfind(priority, 1, SocketOpts) of
         false ->

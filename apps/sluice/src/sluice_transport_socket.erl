@@ -40,7 +40,10 @@
 %% (the NIF holds a select: its message comes when data does), `woken' (a
 %% wake-up to ourselves is queued) or `ready' (data may be there, but the
 %% grant was used: read on the next grant).
--type reading() :: idle | {selecting, reference()} | woken | ready | closed.
+%% `{prefix, Bytes}': bytes read after a PROXY header (handshake/2), the
+%% first chunk to deliver, once granted.
+-type reading() :: idle | {selecting, reference()} | woken | ready | closed
+                 | {prefix, binary()}.
 
 -record(sk, {sock :: socket:socket(),
              full :: pos_integer(),         % socket_opts' buffer
@@ -146,12 +149,22 @@ reason_only(Result) -> Result.
 
 %%% The connection
 
+%% Bytes already read after a PROXY header (`prefix') are the first chunk
+%% the first grant delivers (kick/1), as the other transports put them
+%% back in front of their stream: behind whatever init/2 queued for the
+%% process (its own sluice:send/2, a message to itself), as any later
+%% chunk comes.
 -spec handshake(socket:socket(), sluice_transport:conn_opts()) -> {ok, #sk{}} | {error, term()}.
-handshake(Sock, #{socket_opts := SocketOpts}) ->
+handshake(Sock, Opts = #{socket_opts := SocketOpts}) ->
     {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
     {send_timeout, SendTimeout} = lists:keyfind(send_timeout, 1, SocketOpts),
+    Reading = case maps:get(prefix, Opts, <<>>) of
+                  <<>> -> idle;
+                  Prefix -> {prefix, Prefix}
+              end,
     case set_priority(Sock, lists:keyfind(priority, 1, SocketOpts)) of
-        ok -> {ok, #sk{sock = Sock, full = Buffer, ask = Buffer, send_timeout = SendTimeout}};
+        ok -> {ok, #sk{sock = Sock, full = Buffer, ask = Buffer, send_timeout = SendTimeout,
+                       reading = Reading}};
         {error, _} = Error -> Error
     end.
 
@@ -175,6 +188,9 @@ kick(T = #sk{grant = 0}) -> T;
 kick(T = #sk{reading = R, sock = Sock}) when R =:= idle; R =:= ready ->
     self() ! {?MODULE, Sock, wake},
     T#sk{reading = woken};
+kick(T = #sk{reading = {prefix, _}, sock = Sock}) ->
+    self() ! {?MODULE, Sock, prefix},
+    T;
 kick(T) -> T.
 
 -spec classify(term(), #sk{}) -> sluice_transport:classified().
@@ -190,6 +206,12 @@ classify({'$socket', Sock, _, _}, T = #sk{sock = Sock}) ->
     %% The answer to a select that was cancelled, or to a send.
     {ignore, T};
 classify({?MODULE, Sock, wake}, T = #sk{sock = Sock}) ->
+    {ignore, T};
+classify({?MODULE, Sock, prefix}, T = #sk{sock = Sock, reading = {prefix, Prefix}}) ->
+    %% The PROXY header's leftover, delivered as a read; the socket may
+    %% hold more.
+    {data, Prefix, kick(used(T#sk{reading = ready}))};
+classify({?MODULE, Sock, prefix}, T = #sk{sock = Sock}) ->
     {ignore, T};
 classify(_, _) ->
     other.

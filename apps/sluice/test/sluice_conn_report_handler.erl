@@ -2,7 +2,9 @@
 %% (option `test_pid') what its init/2 was given (sluice:conn()), and the
 %% logger metadata of its process, then echoes every byte; or, with
 %% option `then => {Module, Opts}', hands the connection to that handler
-%% (an ack handler, say) once it has reported.
+%% (an ack handler, say) once it has reported. With `send_in_init =>
+%% Data', init/2 also sends Data with sluice:send/2 (the data goes out
+%% after init/2, before any reply to the client's bytes).
 -module(sluice_conn_report_handler).
 -behaviour(sluice_handler).
 
@@ -14,6 +16,10 @@ init(Conn, Opts = #{test_pid := Pid}) ->
                M -> M
            end,
     Pid ! {sluice_conn, self(), Conn, Meta},
+    ok = case Opts of
+             #{send_in_init := Data} -> sluice:send(Conn, Data);
+             _ -> ok
+         end,
     case Opts of
         #{then := {Mod, ModOpts}} -> wrap(Mod, Mod:init(Conn, ModOpts));
         _ -> {ok, Opts}

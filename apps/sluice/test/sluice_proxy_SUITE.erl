@@ -27,6 +27,7 @@
          v2_local_has_no_addresses/1,
          header_a_byte_at_a_time_is_read_whole/1,
          data_in_the_header_write_reaches_the_handler_intact/1,
+         own_send_in_init_goes_before_the_reply_to_data_in_the_header_write/1,
          missing_header_is_refused/1,
          malformed_headers_are_refused/1,
          v2_huge_length_is_refused_when_read/1,
@@ -48,6 +49,7 @@ cases() ->
      v1_tcp6_ipv4_mapped_reaches_the_handler, v1_unknown_reaches_the_handler,
      v2_proxy_with_tlvs_reaches_the_handler, v2_local_has_no_addresses,
      header_a_byte_at_a_time_is_read_whole, data_in_the_header_write_reaches_the_handler_intact,
+     own_send_in_init_goes_before_the_reply_to_data_in_the_header_write,
      missing_header_is_refused, malformed_headers_are_refused,
      v2_huge_length_is_refused_when_read, slow_header_is_closed_at_proxy_timeout,
      proxy_timeout_infinity_waits_for_the_header,
@@ -290,6 +292,36 @@ data_in_header_write(Config, Port) ->
             receive sent -> ok end,
             gen_tcp:close(S)
     end.
+
+%% A handler's own sluice:send/2 in init/2 goes out after init/2 and
+%% before the reply to the client's first bytes, as without the PROXY
+%% protocol, also when those bytes came in the header's read (in every
+%% delivery mode). They were handed to the handler before the loop took
+%% the send from the mailbox, and the client got "first" before "hello".
+own_send_in_init_goes_before_the_reply_to_data_in_the_header_write(Config) ->
+    Name = ?config(name, Config),
+    Header = <<"PROXY TCP4 192.0.2.1 198.51.100.7 56324 443\r\n">>,
+    lists:foreach(
+      fun(Active) ->
+              Port = listener(Config, #{active => Active,
+                                        handler => {sluice_conn_report_handler,
+                                                    #{test_pid => self(),
+                                                      send_in_init => <<"hello\n">>}}}),
+              Got = case ?config(transport, Config) of
+                        ssl ->
+                            %% The bytes after the header are the ClientHello.
+                            {ssl, S} = via_lb(Config, Port, Header, joined),
+                            ok = ssl:send(S, <<"first">>),
+                            sluice_tls_test_lib:recv_exactly(S, 11, 5000);
+                        _ ->
+                            {ok, S} = sluice_tls_test_lib:tcp_connect(Port),
+                            ok = gen_tcp:send(S, [Header, <<"first">>]),
+                            sluice_test_lib:recv_exactly(S, 11, 5000)
+                    end,
+              ?assertEqual({Active, <<"hello\nfirst">>}, {Active, Got}),
+              _ = reported(),
+              sluice_test_lib:stop_listener(Name)
+      end, [false, once, 1, adaptive, true]).
 
 %%% ------------------------------------------------------------------
 %%% Headers that are refused
