@@ -68,6 +68,7 @@ linger_close(Out, Reason, S) ->
 %% peer still sends until it closes or the deadline passes. One read is
 %% kept armed, or the peer's close would go unseen until the deadline.
 fin_then_discard(Reason, Deadline, S = #s{t = T}) ->
+    ok = queued_sends(Reason, S),
     _ = T:shutdown(S#s.ts, write),
     discard(Reason, Deadline, S, []).
 
@@ -134,7 +135,8 @@ kept_finish(Reason, S, Kept) ->
 %% see a socket error or a drain, so it is counted by the name it gave
 %% (sluice_stats:ended_by_handler/2) and gets terminate/2 only.
 -spec finish(term(), #s{}) -> no_return().
-finish(?BY_HANDLER(Reason), S = #s{t = T, ts = TS, stats = Stats}) ->
+finish(?BY_HANDLER(Reason) = ByHandler, S = #s{t = T, ts = TS, stats = Stats}) ->
+    ok = queued_sends(ByHandler, S),
     T:close(TS),
     sluice_stats:ended_by_handler(Stats, Reason),
     stop(Reason, S),
@@ -169,6 +171,30 @@ crash(Class, Reason, Stack, S = #s{t = T, ts = TS}) ->
     _ = {Class, Reason} =:= {exit, normal} andalso sluice_stats:crashed(S#s.stats),
     label(S#s.listener, Peer),
     erlang:raise(Class, Reason, Stack).
+
+%% A handler that closes (a `close' or `reply_close' result) right after
+%% sluice:send/2 calls of its own in the same callback: they go out before
+%% the close, behind the result's reply, as they would have without the
+%% close, and as gen_tcp:send/2 then close/1 deliver in a ranch protocol
+%% (they were dropped). So do the sends of other connections' handlers
+%% already queued here, which were told `ok' (a sluice:close/1 from
+%% elsewhere is not the handler's close: what is queued behind it goes
+%% as before). Sends that come after the FIN are refused as they were
+%% (discard_wait/4). Taken out of the mailbox in order; the rest of it is
+%% left as it is.
+queued_sends(?BY_HANDLER(_), S) ->
+    send_queued(S);
+queued_sends(_Reason, _S) ->
+    ok.
+
+send_queued(S) ->
+    receive
+        {'$sluice', none, {send, Data}} ->
+            _ = sluice_conn_handler:send(Data, S),
+            send_queued(S)
+    after 0 ->
+            ok
+    end.
 
 %% A connection that ends with a socket error: `bytes_out' counted every
 %% send the transport took, and what it took and then dropped (the inet

@@ -10,6 +10,8 @@
 %%   "bye X"       -> {reply_close, "X\n", asked, S}
 %%   "badio"       -> {reply, foo, S} (a reply that is not iodata)
 %%   "badlist"     -> {reply, [<<"a">>, 256], S} (a list that is not iodata)
+%%   "sendclose X" -> sluice:send/2 of "X1\n" and "X2\n", then {close, asked, S}
+%%   "sendbye X"   -> sluice:send/2 of "X1\n", then {reply_close, "X\n", asked, S}
 %% Anything else is echoed back as it came (chunks, without framing).
 %% Calls `{setopts, Opts}' and `{getopts, Names}' answer what
 %% sluice:setopts/2 and getopts/2 return in the connection process;
@@ -49,6 +51,13 @@ handle_data(Data, S = #{test := Test}) ->
         <<"bye ", X/binary>> -> {reply_close, [X, $\n], asked, S};
         <<"badio">> -> {reply, foo, S};
         <<"badlist">> -> {reply, [<<"a">>, 256], S};
+        <<"sendclose ", X/binary>> ->
+            ok = sluice:send(maps:get(conn, S), [X, <<"1\n">>]),
+            ok = sluice:send(maps:get(conn, S), [X, <<"2\n">>]),
+            {close, asked, S};
+        <<"sendbye ", X/binary>> ->
+            ok = sluice:send(maps:get(conn, S), [X, <<"1\n">>]),
+            {reply_close, [X, $\n], asked, S};
         _ -> {reply, Data, S}
     end.
 

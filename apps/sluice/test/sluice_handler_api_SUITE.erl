@@ -39,6 +39,7 @@
          length_framing_delivers_whole_frames_across_chunks/1,
          oversized_frame_sends_replies_owed_then_closes/1,
          close_with_replies_queued_sends_them_all_before_fin/1,
+         own_sends_before_a_close_result_go_out_before_it/1,
          drain_carried_on_closes_at_the_deadline/1,
          drain_deadline_reaches_a_hibernated_connection/1,
          second_drain_the_earlier_deadline_stands/1,
@@ -85,6 +86,7 @@ network_cases() ->
      length_framing_delivers_whole_frames_across_chunks,
      oversized_frame_sends_replies_owed_then_closes,
      close_with_replies_queued_sends_them_all_before_fin,
+     own_sends_before_a_close_result_go_out_before_it,
      drain_carried_on_closes_at_the_deadline,
      drain_deadline_reaches_a_hibernated_connection,
      second_drain_the_earlier_deadline_stands,
@@ -668,6 +670,30 @@ close_with_replies_queued_sends_them_all_before_fin(Config) ->
     ?assertEqual(byte_size(Big), recv_until_closed(S, 0)),
     ?expect({data, Pid, <<"close">>}),
     ?expect({terminate, Pid, asked}).
+
+%% A handler's own sluice:send/2 calls, then a `close' (or `reply_close')
+%% result in the same callback: what it sent goes out, in order, before
+%% the close (behind the reply_close's reply, as an own send goes behind
+%% a reply), as gen_tcp:send/2 then close/1 do in a ranch protocol; they
+%% were dropped, and the client got nothing (or only the reply).
+own_sends_before_a_close_result_go_out_before_it(Config) ->
+    {S, Pid} = api(Config, #{}),
+    ok = gen_tcp:send(S, <<"sendclose a">>),
+    ?assertEqual(<<"a1\na2\n">>, recv_all(S, <<>>)),
+    ?expect({terminate, Pid, asked}),
+    Name = ?config(name, Config),
+    {ok, S2} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    Pid2 = receive {init, P, _} -> P after 5000 -> error(no_init) end,
+    ok = gen_tcp:send(S2, <<"sendbye b">>),
+    ?assertEqual(<<"b\nb1\n">>, recv_all(S2, <<>>)),
+    ?expect({terminate, Pid2, asked}).
+
+%% Everything until the server's FIN.
+recv_all(S, Acc) ->
+    case gen_tcp:recv(S, 0, 5000) of
+        {ok, B} -> recv_all(S, <<Acc/binary, B/binary>>);
+        {error, closed} -> Acc
+    end.
 
 recv_until_closed(S, N) ->
     case gen_tcp:recv(S, 0, 10000) of
