@@ -525,10 +525,22 @@ output_queued(#tls{tcp = Sock}) ->
 %% ssl_alert.hrl); on an ssl whose socket or sender does not look as
 %% expected only the FIN goes out, and sluice_tls_SUITE's close_notify
 %% case says so.
+%%
+%% Unless the client is not reading the replies already queued: the
+%% sender would wait on the busy TCP socket, and the connection on the
+%% sender, for ssl's 5 s call timeout, past a drain's deadline and deaf
+%% to the client's close. Then the alert is handed over without waiting
+%% (it goes out behind those replies when the client reads them) and the
+%% FIN is left to close/1: sent now, it could overtake the alert.
 -spec shutdown(#tls{}, read | write | read_write) -> ok | {error, term()}.
-shutdown(#tls{ssl = S}, write) ->
-    _ = close_notify(S),
-    ssl:shutdown(S, write);
+shutdown(#tls{ssl = S, tcp = Tcp}, write) ->
+    case ?INET:queued(Tcp) of
+        false ->
+            _ = close_notify(S),
+            ssl:shutdown(S, write);
+        true ->
+            close_notify_later(S)
+    end;
 shutdown(#tls{ssl = S}, How) ->
     ssl:shutdown(S, How).
 
@@ -542,8 +554,24 @@ close_notify({sslsocket, _, [_Connection, Sender]}) when is_pid(Sender) ->
 close_notify(_) ->
     {error, no_close_notify}.
 
+%% (tls_sender:send_alert/2 is a cast, queued behind the sends before it.)
+close_notify_later({sslsocket, _, [_Connection, Sender]}) when is_pid(Sender) ->
+    try tls_sender:send_alert(Sender, ?CLOSE_NOTIFY_ALERT)
+    catch _:_ -> {error, no_close_notify}
+    end;
+close_notify_later(_) ->
+    {error, no_close_notify}.
+
+%% @doc ssl:close/1 sends its own close_notify, waiting on the sender (5 s
+%% at most), then waits for the peer's close (5 s more) before the socket
+%% closes. When the client is not reading what is queued, neither can
+%% come: the TCP socket is closed first, as the inet transport closes
+%% one (what is queued gets as long as it takes while it moves, 5 s if
+%% it does not), and ssl then finds it closed. A connection that ends
+%% (an idle timeout, a drain's deadline) is held no longer than on inet.
 -spec close(#tls{}) -> ok.
-close(#tls{ssl = S}) ->
+close(#tls{ssl = S, tcp = Tcp}) ->
+    _ = ?INET:queued(Tcp) andalso ?INET:close_socket(Tcp),
     _ = ssl:close(S),
     ok.
 

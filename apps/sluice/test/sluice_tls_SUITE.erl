@@ -31,6 +31,7 @@
          never_reading_flood_is_held_back_with_ssl_active_n_10/1,
          drain_sends_close_notify_before_fin/1,
          fin_without_close_notify_while_passive_closes/1,
+         drain_of_a_client_not_reading_is_not_held_by_close_notify/1,
          failed_handshakes_are_logged_about_once_a_second/1,
          bad_tls_opts_are_named_at_start/1,
          pem_files_in_tls_opts_work/1,
@@ -66,7 +67,8 @@ groups() ->
      {flow, [], [never_reading_flood_is_held_back,
                  never_reading_flood_is_held_back_with_ssl_active_n_10]},
      {closing, [], [drain_sends_close_notify_before_fin,
-                    fin_without_close_notify_while_passive_closes]},
+                    fin_without_close_notify_while_passive_closes,
+                    drain_of_a_client_not_reading_is_not_held_by_close_notify]},
      {options, [], [bad_tls_opts_are_named_at_start, pem_files_in_tls_opts_work,
                     certificate_out_of_its_validity_is_warned_at_start]}].
 
@@ -442,6 +444,37 @@ drain_sends_close_notify_before_fin(Config) ->
     ?assert(lists:member(23, Types)),
     ?assertEqual({21, <<>>}, {lists:last(Types), Partial}),
     _ = ssl:close(S),
+    receive {drained, R} -> ?assertEqual({ok, 0}, R) after 5000 -> error(drain_stuck) end,
+    ?assertEqual(1, reason_count(Name, drained)).
+
+%% A drain while the client is not reading a large reply (16 MiB queued
+%% on the TCP socket): the close_notify cannot go out before the bytes in
+%% front of it, and the connection does not wait for it. It waits for the
+%% client's close, up to the drain's deadline, answering what comes
+%% meanwhile: a sluice:send/2 from another process is told `{error,
+%% closed}' at once, and the client's reset ends it. (It used to wait on
+%% ssl's sender for 5 s first: the send waited that long, and a drain's
+%% deadline passed by as much.)
+drain_of_a_client_not_reading_is_not_held_by_close_notify(Config) ->
+    Name = ?config(name, Config),
+    Port = listener(Config, {sluice_api_handler, #{test => self()}}, #{}),
+    {ok, S} = sluice_tls_test_lib:connect(Port, Config),
+    Pid = receive {init, P, _} -> P after 5000 -> error(no_init) end,
+    Pid ! {say, binary:copy(<<"x">>, 16 * 1024 * 1024)},
+    receive {info, Pid, {say, _}} -> ok after 5000 -> error(no_say) end,
+    Self = self(),
+    spawn_link(fun() -> Self ! {drained, sluice:drain(Name, 10000)} end),
+    receive {drain, Pid} -> ok after 5000 -> error(no_drain) end,
+    timer:sleep(200),
+    T0 = erlang:monotonic_time(millisecond),
+    ?assertEqual({error, closed}, sluice:send(Pid, <<"late">>)),
+    Took = erlang:monotonic_time(millisecond) - T0,
+    ct:log("a send during the drain answered in ~b ms", [Took]),
+    ?assert(Took < 1000),
+    sluice_tls_test_lib:reset(S),
+    receive {terminate, Pid, Reason} -> ?assertEqual(drained, Reason)
+    after 5000 -> error(no_terminate)
+    end,
     receive {drained, R} -> ?assertEqual({ok, 0}, R) after 5000 -> error(drain_stuck) end,
     ?assertEqual(1, reason_count(Name, drained)).
 
