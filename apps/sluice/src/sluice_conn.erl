@@ -554,15 +554,12 @@ park(S = #s{timer = undefined, drain = undefined,
         {trap_exit, false} -> hand_over(S);
         {trap_exit, true} -> stay(S)
     end;
-park(S = #s{timer = undefined, drain = undefined}) ->
-    %% The listener parks, but this connection's handler has gained
-    %% handle_info/2 or handle_call/3 since the listener started (reloaded): it is
-    %% reached at its pid, which parking would change
-    %% (sluice_parking:parkable/1).
-    stay(S);
 park(S) ->
     %% A handler's timer, or a drain's deadline (draining/2), is running:
-    %% the process it would fire in must stay.
+    %% the process it would fire in must stay. Or the handler has gained
+    %% handle_info/2 or handle_call/3 since the listener started
+    %% (reloaded): it is reached at its pid, which parking would change
+    %% (sluice_parking:parkable/1).
     stay(S).
 
 %% Not parking: awake, as the sweep is told.

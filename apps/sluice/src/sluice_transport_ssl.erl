@@ -539,7 +539,7 @@ shutdown(#tls{ssl = S, tcp = Tcp}, write) ->
             _ = close_notify(S),
             ssl:shutdown(S, write);
         true ->
-            close_notify_later(S)
+            close_notify(S, send_alert)
     end;
 shutdown(#tls{ssl = S}, How) ->
     ssl:shutdown(S, How).
@@ -547,19 +547,17 @@ shutdown(#tls{ssl = S}, How) ->
 %% #alert{level = ?WARNING, description = ?CLOSE_NOTIFY, role = server}
 -define(CLOSE_NOTIFY_ALERT, {alert, 1, 0, undefined, server, undefined}).
 
-close_notify({sslsocket, _, [_Connection, Sender]}) when is_pid(Sender) ->
-    try tls_sender:send_and_ack_alert(Sender, ?CLOSE_NOTIFY_ALERT)
-    catch _:_ -> {error, no_close_notify}
-    end;
-close_notify(_) ->
-    {error, no_close_notify}.
+%% The alert through the connection's sender: `send_and_ack_alert' waits
+%% for it to be written, `send_alert' (a cast) queues it behind the sends
+%% before it.
+close_notify(S) ->
+    close_notify(S, send_and_ack_alert).
 
-%% (tls_sender:send_alert/2 is a cast, queued behind the sends before it.)
-close_notify_later({sslsocket, _, [_Connection, Sender]}) when is_pid(Sender) ->
-    try tls_sender:send_alert(Sender, ?CLOSE_NOTIFY_ALERT)
+close_notify({sslsocket, _, [_Connection, Sender]}, How) when is_pid(Sender) ->
+    try tls_sender:How(Sender, ?CLOSE_NOTIFY_ALERT)
     catch _:_ -> {error, no_close_notify}
     end;
-close_notify_later(_) ->
+close_notify(_, _How) ->
     {error, no_close_notify}.
 
 %% @doc ssl:close/1 sends its own close_notify, waiting on the sender (5 s

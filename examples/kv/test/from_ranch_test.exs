@@ -5,6 +5,7 @@ defmodule FromRanchTest do
   # and clients do between them what the page says ("With clients
   # connected"). (The page's Erlang blocks: sluice_from_ranch_SUITE.)
   use ExUnit.Case, async: false
+  import KV.TestWait
 
   @page Path.expand("../../../docs/from-ranch.md", __DIR__)
 
@@ -81,13 +82,5 @@ defmodule FromRanchTest do
     # (compiled from the page at run time: no alias for the compiler to check)
     handler = Module.concat([Chat, Handler])
     assert {:reply_close, "idle too long\n", :idle, _} = handler.handle_timeout(%{lines: 2})
-  end
-
-  defp wait_for(check, ms) do
-    cond do
-      check.() -> true
-      ms <= 0 -> false
-      true -> Process.sleep(10); wait_for(check, ms - 10)
-    end
   end
 end

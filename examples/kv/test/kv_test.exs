@@ -1,5 +1,6 @@
 defmodule KVTest do
   use ExUnit.Case, async: true
+  import KV.TestWait
 
   # The application's listener (config/config.exs: port 0 in tests).
   defp connect(listener \\ KV) do
@@ -90,13 +91,5 @@ defmodule KVTest do
   test "tls_opts can be a map" do
     spec = :sluice.child_spec(name: :kv_tls, handler: {KV, nil}, tls_opts: %{verify: :verify_none})
     assert %{start: {_, _, [:kv_tls, %{tls_opts: [verify: :verify_none]}]}} = spec
-  end
-
-  defp wait_for(check, ms) do
-    cond do
-      check.() -> true
-      ms <= 0 -> false
-      true -> Process.sleep(10); wait_for(check, ms - 10)
-    end
   end
 end
