@@ -17,11 +17,16 @@
 -export([child_spec/1, send/2, close/1, call/3, reply/2, peername/1, sockname/1,
          setopts/2, getopts/2]).
 
--export_type([conn/0, name/0, sockopt/0, sockopt_name/0]).
+-export_type([conn/0, name/0, sockopt/0, sockopt_name/0, dest/0]).
 
 -include_lib("kernel/include/logger.hrl").
 
 -type name() :: term().
+%% A connection as send/2, close/1 and call/3 take it: its conn(), its
+%% pid, or a name its handler registered it under, as gen_server takes
+%% one (an atom, `{global, Name}', `{via, Module, Name}': an Elixir
+%% Registry's `{:via, Registry, {Reg, Key}}').
+-type dest() :: conn() | pid() | atom() | {global, term()} | {via, module(), term()}.
 %% What a handler's init/2 gets: which listener, the connection process
 %% (for send/2, close/1 and call/3 from other processes), the raw socket
 %% with its transport module (for peername/1, sockname/1, setopts/2 and
@@ -407,42 +412,55 @@ format_error(Reason) ->
 %% sends to: `ok' at once, and the data goes out after the target's
 %% current callback (two connections sending to each other would otherwise
 %% wait for each other for ever).
--spec send(conn() | pid(), iodata()) -> ok | {error, term()}.
+-spec send(dest(), iodata()) -> ok | {error, term()}.
 send(#{pid := Pid}, Data) ->
     send(Pid, Data);
-send(Pid, Data) ->
+send(Dest, Data) ->
     %% Data that is not iodata is the caller's error, raised here (badarg,
     %% as gen_tcp:send/2 does): sent on, it failed in the connection and
     %% closed it.
     _ = is_binary(Data) orelse iolist_size(Data),
     case get('$initial_call') of
         {sluice_conn, _, _} ->
-            Pid ! {'$sluice', none, {send, Data}},
-            ok;
-        _ when Pid =:= self() ->
-            Pid ! {'$sluice', none, {send, Data}},
-            ok;
+            deliver(Dest, {'$sluice', none, {send, Data}});
+        _ when Dest =:= self() ->
+            deliver(Dest, {'$sluice', none, {send, Data}});
         _ ->
-            request(Pid, {send, Data}, infinity)
+            request(Dest, {send, Data}, infinity)
     end.
 
 %% @doc Close a connection from any process: what it has queued goes out,
 %% then FIN; the handler gets nothing more (terminate/2 with reason
-%% `closed_by_api'). Returns without waiting for the close.
--spec close(conn() | pid()) -> ok.
+%% `closed_by_api'). Returns without waiting for the close, `ok' even if
+%% the connection is gone or the name is not registered (as
+%% gen_server:cast/2).
+-spec close(dest()) -> ok.
 close(#{pid := Pid}) ->
     close(Pid);
-close(Pid) ->
-    Pid ! {'$sluice', none, close},
-    ok.
+close(Dest) ->
+    deliver(Dest, {'$sluice', none, close}).
+
+%% A message to a connection that may be gone, by pid or by any name
+%% gen_server takes, without waiting: `!' alone raised badarg for a name
+%% not registered, and did not take `{global, _}' or `{via, _, _}'.
+deliver(Pid, Msg) when is_pid(Pid) ->
+    Pid ! Msg,
+    ok;
+deliver(Name, Msg) when is_atom(Name) ->
+    try Name ! Msg of _ -> ok catch error:badarg -> ok end;
+deliver({global, Name}, Msg) ->
+    try global:send(Name, Msg) of _ -> ok catch _:_ -> ok end;
+deliver({via, Mod, Name}, Msg) ->
+    %% A name not registered: global exits, an Elixir Registry raises.
+    try Mod:send(Name, Msg) of _ -> ok catch _:_ -> ok end.
 
 %% @doc A request to a connection's handler (handle_call/3), answered with
 %% reply/2. The connection is its conn(), its pid or a name its handler
-%% registered (register/2), as gen_server:call/3 takes one. Fails like
+%% registered it under (dest()), as gen_server:call/3 takes one. Fails like
 %% gen_server:call/3: an exit if the connection is gone or does not answer
 %% within Timeout. A handler without handle_call/3 answers
 %% `{error, not_supported}'.
--spec call(conn() | pid() | atom(), term(), timeout()) -> term().
+-spec call(dest(), term(), timeout()) -> term().
 call(#{pid := Pid}, Request, Timeout) ->
     call(Pid, Request, Timeout);
 call(Pid, Request, Timeout) ->

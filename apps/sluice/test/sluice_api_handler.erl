@@ -18,7 +18,9 @@
 %% `state' answers the handler's state.
 %% Opts also take `init => close | crash' (init/2 fails, after reporting),
 %% `init => {reply_close, Bye}' (init/2 sends Bye, then closes)
-%% and `trap_exit => true' (init/2 sets it).
+%% and `trap_exit => true' (init/2 sets it); `global => Name' registers
+%% the connection under Name with global (init/2; the first connection
+%% only: the others find it taken).
 -module(sluice_api_handler).
 -behaviour(sluice_handler).
 
@@ -26,6 +28,7 @@
          handle_drain/1, handle_close/1, handle_error/2, terminate/2]).
 
 init(Conn, Opts = #{test := Test}) ->
+    _ = is_map_key(global, Opts) andalso global:register_name(maps:get(global, Opts), self()),
     Test ! {init, self(), Conn},
     %% for handle_error/2 and terminate/2 called with a state init/2 did
     %% not return (they must not be)

@@ -19,6 +19,7 @@
          call_reaches_handle_call_and_can_be_answered_later/1,
          call_without_handle_call_is_not_supported/1,
          call_to_a_closed_connection_exits/1,
+         names_as_gen_server_takes_them_reach_send_close_and_call/1,
          sys_state_is_the_handlers_state/1,
          send_from_another_process_is_ordered_counted_and_leaves_no_reply/1,
          send_to_a_closed_connection_is_an_error/1,
@@ -66,6 +67,7 @@ network_cases() ->
      call_reaches_handle_call_and_can_be_answered_later,
      call_without_handle_call_is_not_supported,
      call_to_a_closed_connection_exits,
+     names_as_gen_server_takes_them_reach_send_close_and_call,
      sys_state_is_the_handlers_state,
      send_from_another_process_is_ordered_counted_and_leaves_no_reply,
      send_to_a_closed_connection_is_an_error,
@@ -275,6 +277,44 @@ call_to_a_closed_connection_exits(Config) ->
 %% sys:get_state/1 and sys:replace_state/2 see the handler's state, as a
 %% gen_server's do its callback module's (they saw the loop's record); a
 %% fun that raises leaves the connection as it was.
+%% A connection registered under a name (here with global, as an Elixir
+%% Registry's `{:via, Registry, {Reg, Key}}' would be) is reached by
+%% send/2, close/1 and call/3 through that name, as gen_server's functions
+%% take one, from other processes and from another connection's handler;
+%% a name not registered: close/1 `ok' as gen_server:cast/2, send/2
+%% `{error, closed}', call/3 exits (close/1 raised badarg for an atom not
+%% registered, for `{global, _}' and `{via, _, _}').
+names_as_gen_server_takes_them_reach_send_close_and_call(Config) ->
+    Name = ?config(name, Config),
+    G = {?MODULE, ?FUNCTION_NAME, make_ref()},
+    {S, Pid} = api(Config, #{}, #{global => G}),
+    ?assertEqual({echo, hello}, sluice:call({global, G}, hello, 5000)),
+    ?assertEqual({echo, again}, sluice:call({via, global, G}, again, 5000)),
+    ok = sluice:send({via, global, G}, <<"by via\n">>),
+    ?assertEqual({ok, <<"by via\n">>}, recv_line(S)),
+    ok = sluice:send({global, G}, <<"by global\n">>),
+    ?assertEqual({ok, <<"by global\n">>}, recv_line(S)),
+    %% from another connection's handler, which does not wait
+    {ok, B} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    PidB = receive {init, P, _} -> P after 5000 -> error(no_init) end,
+    PidB ! {send_to, {via, global, G}, <<"from b\n">>},
+    ?expect({sent, PidB, ok}),
+    ?assertEqual({ok, <<"from b\n">>}, recv_line(S)),
+    ok = sluice:close({via, global, G}),
+    ?assertEqual({error, closed}, gen_tcp:recv(S, 0, 3000)),
+    ?expect({terminate, Pid, closed_by_api}),
+    ok = sluice_test_lib:wait_until(fun() -> global:whereis_name(G) =:= undefined end, 3000),
+    Gone = {?MODULE, not_registered, make_ref()},
+    ?assertEqual(ok, sluice:close({global, Gone})),
+    ?assertEqual(ok, sluice:close({via, global, Gone})),
+    ?assertEqual(ok, sluice:close(sluice_api_suite_no_such_name)),
+    ?assertEqual({error, closed}, sluice:send({via, global, Gone}, <<"x">>)),
+    ?assertEqual({error, closed}, sluice:send(sluice_api_suite_no_such_name, <<"x">>)),
+    ?assertExit(_, sluice:call({global, Gone}, hello, 1000)),
+    PidB ! {send_to, {global, Gone}, <<"nobody\n">>},
+    ?expect({sent, PidB, ok}),
+    ok = gen_tcp:close(B).
+
 sys_state_is_the_handlers_state(Config) ->
     {S, Pid} = api(Config, #{}),
     Self = self(),
