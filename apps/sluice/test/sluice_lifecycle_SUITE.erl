@@ -31,6 +31,7 @@
          drain_flushes_mailbox_then_fin/1,
          drain_closes_what_is_left_at_the_deadline/1,
          resume_after_drain_serves_new_connections/1,
+         drain_leaves_nothing_held_once_its_connections_are_gone/1,
          port_can_be_bound_again_right_after_stop/1,
          two_listen_sockets_share_the_port/1]).
 
@@ -57,6 +58,7 @@ groups() ->
                   {group, drain_modes},
                   drain_closes_what_is_left_at_the_deadline,
                   resume_after_drain_serves_new_connections,
+                  drain_leaves_nothing_held_once_its_connections_are_gone,
                   port_can_be_bound_again_right_after_stop]},
      {drain_modes, [], [{group, M} || M <- [active_false, active_once, active_100, active_true]]},
      {active_false, [], [drain_flushes_mailbox_then_fin]},
@@ -625,6 +627,35 @@ resume_after_drain_serves_new_connections(Config) ->
     after 0 -> ok
     end,
     ?assertMatch(#{status := running, connections := 1}, sluice:info(Name)).
+
+%% The connection supervisor forgets each drained connection as it goes:
+%% after a drain of 1,000 connections and a resume its heap is back to
+%% what it was with none (it kept the drain's map of all of them, about
+%% 100 bytes each, until the next drain).
+drain_leaves_nothing_held_once_its_connections_are_gone(Config) ->
+    Name = ?config(name, Config),
+    Port = echo_listener(Config, #{num_conns_sups => 1, max_connections => infinity}),
+    [Sup] = sluice_test_lib:conns_sups(Name),
+    Empty = sup_memory(Sup),
+    N = 1000,
+    Socks = [connect(Port) || _ <- lists:seq(1, N)],
+    ok = sluice_test_lib:wait_info(Name, connections, N, 10000),
+    Full = sup_memory(Sup),
+    ?assert(Full - Empty > 50 * N),
+    Self = self(),
+    spawn_link(fun() -> Self ! {drained, sluice:drain(Name, 10000)} end),
+    _ = [gen_tcp:close(S) || S <- Socks],
+    ?assertEqual({ok, 0}, receive {drained, R} -> R after 15000 -> error(drain_stuck) end),
+    ok = sluice:resume(Name),
+    After = sup_memory(Sup),
+    ?assert(After - Empty < 10 * N, {Empty, Full, After}).
+
+%% The supervisor's memory once it has collected (asked by a message it
+%% handles between others, so its state is the whole of its live heap).
+sup_memory(Sup) ->
+    true = erlang:garbage_collect(Sup),
+    {memory, M} = process_info(Sup, memory),
+    M.
 
 %% Default drain (no handle_drain/1) on the ack protocol: a client that has
 %% written frames and not read a single ack yet still gets every ack, in
