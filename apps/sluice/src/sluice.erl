@@ -220,7 +220,7 @@ wait_empty(Stats, Deadline) ->
 %% by the kernel once this returns), connections already open carry on.
 -spec suspend(name()) -> ok | {error, not_found}.
 suspend(Name) ->
-    with_sup(Name, fun(Sup) ->
+    with_sup(Name, fun(Sup, #{max_connections_wait := Wait}) ->
                            %% The listen sockets close first, and each
                            %% acceptor ends by itself once the connection it
                            %% may be admitting is counted and handed over:
@@ -232,7 +232,6 @@ suspend(Name) ->
                                ok -> ok;
                                {error, not_found} -> ok
                            end,
-                           #{max_connections_wait := Wait} = sluice_registry:lookup(Name, opts),
                            ok = wait_down(Acceptors, erlang:monotonic_time(millisecond)
                                           + Wait + ?ACCEPTOR_STOP_MS),
                            _ = supervisor:terminate_child(Sup, sluice_acceptors_sup),
@@ -266,8 +265,8 @@ wait_down([Ref | Refs], Deadline) ->
 %% and the listener stays suspended.
 -spec resume(name()) -> ok | {error, term()}.
 resume(Name) ->
-    with_sup(Name, fun(Sup) ->
-                           ok = resume_conns_sups(Name),
+    with_sup(Name, fun(Sup, Opts) ->
+                           ok = resume_conns_sups(Name, Opts),
                            case can_rebind(Name, Sup) of
                                ok ->
                                    case restart(Sup, sluice_listen_sockets) of
@@ -296,8 +295,7 @@ can_rebind(Name, Sup) ->
 
 %% Each connection supervisor stops draining the connections it starts
 %% (one restarted since has no drain to stop).
-resume_conns_sups(Name) ->
-    #{num_conns_sups := NS} = sluice_registry:lookup(Name, opts),
+resume_conns_sups(Name, #{num_conns_sups := NS}) ->
     _ = [sluice_conns_sup:resume(Sup)
          || I <- lists:seq(1, NS), Sup <- [sluice_registry:conns_sup(Name, I)], is_pid(Sup)],
     ok.
@@ -312,10 +310,20 @@ restart(Sup, Child) ->
 %% A listener that is being stopped is still in the registry for a moment
 %% after its supervisor has gone (or while it is going): calling into it
 %% then exits (noproc, shutdown), which means the listener is not there.
+%% `Fun' gets the supervisor and the options of the one row looked up:
+%% looked up again in the middle, the row of a listener stopped meanwhile
+%% was gone and the call raised a badmatch.
+%% One call at a time per listener (suspend/1, resume/1): a resume that
+%% came while a suspend waited for its acceptors reopened the sockets, and
+%% the suspend then stopped the acceptors: `suspended', the port open and
+%% its connects never served.
 with_sup(Name, Fun) ->
+    sluice_registry:with_lock(Name, fun() -> with_sup_alone(Name, Fun) end).
+
+with_sup_alone(Name, Fun) ->
     case sluice_registry:lookup(Name) of
-        {ok, #{sup := Sup}} ->
-            try Fun(Sup)
+        {ok, #{sup := Sup, opts := Opts}} ->
+            try Fun(Sup, Opts)
             catch exit:{Why, {_, call, _}} when Why =:= noproc; Why =:= normal;
                                                     Why =:= shutdown;
                                                     element(1, Why) =:= shutdown ->

@@ -373,8 +373,7 @@ modules(#st{listener = #{opts := #{handler := {H, _}}}}) ->
 %% counted its own reason, as a handler that traps exits does) with the
 %% reason a shutdown counts as, `drained': close_reasons still add up to
 %% closed, the listener carrying on.
-terminate_child(Pid, St = #st{stats = Stats,
-                              listener = #{opts := #{shutdown_timeout := Timeout}}}) ->
+terminate_child(Pid, St = #st{listener = #{opts := #{shutdown_timeout := Timeout}}}) ->
     exit(Pid, shutdown),
     Reason = receive
                  {'EXIT', Pid, R} -> R
@@ -382,18 +381,28 @@ terminate_child(Pid, St = #st{stats = Stats,
                      exit(Pid, kill),
                      receive {'EXIT', Pid, R} -> R end
              end,
-    _ = Reason =:= normal orelse sluice_stats:ended(Stats, {shutdown, Reason}),
-    gone(St),
+    shut_down(Reason, St),
     St#st{children = maps:remove(Pid, St#st.children)}.
 
+%% A connection this supervisor shut down is gone: counted closed and,
+%% unless it ended normally having counted its own reason (as a handler
+%% that traps exits does), as a shutdown counts, `drained'.
+shut_down(Reason, St = #st{stats = Stats}) ->
+    _ = Reason =:= normal orelse sluice_stats:ended(Stats, {shutdown, Reason}),
+    gone(St).
+
 %% Shut every connection down (`shutdown' exit), give them the listener's
-%% shutdown timeout, kill the rest, and account for each. Parked
-%% connections are closed here, like a connection that is shut down.
+%% shutdown timeout, kill the rest, and account for each as
+%% terminate_child/2 does: a listener that carries on after this
+%% supervisor (its own supervisor gave up and was restarted, sys:terminate/2)
+%% still has close_reasons that add up to closed. Parked connections are
+%% closed here, like a connection that is shut down.
 -spec terminate(term(), #st{}) -> no_return().
 terminate(Reason, St = #st{children = Children, listener = L, parked = Tab}) ->
     _ = [exit(Pid, shutdown) || Pid <- maps:keys(Children)],
     #{transport := T, opts := #{shutdown_timeout := Timeout}} = L,
-    _ = [begin T:close_socket(Sock), gone(St) end || Sock <- sluice_parking:sockets(Tab)],
+    _ = [begin T:close_socket(Sock), shut_down(shutdown, St) end
+         || Sock <- sluice_parking:sockets(Tab)],
     ok = sluice_stats:parked_reset(St#st.stats, St#st.index),
     TRef = case Timeout of
                infinity -> undefined;
@@ -406,8 +415,8 @@ wait_children(Children, _TRef, _St) when map_size(Children) =:= 0 ->
     ok;
 wait_children(Children, TRef, St) ->
     receive
-        {'EXIT', Pid, _} when is_map_key(Pid, Children) ->
-            gone(St),
+        {'EXIT', Pid, Why} when is_map_key(Pid, Children) ->
+            shut_down(Why, St),
             wait_children(maps:remove(Pid, Children), TRef, St);
         {timeout, TRef, kill_all} ->
             _ = [exit(Pid, kill) || Pid <- maps:keys(Children)],

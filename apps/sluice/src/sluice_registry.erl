@@ -12,10 +12,12 @@
 
 -export([start_link/0, register_listener/3, lookup/1, lookup/2, set/3,
          set_conns_sup/3, conns_sup/2, count_accept_error/2, accept_errors/1,
-         listeners/0]).
+         listeners/0, with_lock/2]).
 -export([init/1, handle_call/3, handle_cast/2, handle_info/2]).
 
 -define(TAB, ?MODULE).
+%% How often a caller of with_lock/2 looks again at a lock held by another.
+-define(LOCK_POLL_MS, 2).
 
 -spec start_link() -> {ok, pid()} | ignore | {error, term()}.
 start_link() ->
@@ -72,6 +74,44 @@ accept_errors(Name) ->
 listeners() ->
     ets:select(?TAB, [{{{listener, '$1'}, '_'}, [], ['$1']}]).
 
+%% @doc Run `Fun' alone among the processes that call this with the same
+%% listener name: sluice:suspend/1 and resume/1 each take several steps on
+%% the listener's supervisor (its sockets, then its acceptors), and
+%% interleaved they left the port open with no acceptor (connects taken by
+%% the kernel and never served) or acceptors on closed sockets. A row of
+%% the table, not a call to this server, which a listener that stops may
+%% keep busy; a lock whose holder died is taken over. Re-entrant.
+-spec with_lock(term(), fun(() -> T)) -> T.
+with_lock(Name, Fun) ->
+    Key = {lock, Name},
+    case lock(Key) of
+        held ->
+            Fun();
+        taken ->
+            try Fun()
+            after ets:delete_object(?TAB, {Key, self()})
+            end
+    end.
+
+lock(Key) ->
+    case ets:insert_new(?TAB, {Key, self()}) of
+        true ->
+            taken;
+        false ->
+            case ets:lookup(?TAB, Key) of
+                [{_, Holder}] when Holder =:= self() ->
+                    held;
+                [{_, Holder}] ->
+                    _ = case is_process_alive(Holder) of
+                            true -> receive after ?LOCK_POLL_MS -> ok end;
+                            false -> ets:delete_object(?TAB, {Key, Holder})
+                        end,
+                    lock(Key);
+                [] ->
+                    lock(Key)
+            end
+    end.
+
 %% gen_server
 
 -spec init([]) -> {ok, #{reference() => term()}}.
@@ -119,6 +159,7 @@ handle_info({'DOWN', MRef, process, Sup, _}, Monitors) ->
                 {ok, #{sup := Sup}} -> delete_rows(Name);
                 _ -> ok   % already replaced by a newer supervisor
             end,
+            ok = delete_dead_lock(Name),
             {noreply, Rest};
         error ->
             {noreply, Monitors}
@@ -138,6 +179,18 @@ insert_listener(Name, Sup, Info, Monitors) ->
     true = ets:insert(?TAB, {{listener, Name}, Info#{sup => Sup}}),
     MRef = erlang:monitor(process, Sup),
     {reply, ok, Monitors#{MRef => {Name, Sup}}}.
+
+%% A lock (with_lock/2) left by a process that died holding it, on a
+%% listener that is gone: nobody may come to take it over. One whose holder
+%% lives is deleted by that holder.
+delete_dead_lock(Name) ->
+    case ets:lookup(?TAB, {lock, Name}) of
+        [{_, Holder} = Row] ->
+            _ = is_process_alive(Holder) orelse ets:delete_object(?TAB, Row),
+            ok;
+        [] ->
+            ok
+    end.
 
 delete_rows(Name) ->
     _ = ets:select_delete(?TAB, [{{{listener, Name}, '_'}, [], [true]},
