@@ -9,9 +9,16 @@
 %%  <li>`[sluice, connection, stop]': `#{duration, monotonic_time}'
 %%      (native time units; `monotonic_time' less `duration' is the start
 %%      event's `monotonic_time'); `#{listener, pid, reason}'. When it
-%%      ends, for any reason: `closed' (the client closed), `idle_timeout',
-%%      `{protocol_error, Why}', `{error, Why}' (a socket error), what a
-%%      handler closed with, or what it raised. The `pid' is the process
+%%      ends, for any reason, which is the one terminate/2 gets: `closed'
+%%      (the client closed), `idle_timeout', `drained' (a drain, or its
+%%      deadline), `timeout' (a result's Timeout with no
+%%      handle_timeout/1), `closed_by_api' (sluice:close/1),
+%%      `{protocol_error, Why}', `{error, Why}' (a socket error),
+%%      `{shutdown, Why}' (see below), what a handler closed with, as it
+%%      gave it (a handler's `closed' looks like the client's: info/1's
+%%      `close_reasons' tells them apart), or what it raised; also after an
+%%      init/2 that raised or returned `{close, Reason}', which gets no
+%%      terminate/2. The `pid' is the process
 %%      that ended: for a connection that parked (`park_after'), not the
 %%      one of its start event. Not when an exit signal ends the process
 %%      without its handler's terminate/2: the listener's shutdown

@@ -12,6 +12,7 @@
          init_per_testcase/2, end_per_testcase/2]).
 -export([start_and_stop_of_a_connection_the_client_closes/1,
          stop_says_why_the_connection_ended/1,
+         stop_reasons_of_the_library_are_those_documented/1,
          a_failed_accept_is_an_event/1,
          without_telemetry_nothing_is_called_and_nothing_breaks/1]).
 
@@ -22,6 +23,7 @@ suite() -> [{timetrap, {seconds, 30}}].
 all() ->
     [start_and_stop_of_a_connection_the_client_closes,
      stop_says_why_the_connection_ended,
+     stop_reasons_of_the_library_are_those_documented,
      a_failed_accept_is_an_event,
      without_telemetry_nothing_is_called_and_nothing_breaks].
 
@@ -110,6 +112,30 @@ stop_says_why_the_connection_ended(Config) ->
                                   framing => {line, #{max => 4}}}, <<"much too long\n">>)),
     ?assertEqual(crash_requested,
                  Ended(crash, #{handler => {sluice_test_handler, #{}}}, <<"crash">>)).
+
+%% The library's other reasons, as sluice_telemetry and the README list
+%% them (they listed only the client's close, the idle timeout, a
+%% protocol or socket error and the handler's own): a drain, a result's
+%% Timeout with no handle_timeout/1, sluice:close/1; one start and one
+%% stop each, whatever the reason.
+stop_reasons_of_the_library_are_those_documented(Config) ->
+    Name = ?config(name, Config),
+    Ended = fun(Suffix, Handler, End) ->
+                    L = {Name, Suffix},
+                    sluice_test_lib:start_listener(L, #{handler => Handler}),
+                    {ok, Sock} = sluice_test_lib:connect(sluice_test_lib:port(L)),
+                    {_, #{pid := Pid}} = event([sluice, connection, start], L),
+                    End(L, Pid),
+                    {_, #{pid := Pid, reason := Reason}} = event([sluice, connection, stop], L),
+                    ok = sluice_test_lib:expect_closed(Sock, ?WAIT),
+                    nothing_more(L),
+                    Reason
+            end,
+    ?assertEqual(drained, Ended(drain, {sluice_proto_echo, []},
+                                fun(L, _Pid) -> {ok, _} = sluice:drain(L, 1000) end)),
+    ?assertEqual(timeout, Ended(timeout, {sluice_timeout_handler, 50}, fun(_, _) -> ok end)),
+    ?assertEqual(closed_by_api, Ended(api, {sluice_proto_echo, []},
+                                      fun(_L, Pid) -> ok = sluice:close(Pid) end)).
 
 %% `#{count => 1}', `#{listener, reason}' for every failed accept; the
 %% acceptor carries on.

@@ -48,6 +48,34 @@ counters_all_never_goes_down_when_a_node_is_missing_test() ->
     ?assertEqual(#{"a@h" => 1, "b@h" => 0},
                  maps:from_list([{N, V} || {{"sluice_node_up", N}, V} <- maps:to_list(OnlyA)])).
 
+%% The kernel's figures are a host's (every node of it reads the same
+%% /proc/net/netstat): `all' counts each host once. With nodes on two
+%% hosts (`--hosts') it is the sum of the two hosts' figures, not the
+%% first node's (it was 10, host h1's, where the hosts had 10 and 20; and
+%% 20 once h1's node was left out, then 10 again: a counter that went
+%% down); two nodes of one host, that host's figure; a scrape in which no
+%% node of a host answered has no `all', whose sum would go down.
+kernel_all_counts_each_host_once_test() ->
+    K = fun(O, D) -> #{accepted => 1, kernel => #{listen_overflows => O, listen_drops => D}} end,
+    All = fun(PerNode, Missing) ->
+                  S = samples(sluice_prometheus:format(cluster(PerNode, Missing))),
+                  {maps:find({"sluice_listen_overflows_total", "all"}, S),
+                   maps:find({"sluice_listen_drops_total", "all"}, S)}
+          end,
+    ?assertEqual({{ok, 30}, {ok, 37}}, All(#{'a@h1' => K(10, 12), 'b@h2' => K(20, 25)}, [])),
+    %% the nodes of a host read it a moment apart: the latest figure
+    ?assertEqual({{ok, 31}, {ok, 38}},
+                 All(#{'a@h1' => K(10, 12), 'c@h1' => K(11, 13), 'b@h2' => K(20, 25)}, [])),
+    ?assertEqual({{ok, 11}, {ok, 13}}, All(#{'a@h1' => K(10, 12), 'c@h1' => K(11, 13)}, [])),
+    %% a node missing, another of its host answered: the host is counted
+    ?assertEqual({{ok, 30}, {ok, 37}},
+                 All(#{'a@h1' => K(10, 12), 'b@h2' => K(20, 25)}, ['c@h1'])),
+    ?assertEqual({error, error}, All(#{'a@h1' => K(10, 12)}, ['b@h2'])),
+    ?assertEqual({error, error}, All(#{'b@h2' => K(20, 25)}, ['a@h1'])),
+    %% each node's own series stays
+    S = samples(sluice_prometheus:format(cluster(#{'a@h1' => K(10, 12)}, ['b@h2']))),
+    ?assertEqual(10, maps:get({"sluice_listen_overflows_total", "a@h1"}, S)).
+
 %% Through sluice_cluster: a serving node that cannot be reached is
 %% missing from the scrape, and once node_down/1 took it out of the nodes
 %% asked (bin/sluice serve's loop, on nodedown) it stays missing: the
@@ -78,10 +106,14 @@ a_node_down_stays_missing_test_() ->
 cluster(PerNode, Missing) ->
     {ok, All} = maps:find(nodes, #{nodes => PerNode}),
     Sum = fun(K) -> lists:sum([maps:get(K, I, 0) || I <- maps:values(All)]) end,
-    #{connections => Sum(connections), accepted => Sum(accepted), bytes_in => Sum(bytes_in),
-      accept_errors => #{emfile => lists:sum([maps:get(emfile, maps:get(accept_errors, I))
-                                              || I <- maps:values(All)])},
-      nodes => PerNode, missing => Missing}.
+    %% as sluice_cluster:info/2 builds it: the first node's map (its
+    %% kernel figures among them) under the sums
+    [First | _] = maps:values(All),
+    First#{connections => Sum(connections), accepted => Sum(accepted), bytes_in => Sum(bytes_in),
+           accept_errors => #{emfile => lists:sum([maps:get(emfile, maps:get(accept_errors, I, #{}),
+                                                            0)
+                                                   || I <- maps:values(All)])},
+           nodes => PerNode, missing => Missing}.
 
 %% {Metric, Node} => value of a text's samples (accept errors: reason="all").
 samples(Text) ->

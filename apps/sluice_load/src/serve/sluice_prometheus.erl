@@ -6,7 +6,8 @@
 %% with the sum. `sluice_accept_errors_total' also has `reason': one series
 %% per reason seen and `reason="all"' with their sum (present even at 0).
 %% `sluice_listen_overflows_total' and `sluice_listen_drops_total' are the
-%% host's kernel counters (sluice_kernel), the same on every node of a host.
+%% host's kernel counters (sluice_kernel), the same on every node of a host;
+%% their `all' counts each host once (kernel_rows/2).
 %% `sluice_node_up' is 1 for each node that answered, 0 for each that did
 %% not (sluice_cluster's `missing': down, or over the timeout); in such a
 %% scrape the counters have no `node="all"' series (see format/1).
@@ -23,7 +24,8 @@ series() ->
       "Open connections parked while idle (no process of their own)."},
      {"sluice_accepted_total", accepted, counter, "Connections accepted and admitted."},
      {"sluice_rejected_total", rejected, counter,
-      "Connections accepted and closed at once: over max_connections."},
+      "Connections accepted and closed at once: over max_connections, or shed when out of "
+      "file descriptors."},
      {"sluice_closed_total", closed, counter, "Connections that ended."},
      {"sluice_protocol_errors_total", protocol_errors, counter,
       "Connections closed for a protocol error."},
@@ -63,11 +65,11 @@ format(All = #{nodes := PerNode}) ->
               sample("sluice_accept_errors_total", [{"node", Node}, {"reason", "all"}],
                      lists:sum(maps:values(maps:get(accept_errors, I, #{}))))]
              || {Node, I} <- Rows(counter)]]
-        %% The kernel's: `all' is a host's figure, not a sum, and does
-        %% not lack a missing node's share.
+        %% The kernel's: `all' is each host's figure once, summed over
+        %% the hosts (kernel_rows/2).
         ++ [[header(Metric, counter, Help),
-             [sample(Metric, [{"node", Node}], maps:get(Key, maps:get(kernel, I, #{}), 0))
-              || {Node, I} <- WithAll]]
+             [sample(Metric, [{"node", Node}], maps:get(Key, Kernel, 0))
+              || {Node, Kernel} <- kernel_rows(Nodes, Missing)]]
             || {Metric, Key, Help} <- kernel_series()]
         ++ [header("sluice_node_up", gauge,
                    "1 if the node answered this scrape, 0 if it is down or did not answer "
@@ -82,10 +84,36 @@ format(All = #{nodes := PerNode}) ->
 reason(R) when is_atom(R) -> atom_to_list(R);
 reason(R) -> lists:flatten(io_lib:format("~0tp", [R])).
 
+%% Each node's kernel figures, and `all': every node of a host reads the
+%% same host-wide figures, so `all' is each host's once (the largest its
+%% nodes read, the last read), summed over the hosts. (It was the first
+%% node's: with `--hosts', one host's figure, and which host's changed
+%% with the nodes that answered, so the series went down.) A host none of
+%% whose nodes answered would lack its share and the sum would go down,
+%% which Prometheus takes for a counter reset: no `all' then, as for the
+%% counters. A node's host is what follows the `@' of its name.
+kernel_rows(Nodes, Missing) ->
+    Kernels = [{Node, maps:get(kernel, I, #{})} || {Node, I} <- Nodes],
+    Hosts = lists:usort([host(Node) || {Node, _} <- Nodes]),
+    case [M || M <- Missing, not lists:member(host(atom_to_list(M)), Hosts)] of
+        [] -> Kernels ++ [{"all", hosts_sum(Hosts, Kernels)}];
+        _HostGone -> Kernels
+    end.
+
+hosts_sum(Hosts, Kernels) ->
+    maps:from_list(
+      [{Key, lists:sum([lists:max([maps:get(Key, K, 0) || {Node, K} <- Kernels,
+                                                          host(Node) =:= Host])
+                        || Host <- Hosts])}
+       || {_, Key, _} <- kernel_series()]).
+
+host(Node) ->
+    lists:last(string:split(Node, "@")).
+
 %% The host's listen-queue drops (info/1's `kernel', sluice_kernel): what
 %% the clients saw that the listener never did. Host-wide and since boot,
-%% so every node of a host shows the same figure, and `all' is that figure,
-%% not a sum.
+%% so every node of a host shows the same figure (see kernel_rows/2 for
+%% `all').
 kernel_series() ->
     [{"sluice_listen_overflows_total", listen_overflows,
       "Connections the host's kernel dropped because an accept queue was full "
