@@ -442,13 +442,44 @@ system_terminate(Reason, _Parent, _Debug, St) ->
 -spec system_code_change(#st{}, module(), term(), term()) -> {ok, #st{}} | term().
 system_code_change(St = #st{listener = #{opts := #{handler := {H, _}}}, parked = Tab}, H,
                    OldVsn, Extra) ->
-    case sluice_parking:change_states(
-           Tab, fun(Parked) -> sluice_conn:code_change_parked(Parked, H, OldVsn, Extra) end) of
-        ok -> {ok, St};
-        Error -> Error
+    Change = fun(Parked) -> sluice_conn:code_change_parked(Parked, H, OldVsn, Extra) end,
+    case changed_parking(Change) of
+        {ok, Parking} ->
+            case sluice_parking:change_states(Tab, Change) of
+                ok -> {ok, lists:foldl(fun park_changed/2, St, Parking)};
+                Error -> Error
+            end;
+        Error ->
+            Error
     end;
 system_code_change(St, _Module, _OldVsn, _Extra) ->
     {ok, St}.
+
+%% A connection that parked while this process was suspended (the sweep's
+%% nudge was on its way when the upgrade began) has its state in the
+%% mailbox, not in the table: taken in after the code change, it kept
+%% the old version's state, and the connection crashed in the new code
+%% when it woke. Those states are changed with the table's, all or none:
+%% peeked at here, taken out (park_changed/2) only once every one has
+%% been changed. The mailbox is read only at a code change.
+changed_parking(Change) ->
+    %% As sluice_conn's queued/0: a receive takes in what has arrived.
+    receive '$sluice_conns_sup_nothing' -> ok after 0 -> ok end,
+    {messages, Msgs} = erlang:process_info(self(), messages),
+    change_parking([M || M = {sluice_park, _, _, _, _} <- Msgs], Change, []).
+
+change_parking([], _Change, Acc) ->
+    {ok, lists:reverse(Acc)};
+change_parking([{sluice_park, Pid, Sock, Parked, TS} | Rest], Change, Acc) ->
+    case Change(Parked) of
+        {ok, Parked2} -> change_parking(Rest, Change, [{Pid, Sock, Parked2, TS} | Acc]);
+        Error -> Error
+    end.
+
+park_changed({Pid, Sock, Parked, TS}, St) ->
+    receive
+        {sluice_park, Pid, Sock, _Old, _TS} -> park(Pid, Sock, Parked, TS, St)
+    end.
 
 %% sys:get_status/1 as a supervisor answers it (a gen_server's status with
 %% the supervisor's own part): supervisor:get_callback_module/1, which

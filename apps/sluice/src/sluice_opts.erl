@@ -254,7 +254,7 @@ validate(Opts) when is_list(Opts) ->
 validate(Opts) when is_map(Opts) ->
     case maps:is_key(handler, Opts) of
         false ->
-            {error, {missing_option, handler}};
+            {error, missing_handler(Opts)};
         true ->
             try
                 Merged = nested(maps:merge(defaults(), Opts)),
@@ -268,6 +268,15 @@ validate(Opts) when is_map(Opts) ->
     end;
 validate(_) ->
     {error, not_a_map}.
+
+%% Without a handler, an unknown option is the likelier fault: `hanlder',
+%% or thousand_island's `handler_module', was said as a missing handler,
+%% which sent readers looking for what they had written.
+missing_handler(Opts) ->
+    case [K || K <- maps:keys(Opts), not maps:is_key(K, defaults())] of
+        [K | _] -> {unknown_option, K};
+        [] -> {missing_option, handler}
+    end.
 
 %% @doc Options in a list, read as proplists and Elixir's Keyword read
 %% them: a bare atom is `{Atom, true}' (`[reuseport | Opts]') and the first
@@ -595,6 +604,10 @@ format_address(IP, Port) ->
 
 %% @doc A one-line, human description of a validation error.
 -spec format_error(term()) -> string().
+format_error({unknown_option, K}) when K =:= handler_module; K =:= handler_options ->
+    %% thousand_island's names for it
+    lists:flatten(io_lib:format("unknown option ~p (the handler and its options are one "
+                                "option: handler => {Module, Opts})", [K]));
 format_error({unknown_option, K}) ->
     lists:flatten(io_lib:format("unknown option ~p", [K]));
 format_error({missing_option, K}) ->

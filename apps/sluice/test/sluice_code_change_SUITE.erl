@@ -18,6 +18,7 @@
          init_per_testcase/2, end_per_testcase/2]).
 -export([an_upgrade_reaches_every_connections_handler/1,
          an_upgrade_reaches_the_parked_connections/1,
+         a_connection_that_parks_during_the_upgrade_is_changed/1,
          a_failed_code_change_keeps_the_state/1,
          a_handler_without_code_change_keeps_its_state/1,
          a_reloaded_handler_is_called_with_its_new_callbacks/1,
@@ -30,6 +31,7 @@ suite() -> [{timetrap, {seconds, 30}}].
 all() ->
     [an_upgrade_reaches_every_connections_handler,
      an_upgrade_reaches_the_parked_connections,
+     a_connection_that_parks_during_the_upgrade_is_changed,
      a_failed_code_change_keeps_the_state,
      a_handler_without_code_change_keeps_its_state,
      a_reloaded_handler_is_called_with_its_new_callbacks,
@@ -161,6 +163,35 @@ an_upgrade_reaches_the_parked_connections(Config) ->
     ?assertEqual([ok], lists:usort(upgrade(Procs, upgraded))),
     [?assertEqual(<<"v2:2:upgraded\n">>, ask(S)) || S <- Socks],
     [ok = gen_tcp:close(S) || S <- Socks].
+
+%% A connection nudged to park just before its supervisor is suspended
+%% parks after: its state waits in the suspended supervisor's mailbox,
+%% not in its table, when the supervisor's code change comes. It is
+%% changed too (it stayed v1's, and the connection crashed in v2's
+%% handle_data/2 when it woke). The nudge in flight is made certain here
+%% by suspending the connection before the sweep sends it.
+a_connection_that_parks_during_the_upgrade_is_changed(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{handler => {?H, []}, park_after => 50,
+                                           transport => inet, num_conns_sups => 1}),
+    Sock = connect(Name),
+    ?assertEqual(<<"v1:1\n">>, ask(Sock)),
+    [Conn] = sluice:connections(Name),
+    [Sup] = sluice_test_lib:conns_sups(Name),
+    ok = sys:suspend(Conn),
+    %% Not polled: a process_info/2 runs the process, which is then not
+    %% quiet for the sweep.
+    timer:sleep(1000),
+    ?assertMatch({messages, [{sluice_sweep, park}]}, erlang:process_info(Conn, messages)),
+    ok = sys:suspend(Sup),
+    Ref = erlang:monitor(process, Conn),
+    ok = sys:resume(Conn),
+    receive {'DOWN', Ref, process, Conn, normal} -> ok after 5000 -> ct:fail(did_not_park) end,
+    ok = load(Config, v2()),
+    ?assertEqual(ok, sys:change_code(Sup, ?H, "1", upgraded)),
+    ok = sys:resume(Sup),
+    ?assertEqual(<<"v2:2:upgraded\n">>, ask(Sock)),
+    ok = gen_tcp:close(Sock).
 
 %% code_change/3 refuses: sys:change_code/4 says so, as it does for a
 %% gen_server, and the state is kept: a live connection's, and the parked

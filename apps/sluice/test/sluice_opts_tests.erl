@@ -175,6 +175,20 @@ missing_handler_module_is_said_as_such_test() ->
     ?assertMatch("bad value for option handler: {lists,[]} (expected {Module, Opts} " ++ _,
                  sluice:format_error({bad_option, handler, {lists, []}})).
 
+%% A misspelt handler (`hanlder: {KV, t}'), or thousand_island's
+%% handler_module/handler_options, is an unknown option: it was said as
+%% `{missing_option, handler}', the one key the user had written. With
+%% nothing unknown, a missing handler is still said as missing.
+an_unknown_key_is_said_before_a_missing_handler_test() ->
+    ?assertEqual({error, {unknown_option, hanlder}},
+                 sluice_opts:validate([{port, 0}, {hanlder, ?HANDLER}])),
+    ?assertError({badarg, {unknown_option, handler_module}},
+                 sluice:child_spec([{port, 0}, {handler_module, 'Elixir.Echo'}])),
+    ?assertMatch("unknown option handler_module (the handler and its options are one "
+                 "option: handler => {Module, Opts})",
+                 sluice:format_error({unknown_option, handler_module})),
+    ?assertEqual({error, {missing_option, handler}}, sluice_opts:validate(#{port => 0})).
+
 %% The largest of each is taken, as gen_tcp and the socket NIF take it.
 socket_option_bounds_are_accepted_test() ->
     Good = [{recbuf, ?INT_MAX}, {sndbuf, 0}, {priority, 0}, {tos, 255},
