@@ -141,7 +141,15 @@ finish(?BY_HANDLER(Reason) = ByHandler, S = #s{t = T, ts = TS, stats = Stats}) -
     sluice_stats:ended_by_handler(Stats, Reason),
     stop(Reason, S),
     exit(normal);
-finish(Reason, S = #s{t = T, ts = TS, stats = Stats}) ->
+finish({error, closed}, S = #s{t = T, ts = TS}) ->
+    case sluice_transport:optional(T, closed_by_peer, [TS], false) of
+        true -> finish(closed, S);
+        false -> failed({error, closed}, S)
+    end;
+finish(Reason, S) ->
+    failed(Reason, S).
+
+failed(Reason, S = #s{t = T, ts = TS, stats = Stats}) ->
     ok = case Reason of
              {error, _} -> unsent(S);
              _ -> ok

@@ -143,6 +143,14 @@
 %% `bytes_out' gives them back. Optional: without it, none.
 -callback unsent(tstate()) -> non_neg_integer().
 
+%% Whether a send or a re-arm that failed with `closed' failed because the
+%% peer had closed: the connection then ends as the peer's close
+%% (handle_close/1, `peer_closed'), not as a socket error. For a layer
+%% that ends both directions at the peer's close (OTP 25's ssl, on its
+%% close_notify or FIN), where a reply can lose the race with it.
+%% Optional: without it, a socket error.
+-callback closed_by_peer(tstate()) -> boolean().
+
 %%% A handler's socket options (optional).
 
 %% Set socket options on a connection's raw socket (sluice:setopts/2),
@@ -159,7 +167,7 @@
     {ok, [sluice:sockopt()]} | {error, term()}.
 
 -optional_callbacks([park/1, parked_event/1, unpark/1, sent_ack/1, data_tag/1, unsent/1,
-                     setopts/2, getopts/2]).
+                     closed_by_peer/1, setopts/2, getopts/2]).
 
 %% @doc The callback module for a transport name or module.
 -spec module(inet | socket | ssl | module()) -> module().

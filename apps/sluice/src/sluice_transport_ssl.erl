@@ -31,6 +31,7 @@
          peername/1, sockname/1, setopts/2, getopts/2]).
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
          shutdown/2, close/1, info/1, socket/1]).
+-export([closed_by_peer/1]).
 -export([check_opts/1]).
 
 -include_lib("public_key/include/public_key.hrl").
@@ -67,7 +68,8 @@
 %% value ssl accepts (ssl's own check), none is a socket option (those
 %% belong in `socket_opts', or to the library), `handshake' is not
 %% `hello' (the library runs the whole handshake: a paused one would
-%% leave every connection hanging), the PEM files hold what their option
+%% leave every connection hanging), `session_tickets' is `disabled' (see
+%% check_tickets/1), the PEM files hold what their option
 %% says (a certificate, a private key), the private key can be read (with
 %% `password' if it is encrypted) and it is the certificate's.
 -spec check_opts(term()) -> ok | {error, term()}.
@@ -86,8 +88,25 @@ check_keys(TlsOpts) ->
         [] ->
             case lists:keyfind(handshake, 1, TlsOpts) of
                 {handshake, hello} -> {error, {handshake, {not_supported, hello}}};
-                _ -> check_ssl(TlsOpts)
+                _ -> check_tickets(TlsOpts)
             end
+    end.
+
+%% TLS 1.3 session tickets need the ticket store that ssl:listen/2 starts
+%% for its listen socket; ssl:handshake/3 on an accepted gen_tcp socket,
+%% as here, starts none (ssl 10.8: ssl:handshake/3 passes only a
+%% session_id_tracker), and every TLS 1.3 handshake then crashes in ssl
+%% as it issues the ticket (a gen_server call to `undefined' in
+%% tls_handshake_1_3:maybe_send_session_ticket/2): the client is told the
+%% handshake succeeded, then closed, and each connection leaves three
+%% crash reports. Refused at start instead. (`reuse_sessions', TLS 1.2's
+%% session IDs, is not concerned: ssl:handshake/3 starts a store for it.)
+check_tickets(TlsOpts) ->
+    case lists:keyfind(session_tickets, 1, TlsOpts) of
+        {session_tickets, Mode} when Mode =/= disabled ->
+            {error, {session_tickets, {not_supported, Mode}}};
+        _ ->
+            check_ssl(TlsOpts)
     end.
 
 check_ssl(TlsOpts) ->
@@ -176,6 +195,14 @@ utc(Seconds) ->
 
 check_files([]) ->
     ok;
+check_files([{sni_hosts, Hosts} | Rest]) when is_list(Hosts) ->
+    %% Each host's own certificate and key, as the listener's: a missing
+    %% file would fail every handshake for that name.
+    case [{sni_hosts, Host, Why} || {Host, HostOpts} <- Hosts, is_list(HostOpts),
+                                     {error, Why} <- [check_files(HostOpts, HostOpts)]] of
+        [Error | _] -> {error, Error};
+        [] -> check_files(Rest)
+    end;
 check_files([{K, File} | Rest]) when K =:= certfile; K =:= keyfile; K =:= cacertfile ->
     case pem_entries(File) of
         {ok, Types} ->
@@ -424,10 +451,18 @@ handshake(Sock, Opts = #{tls_opts := TlsOpts, handshake_timeout := Timeout,
     %% is active.
     _ = inet:setopts(Sock, [{buffer, tls_read(Buffer, maps:get(active, Opts, adaptive))},
                             {exit_on_close, true}]),
-    case ssl:handshake(Sock, quiet(TlsOpts), Timeout) of
+    try ssl:handshake(Sock, quiet(TlsOpts), Timeout) of
         {ok, SslSock} -> {ok, #tls{ssl = SslSock, tcp = Sock}};
         {ok, SslSock, _Ext} -> {ok, #tls{ssl = SslSock, tcp = Sock}};
         {error, Reason} -> {error, Reason}
+    catch
+        %% ssl's connection process died in the handshake (an `sni_fun'
+        %% that raises for the name a client sent, say): ssl reports that
+        %% crash itself, and its call exits here. A failed handshake,
+        %% counted and logged as one (rate-limited): a client that can
+        %% make it happen must not also crash this process, one more crash
+        %% report per connection, counted as a handler's `crashed'.
+        exit:{Why, {gen_statem, call, _}} -> {error, {ssl_crashed, Why}}
     end.
 
 %% The most one TCP read under TLS brings. ssl's connection process arms
@@ -502,9 +537,20 @@ pause(T = #tls{ssl = S}) ->
 
 %% @doc Encrypts and queues in the TLS sender process; it waits on the TCP
 %% socket, bounded by its send_timeout, not the caller.
+%% A TCP socket that has closed (exit_on_close, at the client's FIN) is
+%% `einval' to the sender's gen_tcp:send/2 (prim_inet's answer for a port
+%% that is gone): `closed', as the inet transport says it.
 -spec send(#tls{}, iodata()) -> ok | {error, term()}.
-send(#tls{ssl = S}, Data) ->
-    ssl:send(S, Data).
+send(#tls{ssl = S, tcp = Tcp}, Data) ->
+    case ssl:send(S, Data) of
+        ok -> ok;
+        {error, einval} = Error ->
+            case erlang:port_info(Tcp, id) of
+                undefined -> {error, closed};
+                _ -> Error
+            end;
+        Error -> Error
+    end.
 
 %% @doc What the TLS sender process could not write waits in the TCP
 %% socket's driver queue.
@@ -596,6 +642,28 @@ info(#tls{ssl = S}) ->
                sni => maps:get(sni_hostname, Info, undefined),
                alpn => Alpn,
                peer_cert => PeerCert}}.
+
+%% @doc Whether ssl ended the connection at the client's close: OTP 25's
+%% ssl has no half-close. A client's close_notify ends it in both
+%% directions, TLS 1.3 included (ssl_gen_statem:handle_alert/3 stops the
+%% connection process at any close_notify; terminate/3 answers with its
+%% own and closes the socket), and so does a FIN without one (ssl's
+%% `tcp_closed' clause in tls_gen_connection:handle_info/3; or, passive,
+%% the TCP socket that exit_on_close closed at the FIN, handshake/2). A
+%% reply that comes after that fails with `closed' where one just before
+%% got through: either way the client closed. The sign is ssl's own
+%% `{ssl_closed, S}', or the TCP socket closed (by ssl as it ended, or
+%% by exit_on_close at the FIN) with no `{ssl_error, S, _}' waiting (ssl
+%% tells a passive socket neither). Either message is taken: the
+%% connection ends now.
+-spec closed_by_peer(#tls{}) -> boolean().
+closed_by_peer(#tls{ssl = S, tcp = Tcp}) ->
+    receive
+        {ssl_closed, S} -> true;
+        {ssl_error, S, _} -> false
+    after 0 ->
+            erlang:port_info(Tcp, id) =:= undefined
+    end.
 
 -spec socket(#tls{}) -> gen_tcp:socket().
 socket(#tls{tcp = Sock}) ->
