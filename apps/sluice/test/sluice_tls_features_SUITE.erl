@@ -212,7 +212,12 @@ missing_client_certificate_is_a_handshake_error(Config) ->
 %% connections already up keep theirs.
 renewed_certificate_files_are_served_after_clear_pem_cache(Config) ->
     Name = ?config(name, Config),
-    Dir = ?config(priv_dir, Config),
+    %% A directory of its own: priv_dir is the whole run's, where other
+    %% suites write their server.pem, and ssl's cache may hold theirs
+    %% under the same path (which is what this test is about).
+    Dir = filename:join(?config(priv_dir, Config),
+                        "renew-" ++ integer_to_list(erlang:unique_integer([positive]))),
+    ok = file:make_dir(Dir),
     Old = sluice_tls_test_lib:server_opts(Config),
     #{server := New} = sluice_tls_test_lib:certs(),
     Files = [{certfile, _}, {keyfile, _}, _] = sluice_tls_test_lib:write_pem(Dir, Old),
