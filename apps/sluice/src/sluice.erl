@@ -12,8 +12,8 @@
 -module(sluice).
 
 -export([start_listener/2, stop_listener/1, stop_listener/2, drain/2,
-         suspend/1, resume/1, info/1, set_max_connections/2, child_spec/2,
-         listeners/0, connections/1, format_error/1]).
+         suspend/1, resume/1, info/1, set_max_connections/2, set_handler_opts/2,
+         get_handler_opts/1, child_spec/2, listeners/0, connections/1, format_error/1]).
 -export([child_spec/1, send/2, close/1, call/3, reply/2, peername/1, sockname/1,
          setopts/2, getopts/2]).
 
@@ -384,6 +384,51 @@ set_max_connections(Name, Max) when Max =:= infinity; is_integer(Max), Max >= 0 
     end;
 set_max_connections(_Name, Max) ->
     {error, {bad_option, max_connections, Max}}.
+
+%% @doc Change the options the listener's handler gets in `init/2', as
+%% ranch:set_protocol_options/2 does the protocol's (the handler module
+%% stays; the options are any term, as at start). Connections accepted
+%% after this returns get `HandlerOpts'; one being started meanwhile gets
+%% the old options or the new. Connections already running keep their
+%% state and are told nothing, and a parked one that wakes does not run
+%% `init/2' again. Returns once every connection supervisor of the
+%% listener has switched (ranch's returns before). The options stay over
+%% a suspend/1 and resume/1, a drain, and the restart of a connection
+%% supervisor; a restart of the whole listener from its child spec (its
+%% supervisor's, or the one child_spec/1,2 made) starts again from the
+%% options given there.
+-spec set_handler_opts(name(), term()) -> ok | {error, not_found}.
+set_handler_opts(Name, HandlerOpts) ->
+    %% Under the listener's lock (with_sup/2): two calls at once each
+    %% switch every connection supervisor in turn, and interleaved they
+    %% could leave some on one's options and some on the other's.
+    with_sup(Name, fun(_Sup, Opts = #{handler := {H, _}, num_conns_sups := NS}) ->
+                           New = Opts#{handler := {H, HandlerOpts}},
+                           %% The registry first: a connection supervisor
+                           %% that starts from now on reads it there
+                           %% (sluice_conns_sup:init/3); one that started
+                           %% before is told below.
+                           case sluice_registry:set(Name, opts, New) of
+                               ok ->
+                                   _ = [sluice_conns_sup:set_handler_opts(Sup, HandlerOpts)
+                                        || I <- lists:seq(1, NS),
+                                           Sup <- [sluice_registry:conns_sup(Name, I)],
+                                           is_pid(Sup)],
+                                   ok;
+                               {error, not_found} ->
+                                   {error, not_found}
+                           end
+                   end).
+
+%% @doc The options the listener's handler gets in `init/2' now: those it
+%% was started with, or the last set_handler_opts/2's (as
+%% ranch:get_protocol_options/1).
+-spec get_handler_opts(name()) -> {ok, term()} | {error, not_found}.
+get_handler_opts(Name) ->
+    case sluice_registry:lookup(Name) of
+        {ok, #{opts := #{handler := {_, HandlerOpts}}}} -> {ok, HandlerOpts};
+        error -> {error, not_found}
+    end.
 
 %% @doc The processes of a listener's live connections (parked
 %% connections have none), as ranch:procs/2 gives them: for tools that

@@ -40,7 +40,8 @@
 %% On every read (next/3).
 -compile({inline, [uncollected/2]}).
 
--export([template/2, init/3, wake/1, unpark/5, code_change_parked/4]).
+-export([template/2, template_handler_opts/2, init/3, wake/1, unpark/5,
+         code_change_parked/4]).
 %% the adaptive grant's rule, a pure function (sluice_conn_tests)
 -export([adapt_grant/5]).
 
@@ -69,6 +70,14 @@ template(L = #{name := Name, transport := T, stats := Stats,
         gc_after_bytes = GcAfter, timer_tag = make_ref(),
         has = sluice_conn_handler:optional(H)},
      L}.
+
+%% @doc `Template' with other options for the handler's init/2
+%% (sluice:set_handler_opts/2); the handler module and the rest are the
+%% same. A woken parked connection does not run init/2: unpark/5 reads
+%% none of it.
+-spec template_handler_opts(template(), term()) -> template().
+template_handler_opts({S0, L = #{opts := Opts = #{handler := {H, _}}}}, HandlerOpts) ->
+    {S0, L#{opts := Opts#{handler := {H, HandlerOpts}}}}.
 
 %% `adaptive' (the default) starts where the mailbox of a client that
 %% outruns its handler is small, and may grow while the client reads its

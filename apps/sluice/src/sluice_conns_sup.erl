@@ -23,7 +23,7 @@
 %% @private
 -module(sluice_conns_sup).
 
--export([start_link/2, start_connection/3, drain/2, resume/1]).
+-export([start_link/2, start_connection/3, drain/2, resume/1, set_handler_opts/2]).
 -export([init/3]).
 -export([system_continue/3, system_terminate/4, system_code_change/4, format_status/2]).
 
@@ -104,8 +104,20 @@ resume(Sup) ->
         exit:_ -> ok
     end.
 
+%% @doc The handler's options for the connections started from now on
+%% (sluice:set_handler_opts/2). A call, so that a connection accepted
+%% after it returns gets them.
+-spec set_handler_opts(pid(), term()) -> ok.
+set_handler_opts(Sup, HandlerOpts) ->
+    try gen:call(Sup, '$gen_call', {sluice_handler_opts, HandlerOpts}, infinity) of
+        {ok, ok} -> ok
+    catch
+        %% Gone: the one that replaces it reads them in the registry.
+        exit:_ -> ok
+    end.
+
 -spec init(pid(), sluice_listener_sup:listener(), pos_integer()) -> no_return().
-init(Parent, Listener = #{name := Name, transport := T, stats := Stats}, Index) ->
+init(Parent, Listener0 = #{name := Name, transport := T, stats := Stats}, Index) ->
     process_flag(trap_exit, true),
     %% An acceptor waits for this process to start each connection, so it
     %% runs at the acceptors' priority (see sluice_acceptor); its own work
@@ -121,6 +133,9 @@ init(Parent, Listener = #{name := Name, transport := T, stats := Stats}, Index) 
     _ = sluice_telemetry:refresh(),
     ok = sluice_stats:sup_reset(Stats, Index),
     ok = sluice_registry:set_conns_sup(Name, Index, self()),
+    %% Read after this process is published: a set_handler_opts/2 that
+    %% wrote the registry after this read finds this process to tell.
+    Listener = current_handler(Listener0),
     proc_lib:init_ack(Parent, {ok, self()}),
     Sweep = sluice_sweep:config(Listener, sluice_parking:parkable(Listener)),
     Tick = sluice_sweep:tick(Sweep),
@@ -129,6 +144,23 @@ init(Parent, Listener = #{name := Name, transport := T, stats := Stats}, Index) 
     loop(#st{parent = Parent, index = Index, listener = Listener, stats = Stats,
              tick = Tick, sweep = Sweep, parked = sluice_parking:new(T), woke = Woke,
              template = sluice_conn:template(Listener, Woke)}).
+
+%% The handler's options as the registry has them: those of the last
+%% sluice:set_handler_opts/2, which a connection supervisor restarted
+%% since keeps (its own supervisor starts it with the listener's start
+%% options).
+current_handler(L = #{name := Name, opts := Opts}) ->
+    case sluice_registry:lookup(Name) of
+        {ok, #{opts := #{handler := Handler}}} -> L#{opts := Opts#{handler := Handler}};
+        error -> L
+    end.
+
+%% A set_handler_opts/2: the listener's handler options in both the
+%% template of the connections started from now on and this process's
+%% copy of the listener, whose handler module is the same.
+handler_opts(HandlerOpts, St = #st{listener = L = #{opts := Opts = #{handler := {H, _}}}}) ->
+    St#st{listener = L#{opts := Opts#{handler := {H, HandlerOpts}}},
+          template = sluice_conn:template_handler_opts(St#st.template, HandlerOpts)}.
 
 now_ms() -> erlang:monotonic_time(millisecond).
 
@@ -199,6 +231,9 @@ handle({sluice_drain, Deadline}, St = #st{children = Children}) ->
 handle({'$gen_call', From, sluice_resume}, St) ->
     gen:reply(From, ok),
     St#st{drain_new = false};
+handle({'$gen_call', From, {sluice_handler_opts, HandlerOpts}}, St) ->
+    gen:reply(From, ok),
+    handler_opts(HandlerOpts, St);
 handle({'$gen_call', From, {terminate_child, Pid}}, St = #st{children = Children})
   when is_map_key(Pid, Children) ->
     St2 = terminate_child(Pid, St),

@@ -44,7 +44,8 @@ lookup(Name, Key) ->
     maps:get(Key, Info).
 
 %% @doc Set one field of a listener's row (e.g. its real port once bound).
--spec set(term(), atom(), term()) -> ok.
+%% `{error, not_found}' if the listener is gone.
+-spec set(term(), atom(), term()) -> ok | {error, not_found}.
 set(Name, Key, Value) ->
     gen_server:call(?MODULE, {set, Name, Key, Value}).
 
