@@ -149,6 +149,9 @@ finish({error, closed}, S = #s{t = T, ts = TS}) ->
 finish(Reason, S) ->
     failed(Reason, S).
 
+%% finish/2 for a reason that is the library's (the client's close, a
+%% socket error, a timeout, a drain...).
+-spec failed(term(), #s{}) -> no_return().
 failed(Reason, S = #s{t = T, ts = TS, stats = Stats}) ->
     ok = case Reason of
              {error, _} -> unsent(S);
