@@ -13,8 +13,10 @@
 
 -define(IS_TIMEOUT(T), (T =:= infinity orelse (is_integer(T) andalso T >= 0))).
 %% What a reply may be at a glance (a type test, no walk): a list's
-%% elements are checked by the send, and only when it fails (unsent/3).
+%% elements are checked when it is sent (send/2).
 -define(IS_IODATA(D), (is_binary(D) orelse is_list(D))).
+%% What a send of a list takes at a time (send_slices/2).
+-define(SLICE, 1048576).
 
 -export([init/3, data/2, chunk/3, info/2, call/3, timeout/1, drain/1, closed/1, failed/2,
          terminate/2, send/2]).
@@ -24,7 +26,7 @@
 
 %% The small steps of every read, inlined where they are used (each was a
 %% call on the per-read path).
--compile({inline, [add/2, size_of/1, outcome/1, timer/2]}).
+-compile({inline, [add/2, outcome/1, timer/2]}).
 
 %% @doc init/2. The reply of a server that speaks first is sent at once.
 -spec init(sluice:conn(), term(), #s{}) -> outcome().
@@ -80,10 +82,21 @@ chunk(Data, Size, S = #s{stats = Stats, frame = F}) ->
             outcome(frames(Frames, [], S#s{frame = F2}));
         {error, Why, Frames, F2} ->
             case frames(Frames, [], S#s{frame = F2}) of
-                {continue, Out, S2} -> outcome({stop, Out, {protocol_error, Why}, S2});
+                {continue, Out, S2} -> bad_frame(Why, Out, S2);
                 Stop -> outcome(Stop)
             end
     end.
+
+%% The framer refused the client's bytes: a protocol error, after the
+%% replies owed. Unless the handler's split fun raised: that is its code
+%% failing, not the client, and the connection crashes as when a callback
+%% raises (handle_error/2, terminate/2, a crash report), after the same
+%% replies.
+bad_frame({split_raised, Class, Reason, Stack}, Out, S) ->
+    ok = owed(Out, S),
+    sluice_conn_close:crash(Class, Reason, Stack, S);
+bad_frame(Why, Out, S) ->
+    outcome({stop, Out, {protocol_error, Why}, S}).
 
 frames([], Out, S) ->
     {continue, Out, S};
@@ -210,18 +223,58 @@ quietly(Fun) ->
     try Fun() catch _:_ -> ok end,
     ok.
 
-%% @doc Queue Out on the socket; what was queued counts as written.
+%% @doc Queue Out on the socket; what was queued counts as written. A list
+%% of more than ?SLICE bytes goes out a slice at a time (send_slices/2).
 -spec send(iodata(), #s{}) -> ok | {error, term()}.
-send(Out, S = #s{send = Send, ts = TS, stats = Stats}) ->
+send(Out, S = #s{send = Send, ts = TS, stats = Stats}) when is_binary(Out) ->
     case Send(TS, Out) of
-        ok -> sluice_stats:sent(Stats, size_of(Out));
+        ok -> sluice_stats:sent(Stats, byte_size(Out));
         Error -> unsent(Out, Error, S)
+    end;
+send(Out, S) ->
+    %% The size the count needs anyway, taken before the send rather than
+    %% after it.
+    try iolist_size(Out) of
+        Size when Size > ?SLICE, S#s.t =/= sluice_transport_inet ->
+            send_slices(erlang:iolist_to_iovec(Out), S);
+        Size -> send_whole(Out, Size, S)
+    catch error:badarg -> unsent(Out, {error, badarg}, S)
     end.
+
+send_whole(Out, Size, #s{send = Send, ts = TS, stats = Stats}) ->
+    case Send(TS, Out) of
+        ok -> sluice_stats:sent(Stats, Size);
+        Error -> Error
+    end.
+
+%% The replies to the frames of one read go out in one send, and the
+%% `socket' and `ssl' transports make one binary of what they send (OTP's
+%% socket:send/3 and ssl's records): a read of a few hundred pipelined
+%% GETs of a 100 KB value made the server hold every reply at once, a
+%% 100 MB binary from 23 KB of requests, where the inet driver queues
+%% references to the value (it still gets one send: its behaviour with a
+%% client that stops reading stays gen_tcp's). Sent in slices of about
+%% ?SLICE bytes (the binaries iolist_to_iovec/1 gives, a large one as it
+%% is), a send holds a slice, and what waits is the references of the
+%% handler's iolist.
+send_slices([], _S) ->
+    ok;
+send_slices(Bins, S) ->
+    {Slice, Size, Rest} = slice(Bins, [], 0),
+    case send_whole(Slice, Size, S) of
+        ok -> send_slices(Rest, S);
+        Error -> Error
+    end.
+
+slice([Bin | Bins], Acc, Size) when Size < ?SLICE ->
+    slice(Bins, [Bin | Acc], Size + byte_size(Bin));
+slice(Bins, Acc, Size) ->
+    {lists:reverse(Acc), Size, Bins}.
 
 %% A send failed: the socket's error, unless what was to be sent is not
 %% iodata (a list in a handler's reply with something else in it; other
 %% terms are refused by read/4): then the handler's fault, not the
-%% socket's. Only on failure, so that a reply is walked once, by the send.
+%% socket's. (A binary is not walked: only when its send failed.)
 unsent(Out, Error, S) ->
     try iolist_size(Out) of
         _ -> Error
@@ -231,11 +284,6 @@ unsent(Out, Error, S) ->
 %% Send the replies owed before a crash, whatever becomes of them.
 owed([], _S) -> ok;
 owed(Out, S) -> _ = send(Out, S), ok.
-
-%% A reply is most often one binary, whose size is a field: iolist_size/1
-%% is a call.
-size_of(Out) when is_binary(Out) -> byte_size(Out);
-size_of(Out) -> iolist_size(Out).
 
 %% The one reader of a handler's return value. Out is what earlier results
 %% of the same chunk asked to send; the caller sends it once (outcome/1).

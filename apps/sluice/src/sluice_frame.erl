@@ -49,8 +49,11 @@
 %% Total}'), before its body is buffered; a line, or a split frame of
 %% unknown size, is too long as soon as more than `max' bytes of it have
 %% arrived (`{line_too_long, Size, Max}', `{frame_too_large, Size, Max}',
-%% with Size what was seen). The error comes with the frames before the bad
-%% one; after an error the state returns the same error for any chunk.
+%% with Size what was seen). A split fun that raises is the error
+%% `{split_raised, Class, Reason, Stacktrace}' (a connection crashes with
+%% it, as when a callback raises). The error comes with the frames before
+%% the bad one; after an error the state returns the same error for any
+%% chunk.
 -module(sluice_frame).
 
 -export([new/1, decode/2, encode/2, pending/1, keep/1, push/2]).
@@ -72,6 +75,7 @@
                 | {line_too_long, non_neg_integer(), non_neg_integer()}
                 | {bad_length, non_neg_integer()}
                 | {bad_split_result, term()}
+                | {split_raised, error | exit | throw, term(), list()}
                 | term().
 
 -record(frame, {mod :: sluice_frame_length | sluice_frame_line | sluice_frame_split,

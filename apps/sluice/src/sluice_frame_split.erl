@@ -39,7 +39,7 @@ run(<<>>, _P, Acc) ->
     {ok, lists:reverse(Acc), none};
 run(Buf, P = {Fun, Max}, Acc) ->
     Size = byte_size(Buf),
-    case Fun(Buf) of
+    case call(Fun, Buf) of
         {ok, Frame, Rest} when is_binary(Rest), byte_size(Rest) < Size ->
             case Size - byte_size(Rest) of
                 Used when Used > Max ->
@@ -54,6 +54,16 @@ run(Buf, P = {Fun, Max}, Acc) ->
                 error -> {error, {bad_split_result, More}, lists:reverse(Acc)};
                 {_, Need} -> pend(Buf, [], Size, Need, P, Acc)
             end
+    end.
+
+%% Fun's answer. What it raises is an error like the ones it returns,
+%% `{split_raised, Class, Reason, Stacktrace}', so that the frames it cut
+%% before in the same chunk are not lost with it: their replies go out
+%% before the connection crashes (sluice_conn_handler), as they would
+%% have if the bad bytes had come in a later read.
+call(Fun, Buf) ->
+    try Fun(Buf)
+    catch Class:Reason:Stack -> {error, {split_raised, Class, Reason, Stack}}
     end.
 
 %% What a `more' answer asks for: the total the function named, or (when
@@ -75,7 +85,7 @@ try_join(Chunk, Take, Pieces, Size, P = {Fun, Max}) ->
     <<Head:Take/binary, _/binary>> = Chunk,
     Joined = iolist_to_binary(lists:reverse(Pieces, [Head])),
     JoinedSize = Size + Take,
-    case Fun(Joined) of
+    case call(Fun, Joined) of
         {ok, Frame, Rest} when is_binary(Rest), byte_size(Rest) < JoinedSize ->
             case JoinedSize - byte_size(Rest) of
                 Used when Used > Max ->

@@ -325,6 +325,19 @@ split_errors_test() ->
     ?assertMatch({[[]], {error, {bad_split_result, {ok, frame, <<"a">>}}}}, feed(Silly, [<<"a">>])),
     ?assertError(badarg, sluice_frame:encode(<<"a">>, Bad)).
 
+%% A function that raises (a RESP parser's binary_to_integer/1 on a
+%% client's garbage): an error that comes with the frames it cut before
+%% in the same chunk, not an exception that loses them; on the bytes of
+%% one chunk and on kept bytes joined to a new one.
+split_raises_test() ->
+    Buggy = {split, fun(B) when byte_size(B) < 2 -> {more, 2};
+                       (<<"!", _/binary>>) -> error(bang);
+                       (<<C, R/binary>>) -> {ok, C, R} end},
+    ?assertMatch({[[$a, $b]], {error, {split_raised, error, bang, [_ | _]}}},
+                 feed(Buggy, [<<"ab!c">>])),
+    ?assertMatch({[[], []], {error, {split_raised, error, bang, [_ | _]}}},
+                 feed(Buggy, [<<"!">>, <<"c">>])).
+
 %% A function's answers when called on kept bytes joined to a new chunk:
 %% an error, a nonsense result, a frame over max, a `{more, N}' naming no
 %% more than it has (taken as `more'), and a frame that ends within the
