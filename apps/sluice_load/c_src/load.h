@@ -195,6 +195,7 @@ struct run {
     _Atomic int phase;
     int go; /* the measured part may start (--go-stdin: "go" came); main
              * thread only */
+    int interrupted; /* SIGTERM/SIGINT (or EOF on --go-stdin) ended it */
     /* host-wide TcpExt ListenOverflows/ListenDrops around the run */
     struct listen_counters kbefore, kafter;
 };

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -24,6 +25,28 @@ static const char *const acks[] = {"each", "last", "counted", NULL};
 static const char *const probes[] = {"none", "ping", NULL};
 
 static int pinging_sc(int sc) { return sc == SC_PING || sc == SC_SCALE; }
+
+/* Every connection is a descriptor.  Shells commonly start programs with
+ * a soft limit of 1024 under a much higher hard one: --conns 1500 then
+ * failed ~490 connections with a bare "EMFILE" count, where tcpkali and
+ * wrk raise the soft limit.  Raise it as far as the run needs (the
+ * connections, each worker's epoll and eventfd, main's own and a few
+ * files), and say so in one line when the hard limit is short of that. */
+static void fd_limit(const struct cfg *cfg)
+{
+    rlim_t need = (rlim_t)cfg->conns + 2 * (rlim_t)cfg->threads + 32;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= need)
+        return;
+    rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need
+                      ? rl.rlim_max : need;
+    (void)setrlimit(RLIMIT_NOFILE, &rl);
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < need)
+        fprintf(stderr, PROG ": --conns %ld needs about %llu open files, "
+                "the limit is %llu (ulimit -n): connections past it fail "
+                "with EMFILE\n", cfg->conns, (unsigned long long)need,
+                (unsigned long long)rl.rlim_cur);
+}
 
 static uint64_t sum_pub(struct run *r, size_t off)
 {
@@ -169,6 +192,7 @@ int main(int argc, char **argv)
     load_configure(&cfg, opts, argc, argv);
     if (cfg.check)
         return 0;
+    fd_limit(&cfg);
     if (cfg.json) {
         /* a --json that cannot be written is said now, not after the run
          * (it was a line on stderr, no JSON, and exit 0); append, so
@@ -294,6 +318,7 @@ int main(int argc, char **argv)
     }
     if (interrupted)
         fprintf(stderr, PROG ": interrupted, reporting what was measured\n");
+    r.interrupted = interrupted;
 
     struct stats t = report_totals(&r);
     int code = run_finish(&r, &t, secs);

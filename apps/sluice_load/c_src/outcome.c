@@ -58,8 +58,34 @@ static void silent_server(struct run *r, const struct stats *t, double secs)
                 (unsigned long long)n, n > 1 ? "s" : "", hint);
 }
 
+/* The failures that are the client host's limits, not the server's doing,
+ * say which limit: a bare "EADDRNOTAVAIL 150" did not tell that the
+ * ephemeral ports ran out. */
+static void limit_hints(const struct run *r, const struct stats *t)
+{
+    if (t->failures[F_EADDRNOTAVAIL])
+        fprintf(stderr, PROG ": EADDRNOTAVAIL %llu: out of local ports for "
+                "%s and this server (the range in "
+                "/proc/sys/net/ipv4/ip_local_port_range; a closed "
+                "connection's port waits ~60 s in TIME_WAIT)%s: more source "
+                "addresses (--source-ips 127.0.0.2-50 on loopback) give more "
+                "ports\n", (unsigned long long)t->failures[F_EADDRNOTAVAIL],
+                r->cfg->nsrc ? "the --source-ips addresses" : "this host's address",
+                r->cfg->nsrc ? ", or a --source-ips address is not this "
+                               "host's" : "");
+    if (t->failures[F_EMFILE])
+        fprintf(stderr, PROG ": EMFILE %llu: out of open files for this "
+                "process (ulimit -n)\n",
+                (unsigned long long)t->failures[F_EMFILE]);
+    if (t->failures[F_ENFILE])
+        fprintf(stderr, PROG ": ENFILE %llu: out of open files for the whole "
+                "system (/proc/sys/fs/file-max)\n",
+                (unsigned long long)t->failures[F_ENFILE]);
+}
+
 int run_finish(struct run *r, const struct stats *t, double secs)
 {
+    limit_hints(r, t);
     silent_server(r, t, secs);
     struct outcome o = run_outcome(r, t);
     if (o.code == EXIT_NO_CONNECTION) {

@@ -144,9 +144,10 @@ void report_text(struct run *r, FILE *f, double secs)
     uint64_t msgs;
     double rate;
     headline(r, &t, secs, &msgs, &rate);
-    fprintf(f, "%s %s: %ld connection%s, %d thread%s, %.2f s measured\n",
+    fprintf(f, "%s %s: %ld connection%s, %d thread%s, %.2f s measured%s\n",
             PROG, scenario_names[r->cfg->scenario], r->cfg->conns, r->cfg->conns == 1 ? "" : "s",
-            r->nw, r->nw == 1 ? "" : "s", secs);
+            r->nw, r->nw == 1 ? "" : "s", secs,
+            r->interrupted ? " (interrupted)" : "");
     if (r->sc->text)
         r->sc->text(r, f);
     if (!conn_sc(r)) {
@@ -246,6 +247,8 @@ int report_json(struct run *r, const char *path, double secs, int exit_code)
     }
     json_i64(&j, "exit_code", exit_code);
     json_bool(&j, "protocol_error", exit_code == 1);
+    /* a run cut short exits as a whole one would: the figures say so */
+    json_bool(&j, "interrupted", r->interrupted);
     json_u64(&j, "conns_up_at_end", up);
     json_obj(&j, "failures");
     for (int k = 0; k < F_NREASONS; k++)

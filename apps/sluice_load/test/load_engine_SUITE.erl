@@ -32,6 +32,9 @@
          bad_usage_exits_2/1,
          help_documents_every_option/1,
          closed_port_counts_econnrefused_and_exits_3/1,
+         soft_file_limit_is_raised_for_the_conns/1,
+         eaddrnotavail_says_which_limit/1,
+         sigterm_reports_the_run_as_interrupted/1,
          accept_then_close_is_closed_by_peer/1,
          server_closing_mid_run_is_reported/1,
          ref_acks_frames_split_anywhere/1,
@@ -68,6 +71,9 @@ groups() ->
      {failures, [],
       [bad_usage_exits_2, help_documents_every_option,
        closed_port_counts_econnrefused_and_exits_3,
+       soft_file_limit_is_raised_for_the_conns,
+       eaddrnotavail_says_which_limit,
+       sigterm_reports_the_run_as_interrupted,
        accept_then_close_is_closed_by_peer,
        server_closing_mid_run_is_reported]},
      {ref_server, [],
@@ -411,6 +417,62 @@ closed_port_counts_econnrefused_and_exits_3(Config) ->
     ?assertEqual(#{<<"ECONNREFUSED">> => 3}, get(J, failures)),
     ?assertEqual(3, get(J, errors)).
 
+%% A soft open-file limit below --conns (1024 is a shell's usual one,
+%% under a far higher hard limit) is raised as far as the hard one allows:
+%% it failed the connections past it with EMFILE. Short of the hard
+%% limit: one line that says so, and the EMFILE failures it announced.
+soft_file_limit_is_raised_for_the_conns(Config) ->
+    Port = start_ref(Config, ["--protocol", "ping"]),
+    Args = ["--scenario", "connect", "--port", Port, "--conns", "300",
+            "--duration", "0.2", "--threads", "1"],
+    {0, J} = load_limited(Config, "-Sn 128", Args),
+    ?assertEqual(#{}, get(J, failures)),
+    ?assertEqual(300, get(J, held_at_end)),
+    {4, Out, J2} = load_limited_out(Config, "-n 128", Args),
+    ?assertMatch({match, _}, re:run(Out, "--conns 300 needs about [0-9]+ open "
+                                    "files, the limit is 128 \\(ulimit -n\\)")),
+    ?assertMatch(#{<<"EMFILE">> := _}, get(J2, failures)).
+
+%% EADDRNOTAVAIL is this host's limit, not the server's doing: a line says
+%% which (the ephemeral ports of the source addresses, or an address that
+%% is not this host's) and what gives more, where the counts alone said
+%% "EADDRNOTAVAIL 2". 192.0.2.1 (TEST-NET-1) is no host's address.
+eaddrnotavail_says_which_limit(Config) ->
+    Port = start_ref(Config, ["--protocol", "ping"]),
+    {Status, Out} = run(Config, "sluice-load",
+                        ["--scenario", "connect", "--port", Port, "--conns", "2",
+                         "--duration", "0.2", "--source-ips", "192.0.2.1"], 10000),
+    ct:log("~s", [Out]),
+    ?assertEqual(3, Status),
+    ?assertMatch({match, _}, re:run(Out, "EADDRNOTAVAIL 2: out of local ports for the "
+                                    "--source-ips addresses .*ip_local_port_range.*"
+                                    "or a --source-ips address is not this host's")).
+
+%% SIGTERM ends the run with the report of what was measured, and exit 0 as
+%% a whole run: the report says it was cut short (the JSON was that of a
+%% whole run with a shorter --duration; only stderr said "interrupted").
+sigterm_reports_the_run_as_interrupted(Config) ->
+    Port = start_ref(Config, ["--protocol", "ping"]),
+    Json = json_path(Config),
+    P = open_port({spawn_executable, bin(Config, "sluice-load")},
+                  [{args, ["--scenario", "ping", "--port", Port, "--conns", "2",
+                           "--interval", "100", "--duration", "30", "--json", Json]},
+                   exit_status, binary, stderr_to_stdout, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    timer:sleep(700),
+    _ = os:cmd("kill -TERM " ++ itoa(OsPid)),
+    {Status, Out} = collect(P, [], erlang:monotonic_time(millisecond) + 10000),
+    ct:log("~s", [Out]),
+    ?assertEqual(0, Status),
+    ?assertMatch({match, _}, re:run(Out, "s measured \\(interrupted\\)\n")),
+    J = read_json(Json),
+    ?assertEqual(true, get(J, interrupted)),
+    ?assert(get(J, pings) > 0),
+    {0, Whole} = load(Config, ["--scenario", "ping", "--port", Port, "--conns", "2",
+                               "--interval", "100"]),
+    ?assertEqual(false, get(Whole, interrupted)).
+
 %% A server at its connection limit accepts and closes at once: that shows
 %% as closed_by_peer failures (with and without --probe ping), errors of
 %% the run (exit 4; 3 when none was ever established).
@@ -657,6 +719,23 @@ load(Config, Args) ->
                         ["--duration", ?RUN_S, "--json", Json | Args], 20000),
     ct:log("sluice-load ~s -> ~p~n~s", [lists:join(" ", Args), Status, Out]),
     {Status, read_json(Json)}.
+
+%% load/2 under `ulimit Limit' (a shell that execs the engine).
+load_limited(Config, Limit, Args) ->
+    {Status, _Out, J} = load_limited_out(Config, Limit, Args),
+    {Status, J}.
+
+load_limited_out(Config, Limit, Args) ->
+    Json = json_path(Config),
+    P = open_port({spawn_executable, "/bin/sh"},
+                  [{args, ["-c", "ulimit " ++ Limit ++ " && exec \"$0\" \"$@\"",
+                           bin(Config, "sluice-load"), "--json", Json | Args]},
+                   exit_status, binary, stderr_to_stdout, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    {Status, Out} = collect(P, [], erlang:monotonic_time(millisecond) + 20000),
+    ct:log("ulimit ~s; sluice-load ~s -> ~p~n~s", [Limit, lists:join(" ", Args), Status, Out]),
+    {Status, Out, read_json(Json)}.
 
 load_ok(Config, Args) ->
     {0, J} = load(Config, Args),

@@ -19,7 +19,8 @@
          an_engine_stopped_as_it_starts_still_reports/1,
          engine_starts_its_window_on_go/1,
          a_lost_engine_is_reported_and_the_rest_merged/1,
-         lockstep_rate_stays_per_connection/1]).
+         lockstep_rate_stays_per_connection/1,
+         a_slow_rate_keeps_its_digits_when_split/1]).
 
 suite() -> [{timetrap, {seconds, 60}}].
 
@@ -31,7 +32,7 @@ all() ->
      sigterm_while_the_nodes_start_ends_the_run_with_a_report,
      an_engine_stopped_as_it_starts_still_reports,
      engine_starts_its_window_on_go, a_lost_engine_is_reported_and_the_rest_merged,
-     lockstep_rate_stays_per_connection].
+     lockstep_rate_stays_per_connection, a_slow_rate_keeps_its_digits_when_split].
 
 init_per_suite(Config) ->
     case {sluice_load_test_lib:repo_root(), sluice_load_test_lib:priv_dir()} of
@@ -212,7 +213,9 @@ sigterm_ends_the_run_with_a_report(Config) ->
     ?assertEqual(0, wait_exit(P, 10000)),
     J = read_json(Config),
     ?assert(get(duration_s, J) < 10),
-    ?assertEqual(20, get(conns_up_at_end, J)).
+    ?assertEqual(20, get(conns_up_at_end, J)),
+    %% and says so: it exits as a whole run does
+    ?assertEqual(true, get(interrupted, J)).
 
 %% SIGTERM while a node is starting (a stand-in for ssh that marks the
 %% moment and takes a second): the run ends as from the ramp, each engine
@@ -377,6 +380,20 @@ lockstep_rate_stays_per_connection(Config) ->
     PingShares = sluice_load_plan:split(#{conns => 4, rate => 50, connect_concurrency => 256},
                                         2, "ping"),
     ?assertEqual([25.0, 25.0], [float(R) || #{rate := R} <- PingShares]).
+
+%% An opening rate split over engines keeps its digits: each of 3 engines'
+%% share of 0.01/s was given as "0.003" (0.009/s in all), and a share
+%% under 0.0005/s as "0.0", which the engine takes for as fast as possible.
+a_slow_rate_keeps_its_digits_when_split(Config) ->
+    Port = start_ref(Config, "ping"),
+    Shares = fun(Rate) ->
+                     J = load_ok(Config, ["--scenario", "connect", "--engines", "3",
+                                          "--port", Port, "--conns", "3", "--rate", Rate,
+                                          "--duration", "0.2"]),
+                     [rate_arg(get(args, P)) || P <- get(placement, J)]
+             end,
+    ?assert(abs(lists:sum(Shares("0.01")) - 0.01) < 1.0e-12, Shares("0.01")),
+    ?assertEqual([], [R || R <- Shares("0.0006"), R == 0]).
 
 rate_arg([<<"--rate">>, R | _]) -> binary_to_float(R);
 rate_arg([_ | T]) -> rate_arg(T).

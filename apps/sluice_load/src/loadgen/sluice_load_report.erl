@@ -12,9 +12,13 @@
 -spec text(map(), map()) -> iolist().
 text(R, Info) ->
     Sc = ?G(<<"scenario">>, R),
-    [io_lib:format("sluice load ~s: ~b connections, ~b engines on ~b node~s (~b threads), ~.2f s measured~n",
+    [io_lib:format("sluice load ~s: ~b connections, ~b engines on ~b node~s (~b threads), ~.2f s measured~s~n",
                    [Sc, ?G(<<"conns">>, R), maps:get(engines, Info), maps:get(nodes, Info),
-                    plural(maps:get(nodes, Info)), ?G(<<"threads">>, R), float(?G(<<"duration_s">>, R))]),
+                    plural(maps:get(nodes, Info)), ?G(<<"threads">>, R), float(?G(<<"duration_s">>, R)),
+                    case maps:get(<<"interrupted">>, R, false) of
+                        true -> " (interrupted)";
+                        _ -> ""
+                    end]),
      scenario_text(Sc, R),
      case Sc of
          <<"connect">> -> [];

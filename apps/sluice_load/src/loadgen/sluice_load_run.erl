@@ -178,7 +178,9 @@ engine_args(V, #{conns := C, rate := R, connect_concurrency := CC}, Set) ->
      "--conns", integer_to_list(C), "--connect-concurrency", integer_to_list(CC)]
         ++ case R == 0 of
                true -> [];
-               false -> ["--rate", float_to_list(float(R), [{decimals, 3}, compact])]
+               %% every digit: 3 decimals made an engine's share of
+               %% --rate 0.0004 "0.0", as fast as possible
+               false -> ["--rate", float_to_list(float(R), [short])]
            end
         ++ case Set of
                none -> [];
@@ -226,7 +228,10 @@ report(O, Out, Placed, NNodes, Good, Bad) ->
                [] -> maps:get(<<"exit_code">>, Merged0);
                _ -> 1
            end,
-    Merged = Merged0#{<<"exit_code">> => Code, <<"engines_lost">> => length(Bad)},
+    Interrupted = maps:get(interrupted, Out)
+        orelse lists:any(fun(R) -> maps:get(<<"interrupted">>, R, false) =:= true end, Good),
+    Merged = Merged0#{<<"exit_code">> => Code, <<"engines_lost">> => length(Bad),
+                      <<"interrupted">> => Interrupted},
     Mem = case Out of
               #{baseline := B, held := H, held_all := All} when is_map(B), is_map(H) ->
                   (sluice_server_metrics:per_conn(B, H))#{range => sluice_server_metrics:range(B, All)};
