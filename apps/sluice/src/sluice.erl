@@ -24,9 +24,10 @@
 -type name() :: term().
 %% A connection as send/2, close/1 and call/3 take it: its conn(), its
 %% pid, or a name its handler registered it under, as gen_server takes
-%% one (an atom, `{global, Name}', `{via, Module, Name}': an Elixir
-%% Registry's `{:via, Registry, {Reg, Key}}').
--type dest() :: conn() | pid() | atom() | {global, term()} | {via, module(), term()}.
+%% one (an atom, `{Name, Node}', `{global, Name}', `{via, Module, Name}':
+%% an Elixir Registry's `{:via, Registry, {Reg, Key}}').
+-type dest() :: conn() | pid() | atom() | {atom(), node()} | {global, term()}
+              | {via, module(), term()}.
 %% What a handler's init/2 gets: which listener, the connection process
 %% (for send/2, close/1 and call/3 from other processes), the raw socket
 %% with its transport module (for peername/1, sockname/1, setopts/2 and
@@ -193,14 +194,26 @@ drain(Name, DrainMs) ->
     case sluice_registry:lookup(Name) of
         {ok, #{stats := Stats, opts := #{num_conns_sups := NS}}} ->
             Deadline = erlang:monotonic_time(millisecond) + DrainMs,
-            case suspend(Name) of
-                ok ->
-                    _ = [sluice_conns_sup:drain(Sup, Deadline)
-                         || I <- lists:seq(1, NS),
-                            Sup <- [sluice_registry:conns_sup(Name, I)], is_pid(Sup)],
-                    {ok, wait_empty(Stats, Deadline)};
-                Error ->
-                    Error
+            %% The suspend and the drain's messages under the listener's
+            %% lock (with_sup/2): a resume/1 between them left a running
+            %% listener whose connection supervisors drained every
+            %% connection it accepted.
+            Told = sluice_registry:with_lock(
+                     Name, fun() ->
+                                   case suspend(Name) of
+                                       ok ->
+                                           _ = [sluice_conns_sup:drain(Sup, Deadline)
+                                                || I <- lists:seq(1, NS),
+                                                   Sup <- [sluice_registry:conns_sup(Name, I)],
+                                                   is_pid(Sup)],
+                                           ok;
+                                       Error ->
+                                           Error
+                                   end
+                           end),
+            case Told of
+                ok -> {ok, wait_empty(Stats, Deadline)};
+                Error -> Error
             end;
         error ->
             {error, not_found}
@@ -503,6 +516,11 @@ deliver(Name, Msg) when is_atom(Name) ->
     try Name ! Msg of _ -> ok catch error:badarg -> ok end;
 deliver({global, Name}, Msg) ->
     try global:send(Name, Msg) of _ -> ok catch _:_ -> ok end;
+deliver({Name, Node} = Dest, Msg) when is_atom(Name), is_atom(Node) ->
+    %% Matched after `{global, _}', as gen reads them. (close/1 took one
+    %% with `!' before it took names; a function_clause since.) A local
+    %% name not registered raises badarg; a remote one never does.
+    try Dest ! Msg of _ -> ok catch error:badarg -> ok end;
 deliver({via, Mod, Name}, Msg) ->
     %% A name not registered: global exits, an Elixir Registry raises.
     try Mod:send(Name, Msg) of _ -> ok catch _:_ -> ok end.

@@ -20,6 +20,7 @@
          call_without_handle_call_is_not_supported/1,
          call_to_a_closed_connection_exits/1,
          names_as_gen_server_takes_them_reach_send_close_and_call/1,
+         name_on_a_node_reaches_send_close_and_call/1,
          sys_state_is_the_handlers_state/1,
          send_from_another_process_is_ordered_counted_and_leaves_no_reply/1,
          send_to_a_closed_connection_is_an_error/1,
@@ -68,6 +69,7 @@ network_cases() ->
      call_without_handle_call_is_not_supported,
      call_to_a_closed_connection_exits,
      names_as_gen_server_takes_them_reach_send_close_and_call,
+     name_on_a_node_reaches_send_close_and_call,
      sys_state_is_the_handlers_state,
      send_from_another_process_is_ordered_counted_and_leaves_no_reply,
      send_to_a_closed_connection_is_an_error,
@@ -274,9 +276,6 @@ call_to_a_closed_connection_exits(Config) ->
     ?expect({terminate, Pid, closed}),
     ?assertExit({noproc, {sluice, call, _}}, sluice:call(Pid, hello, 1000)).
 
-%% sys:get_state/1 and sys:replace_state/2 see the handler's state, as a
-%% gen_server's do its callback module's (they saw the loop's record); a
-%% fun that raises leaves the connection as it was.
 %% A connection registered under a name (here with global, as an Elixir
 %% Registry's `{:via, Registry, {Reg, Key}}' would be) is reached by
 %% send/2, close/1 and call/3 through that name, as gen_server's functions
@@ -315,6 +314,35 @@ names_as_gen_server_takes_them_reach_send_close_and_call(Config) ->
     ?expect({sent, PidB, ok}),
     ok = gen_tcp:close(B).
 
+%% `{Name, Node}', the other name gen_server takes, reaches send/2,
+%% close/1 and call/3 too, from other processes and from another
+%% connection's handler; not registered, close/1 and a handler's send/2
+%% are `ok'. close/1 and a handler's send/2 raised function_clause.
+name_on_a_node_reaches_send_close_and_call(Config) ->
+    Name = ?config(name, Config),
+    {S, Pid} = api(Config, #{}),
+    true = register(sluice_api_suite_conn, Pid),
+    Dest = {sluice_api_suite_conn, node()},
+    ?assertEqual({echo, hello}, sluice:call(Dest, hello, 5000)),
+    ok = sluice:send(Dest, <<"by name\n">>),
+    ?assertEqual({ok, <<"by name\n">>}, recv_line(S)),
+    {ok, B} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    PidB = receive {init, P, _} -> P after 5000 -> error(no_init) end,
+    PidB ! {send_to, Dest, <<"from b\n">>},
+    ?expect({sent, PidB, ok}),
+    ?assertEqual({ok, <<"from b\n">>}, recv_line(S)),
+    ok = sluice:close(Dest),
+    ?assertEqual({error, closed}, gen_tcp:recv(S, 0, 3000)),
+    ?expect({terminate, Pid, closed_by_api}),
+    Gone = {sluice_api_suite_no_such_name, node()},
+    ?assertEqual(ok, sluice:close(Gone)),
+    PidB ! {send_to, Gone, <<"nobody\n">>},
+    ?expect({sent, PidB, ok}),
+    ok = gen_tcp:close(B).
+
+%% sys:get_state/1 and sys:replace_state/2 see the handler's state, as a
+%% gen_server's do its callback module's (they saw the loop's record); a
+%% fun that raises leaves the connection as it was.
 sys_state_is_the_handlers_state(Config) ->
     {S, Pid} = api(Config, #{}),
     Self = self(),
