@@ -160,7 +160,9 @@ stop_listener(Name) ->
 
 %% @doc Drain, then stop: stop accepting at once, tell every connection
 %% (its handler's handle_drain/1), wait up to `DrainMs' for them to end,
-%% then stop the listener and close whatever is left.
+%% then stop the listener and close whatever is left. `DrainMs' is an
+%% integer 0..2^32 - 1 (a receive timeout); anything else raises
+%% `badarg', as drain/2 does.
 -spec stop_listener(name(), non_neg_integer()) -> ok | {error, not_found}.
 stop_listener(Name, DrainMs) ->
     check_drain_ms(Name, DrainMs),
@@ -187,7 +189,8 @@ check_drain_ms(Name, DrainMs) ->
 
 %% @doc Suspend the listener and ask every connection to drain; returns when
 %% none is left or after `DrainMs', with the number still open. Works on
-%% embedded listeners too (their owner then stops them).
+%% embedded listeners too (their owner then stops them). `DrainMs' is an
+%% integer 0..2^32 - 1 (about 49.7 days); anything else raises `badarg'.
 -spec drain(name(), non_neg_integer()) -> {ok, non_neg_integer()} | {error, not_found}.
 drain(Name, DrainMs) ->
     check_drain_ms(Name, DrainMs),

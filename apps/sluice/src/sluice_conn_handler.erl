@@ -17,6 +17,10 @@
 -define(IS_IODATA(D), (is_binary(D) orelse is_list(D))).
 %% What a send of a list takes at a time (send_slices/2).
 -define(SLICE, 1048576).
+%% The longest result Timeout that gets a timer (timer/2): 2^42 ms, about
+%% 139 years, within what erlang:start_timer/3 takes on any VM (its
+%% range, about 292 years of nanoseconds, less the VM's uptime).
+-define(MAX_TIMER, (1 bsl 42)).
 
 -export([init/3, data/2, chunk/3, info/2, call/3, timeout/1, drain/1, closed/1, failed/2,
          terminate/2, send/2]).
@@ -322,12 +326,16 @@ outcome({stop, [], Reason, S}) ->
 outcome({stop, Out, Reason, S}) ->
     {stop_after, Out, Reason, S}.
 
-%% A result's Timeout replaces the one before; no Timeout clears it.
+%% A result's Timeout replaces the one before; no Timeout clears it. One
+%% longer than ?MAX_TIMER never fires: no timer (start_timer/3 refuses
+%% what is past its range, about 2^43 ms, and the connection crashed in
+%% it, with no handle_error/2 or terminate/2 and its replies lost).
 timer(infinity, S = #s{timer = undefined}) ->
     S;
 timer(Timeout, S = #s{timer = Old}) ->
     _ = Old =:= undefined orelse erlang:cancel_timer(Old, [{async, true}, {info, false}]),
     case Timeout of
         infinity -> S#s{timer = undefined};
+        _ when Timeout > ?MAX_TIMER -> S#s{timer = undefined};
         _ -> S#s{timer = erlang:start_timer(Timeout, self(), S#s.timer_tag)}
     end.

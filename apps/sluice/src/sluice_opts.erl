@@ -124,6 +124,11 @@
 %% costs no one a byte of a read.
 -define(MAX_BUFFER, (64 * 1024 * 1024)).
 
+%% The most acceptors, listen sockets, connection supervisors and backlog
+%% a listener takes (a backlog is cut to net.core.somaxconn by the kernel
+%% anyway).
+-define(MAX_COUNT, 65535).
+
 %% The largest `max_connections': sluice_stats keeps the limit in a signed
 %% 64-bit atomic, whose largest value, 2^63 - 1, stands for `infinity'.
 %% Larger did not fit (badarg from atomics:put/3 at start, or from
@@ -371,7 +376,7 @@ check(transport, T) ->
     sluice_transport:is_transport(T) orelse bad(transport, T);
 check(K, N) when K =:= num_acceptors; K =:= num_listen_sockets;
                  K =:= num_conns_sups; K =:= backlog ->
-    (is_integer(N) andalso N > 0 andalso N =< 65535) orelse bad(K, N);
+    (is_integer(N) andalso N > 0 andalso N =< ?MAX_COUNT) orelse bad(K, N);
 check(reuseport, B) ->
     is_boolean(B) orelse bad(reuseport, B);
 check(max_connections, infinity) ->
@@ -714,6 +719,10 @@ expected(socket_opts) -> "a list of {Key, Value} with Key one of " ++
                              " (send_timeout also infinity), a low watermark given with "
                              "its high one no more than it, and "
                              "{raw, Level, Name, Binary} that the kernel accepts";
+%% (The bound is said: "a positive integer" refused 70000, which is one.)
+expected(K) when K =:= num_acceptors; K =:= num_listen_sockets;
+                 K =:= num_conns_sups; K =:= backlog ->
+    "an integer 1.." ++ integer_to_list(?MAX_COUNT);
 expected(proxy_protocol) -> "true or false";
 expected(gc_after_bytes) -> "a positive integer (bytes read between two collections of a "
                             "connection process) or infinity";

@@ -56,8 +56,17 @@
 %% (ms, default 30000, or `infinity'). Bad options close the connection
 %% with `{bad_handler_opts, Opts}'.
 -spec init(sluice:conn(), map() | list()) -> {ok, #ack{}} | {close, term()}.
-init(_Conn, Opts) when is_list(Opts) ->
-    init(_Conn, maps:from_list(Opts));
+init(Conn, Opts) when is_list(Opts) ->
+    %% Read as proplists and Elixir's Keyword read it, as the listener's
+    %% own options are: the first of a repeated key wins (`[{ack, each} |
+    %% Defaults]'; maps:from_list/1 kept the last). What is not a pair is a
+    %% bad option, not a crash of every connection.
+    case lists:all(fun(O) -> is_tuple(O) andalso tuple_size(O) =:= 2 end, Opts) of
+        true -> init(Conn, maps:from_list(lists:reverse(Opts)));
+        false -> {close, {bad_handler_opts, Opts}}
+    end;
+init(_Conn, Opts) when not is_map(Opts) ->
+    {close, {bad_handler_opts, Opts}};
 init(_Conn, Opts) ->
     Mode = maps:get(ack, Opts, last),
     Max = maps:get(max_frame, Opts, 1048576),

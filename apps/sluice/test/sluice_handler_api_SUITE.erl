@@ -15,6 +15,7 @@
          conn_carries_pid_listener_and_addresses/1,
          result_timeout_calls_handle_timeout_and_any_result_clears_it/1,
          without_handle_timeout_the_connection_closes_with_reason_timeout/1,
+         timeout_past_what_a_timer_holds_never_fires/1,
          handlers_own_timer_named_like_the_librarys_reaches_handle_info/1,
          call_reaches_handle_call_and_can_be_answered_later/1,
          call_without_handle_call_is_not_supported/1,
@@ -64,6 +65,7 @@ network_cases() ->
      conn_carries_pid_listener_and_addresses,
      result_timeout_calls_handle_timeout_and_any_result_clears_it,
      without_handle_timeout_the_connection_closes_with_reason_timeout,
+     timeout_past_what_a_timer_holds_never_fires,
      handlers_own_timer_named_like_the_librarys_reaches_handle_info,
      call_reaches_handle_call_and_can_be_answered_later,
      call_without_handle_call_is_not_supported,
@@ -227,6 +229,20 @@ without_handle_timeout_the_connection_closes_with_reason_timeout(Config) ->
     ?expect({terminate, _, timeout}),
     ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
     ?assertMatch(#{close_reasons := #{handler := 1}}, sluice:info(Name)).
+
+%% A result's Timeout is any non-negative integer (sluice_handler's
+%% timeout_ms()): one longer than an Erlang timer holds (2^50 ms; the
+%% VM's limit is about 2^43) is one that never fires. It crashed the
+%% connection in the library's own start_timer/3 (badarg), without
+%% handle_error/2 or terminate/2 and with the client's replies lost.
+timeout_past_what_a_timer_holds_never_fires(Config) ->
+    {S, Pid} = api(Config, #{}),
+    ok = gen_tcp:send(S, <<"wait 1125899906842624">>),
+    ?expect({data, Pid, <<"wait 1125899906842624">>}),
+    ok = gen_tcp:send(S, <<"echo x">>),
+    ?assertEqual({ok, <<"x\n">>}, gen_tcp:recv(S, 0, 2000)),
+    ?assert(is_process_alive(Pid)),
+    ?assertMatch(#{connections := 1, closed := 0}, sluice:info(?config(name, Config))).
 
 %% A handler's own timer is its own, whatever its message: one whose
 %% message has the shape of the library's result timer,

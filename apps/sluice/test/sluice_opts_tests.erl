@@ -95,6 +95,19 @@ shutdown_timeout_leaves_room_for_the_supervisor_test() ->
                  "1..4294966295" ++ _,
                  sluice:format_error({bad_option, shutdown_timeout, (1 bsl 32) - 1000})).
 
+%% The counts (acceptors, listen sockets, connection supervisors) and the
+%% backlog go up to 65535, and the error says so: `num_acceptors => 70000'
+%% was refused as "expected a positive integer", which 70000 is.
+counts_say_their_bound_test() ->
+    [begin
+         ?assertMatch({ok, _}, sluice_opts:validate(with(K, 65535))),
+         [?assertEqual({error, {bad_option, K, N}}, sluice_opts:validate(with(K, N)))
+          || N <- [65536, 0]],
+         ?assertEqual(lists:flatten(io_lib:format("bad value for option ~p: 70000 (expected an "
+                                                  "integer 1..65535)", [K])),
+                      sluice:format_error({bad_option, K, 70000}))
+     end || K <- [num_acceptors, num_listen_sockets, num_conns_sups, backlog]].
+
 %% The handshake's and the PROXY header's timeouts are receive timeouts
 %% (2^32 - 1 ms at most: proxy_timeout 2^40 crashed every connection on the
 %% socket backend with a bad receive timeout); the idle, hibernation and

@@ -150,9 +150,19 @@ unknown_option_exits_2_with_one_line(Config) ->
     ?assertNotEqual(nomatch, binary:match(Line, <<"--bogus-option">>)).
 
 %% A malformed value: status 2 and one line naming the option, the value
-%% and what was expected; for several options and kinds of value.
+%% and what was expected; for several options and kinds of value. Values
+%% past the library's own bounds too (a time over 2^32 - 1 ms, a buffer
+%% over 64 MiB, a limit that does not fit its atomic), here and with
+%% --nodes: they were status 1 and "cannot listen on IP:PORT", the words
+%% and the status of a port in use.
 malformed_value_exits_2_with_one_line(Config) ->
-    Cases = [{["--port", "abc"], <<"--port">>, <<"abc">>},
+    Cases = [{["--idle-timeout", "5000000000"], <<"--idle-timeout">>, <<"5000000000">>},
+             {["--nodes", "1", "--park-after", "4294967296"], <<"--park-after">>,
+              <<"4294967296">>},
+             {["--buffer", "100000000"], <<"--buffer">>, <<"100000000">>},
+             {["--max-connections", "9223372036854775807"], <<"--max-connections">>,
+              <<"9223372036854775807">>},
+             {["--port", "abc"], <<"--port">>, <<"abc">>},
              {["--port", "70000"], <<"--port">>, <<"70000">>},
              {["--active", "sometimes"], <<"--active">>, <<"sometimes">>},
              {["--max-connections=-1"], <<"--max-connections">>, <<"-1">>},

@@ -66,6 +66,84 @@ listener_options_documented_test() ->
     Options = [handler | maps:keys(sluice_opts:defaults())],
     ?assertEqual(lists:sort(Options), lists:sort(Documented)).
 
+%% The defaults the option tables state (docs/listener-options.md's and
+%% apps/sluice/README.md's) are the library's: a default given as a
+%% number, a word or an Erlang term in a code span is the option's value
+%% in sluice_opts:defaults/0 (socket_opts: what validation makes of it, the
+%% library's socket defaults added), one per option of the row (`ip`,
+%% `port`). Only the defaults the library computes are said in words.
+listener_option_defaults_documented_test() ->
+    Defaults = documented_defaults(),
+    Computed = [handler, num_conns_sups, backlog, max_connections],
+    [begin
+         Md = read(root(), File),
+         Rows = [{[list_to_atom(O) || O <- code_spans(Opt)], Default}
+                 || Row <- table_rows(section(Md, "## Options")),
+                    [Opt, Default | _] <- [cells(Row)]],
+         ?assert(length(Rows) > 5),
+         Literal = [{Os, Default} || {Os, Default} <- Rows, Os -- Computed =:= Os],
+         ?assertEqual([], [{File, Os, Default, Values}
+                           || {Os, Default} <- Literal,
+                              Values <- [leading_values(Default)],
+                              Values =/= [maps:get(O, Defaults) || O <- Os]])
+     end || File <- ["docs/listener-options.md", "apps/sluice/README.md"]].
+
+%% sluice's exports are the API list of docs/listener-options.md ("API"),
+%% arity for arity (`child_spec/1,2` is two).
+api_list_is_sluice_exports_test() ->
+    Md = read(root(), "docs/listener-options.md"),
+    Text = lists:join(" ", section(Md, "## API")),
+    Listed = [{list_to_atom(F), list_to_integer(A)}
+              || S <- code_spans(lists:flatten(Text)),
+                 {match, [F, As]} <- [re:run(S, "^([a-z_]+)/([0-9,]+)$",
+                                             [{capture, all_but_first, list}])],
+                 A <- string:split(As, ",", all)],
+    Exports = [FA || FA = {F, _} <- sluice:module_info(exports), F =/= module_info],
+    ?assertEqual(lists:sort(Exports), lists:sort(Listed)).
+
+%% Every close reason info/1 counts is named in the row of `close_reasons`
+%% in docs/listener-options.md.
+close_reasons_documented_test() ->
+    Md = read(root(), "docs/listener-options.md"),
+    [Row] = [R || R <- table_rows(section(Md, "## What `info/1` says")),
+                  code_spans(first_cell(R)) =:= ["close_reasons"]],
+    Reasons = maps:keys(maps:get(close_reasons, sluice_stats:read(sluice_stats:new(1, infinity)))),
+    ?assertEqual(10, length(Reasons)),
+    ?assertEqual([], [R || R <- Reasons, not lists:member(atom_to_list(R), code_spans(Row))]).
+
+%% The callbacks in the handler tables (docs/handler.md's "Callbacks",
+%% apps/sluice/README.md's "The handler behaviour") are sluice_handler's,
+%% name and arity, no more and no fewer.
+handler_callbacks_documented_test() ->
+    Callbacks = lists:sort(sluice_handler:behaviour_info(callbacks)),
+    [begin
+         Rows = table_rows(section(read(root(), File), Heading)),
+         Documented = [{list_to_atom(Name), arity(Args)}
+                       || Row <- Rows, S <- [hd(code_spans(first_cell(Row)))],
+                          {match, [Name, Args]} <- [re:run(S, "^([a-z_]+)\\((.*)\\)$",
+                                                           [{capture, all_but_first, list}])]],
+         ?assertEqual({File, Callbacks}, {File, lists:sort(Documented)})
+     end || {File, Heading} <- [{"docs/handler.md", "## Callbacks"},
+                                {"apps/sluice/README.md", "## The handler behaviour"}]].
+
+%% The results the pages list are sluice_handler's types, tuple for tuple
+%% (by tag and size): result/1 for the callbacks, init_result/1 for
+%% init/2.
+handler_results_documented_test() ->
+    Results = type_shapes(result),
+    Init = type_shapes(init_result),
+    ?assertEqual(6, length(Results)),
+    Handler = read(root(), "docs/handler.md"),
+    Readme = read(root(), "apps/sluice/README.md"),
+    ?assertEqual(Results, lists:usort([shape(S) || Row <- table_rows(section(Handler, "## Results")),
+                                                   S <- code_spans(first_cell(Row))])),
+    ?assertEqual(Init, paragraph_shapes(Handler, "`init/2` returns")),
+    ?assertEqual(Results, paragraph_shapes(Readme, "A result is")),
+    [InitRow] = [R || R <- table_rows(section(Readme, "## The handler behaviour")),
+                      lists:prefix("init(", hd(code_spans(first_cell(R))))],
+    ?assertEqual(Init, lists:usort([shape(S) || S <- code_spans(lists:last(cells(InitRow))),
+                                                lists:prefix("{", S)])).
+
 %% The keys of sluice:info/1 (part of the public API) are the rows of
 %% docs/listener-options.md's "What info/1 says", no more and no fewer.
 info_keys_documented_test() ->
@@ -280,6 +358,68 @@ table_rows(Lines) ->
 
 first_cell("|" ++ Row) ->
     hd(string:split(Row, "|")).
+
+%% A row's cells (a `\|' inside a cell is not a border), without the
+%% empty ones outside the first and last borders.
+cells(Row) ->
+    Cells = re:split(Row, "(?<!\\\\)\\|", [{return, list}, unicode]),
+    lists:droplast(tl(Cells)).
+
+%% The values a default cell starts with: numbers, words and code spans
+%% read as Erlang terms, separated by `, ' (`{0,0,0,0}`, `0`), up to the
+%% first thing that is none of them ("4 (at most ...)" is 4).
+leading_values(Cell) ->
+    leading_values(string:trim(Cell, leading), []).
+
+leading_values(Text, Acc) ->
+    case re:run(Text, "^(?:`([^`]*)`|([A-Za-z0-9_]+))(, )?", [{capture, all, list}, unicode]) of
+        {match, [Whole, Span | Rest]} ->
+            Token = case Rest of
+                        [Word | _] when Span =:= "" -> Word;
+                        _ -> Span
+                    end,
+            Acc2 = [term(Token) | Acc],
+            case lists:suffix(", ", Whole) of
+                true -> leading_values(lists:nthtail(length(Whole), Text), Acc2);
+                false -> lists:reverse(Acc2)
+            end;
+        nomatch ->
+            lists:reverse(Acc)
+    end.
+
+term(S) ->
+    {ok, Tokens, _} = erl_scan:string(S ++ "."),
+    {ok, T} = erl_parse:parse_term(Tokens),
+    T.
+
+%% sluice_opts:defaults/0, with socket_opts as a listener gets them.
+documented_defaults() ->
+    {ok, #{socket_opts := SO}} = sluice_opts:validate(#{handler => {sluice_proto_echo, []}}),
+    (sluice_opts:defaults())#{socket_opts := SO}.
+
+arity("") -> 0;
+arity(Args) -> length(string:split(Args, ",", all)).
+
+%% `{reply, IoData, S, Timeout}` -> {reply, 4}
+shape(Span) ->
+    [Tag | _] = Elements = string:split(string:trim(Span, both, "{}"), ",", all),
+    {list_to_atom(string:trim(Tag)), length(Elements)}.
+
+%% The result shapes named in the paragraph that starts with Start.
+paragraph_shapes(Md, Start) ->
+    Lines = string:split(unicode:characters_to_list(Md), "\n", all),
+    [_ | _] = Para = lists:takewhile(fun(L) -> L =/= "" end,
+                                     lists:dropwhile(fun(L) -> not lists:prefix(Start, L) end,
+                                                     Lines)),
+    lists:usort([shape(S) || S <- code_spans(lists:flatten(lists:join(" ", Para))),
+                             lists:prefix("{", S)]).
+
+%% The tuples of a union type of sluice_handler's, by tag and size.
+type_shapes(Name) ->
+    {ok, {_, [{abstract_code, {_, Forms}}]}} =
+        beam_lib:chunks(code:which(sluice_handler), [abstract_code]),
+    [{type, _, union, Tuples}] = [Def || {attribute, _, type, {N, Def, _}} <- Forms, N =:= Name],
+    lists:usort([{Tag, length(Es)} || {type, _, tuple, [{atom, _, Tag} | _] = Es} <- Tuples]).
 
 code_spans(Text) ->
     case re:run(Text, "`([^`]+)`", [global, unicode, {capture, all_but_first, list}]) of

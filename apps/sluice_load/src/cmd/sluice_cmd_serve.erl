@@ -39,7 +39,7 @@ specs() ->
      O(idle_timeout, timeout, maps:get(idle_timeout, D),
        "close a connection that receives nothing for this long"),
      O(backlog, {integer, 1, 65535}, maps:get(backlog, D), "listen backlog"),
-     O(buffer, {integer, 0, infinity}, 0,
+     O(buffer, {integer, 0, 64 * 1024 * 1024}, 0,
        "read buffer in bytes, inet driver or socket recv (0: the library's default)"),
      (O(drain_timeout, {integer, 0, 60000}, 5000,
         "on SIGTERM/SIGINT, how many ms connections get to end before they are closed"))
@@ -78,7 +78,7 @@ run(Args) ->
     sluice_cli_args:with_options("serve", ?ABOUT, specs(), Args,
                                  fun(Opts) ->
                                          Checks = [sluice_vm_flags:check(Opts), check_tls(Opts),
-                                                   check_hosts(Opts)],
+                                                   check_hosts(Opts), check_listener(Opts)],
                                          case [Msg || {error, Msg} <- Checks] of
                                              [] -> serve(Opts, Args);
                                              [Msg | _] -> {error, 2, Msg}
@@ -105,6 +105,30 @@ check_hosts(#{nodes := 0, hosts := H}) when H =/= "local" ->
     {error, "--hosts is for --nodes N (the nodes to start on those hosts)"};
 check_hosts(_) ->
     ok.
+
+%% The library's own bounds on what the options stand for (a time is at
+%% most 2^32 - 1 ms, max_connections at most 2^63 - 2): a value past them
+%% is bad usage, exit 2 with the option's flag, before any VM or node
+%% starts. The listener's start refused it as "cannot listen on IP:PORT"
+%% and exit 1, the status of a port in use. The TLS files are left to the
+%% start, which reads them (exit 1, as docs/cli.md says).
+check_listener(O) ->
+    case sluice_opts:validate((listener_opts(O))#{transport := maps:get(backend, O),
+                                                  tls_opts := []}) of
+        {ok, _} ->
+            ok;
+        {error, {bad_option, K, _} = Why} ->
+            {error, "--" ++ flag(K) ++ ": " ++ sluice_opts:format_error(Why)};
+        {error, Why} ->
+            {error, sluice_opts:format_error(Why)}
+    end.
+
+%% The flag that sets a listener option.
+flag(num_acceptors) -> "acceptors";
+flag(num_listen_sockets) -> "listen-sockets";
+flag(socket_opts) -> "buffer";
+flag(handler) -> "protocol";
+flag(K) -> lists:flatten(string:replace(atom_to_list(K), "_", "-", all)).
 
 %% Emulator flags this VM lacks: the same command in a VM that has them
 %% (once: a relaunched VM serves with what it got, and says so).
