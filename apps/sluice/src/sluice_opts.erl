@@ -638,6 +638,12 @@ format_error({bad_option, handler, H = {M, _}}) when is_atom(M) ->
             lists:flatten(io_lib:format("bad value for option handler: ~0p (expected ~s)",
                                         [H, expected(handler)]))
     end;
+format_error({bad_option, framing, Spec}) ->
+    %% The spec's shape may be right and one of its options wrong (a
+    %% negative max, an unknown key): sluice_frame:new/1 says which, where
+    %% the list of every spec's shape would leave the reader to find it.
+    lists:flatten(io_lib:format("bad value for option framing: ~0p (~s)",
+                                [Spec, framing_error(sluice_frame:new(Spec))]));
 format_error({bad_option, K, V}) ->
     lists:flatten(io_lib:format("bad value for option ~p: ~0p (expected ~s)",
                                 [K, V, expected(K)]));
@@ -657,6 +663,23 @@ format_error(Posix) when is_atom(Posix) ->
     end;
 format_error(Other) ->
     lists:flatten(io_lib:format("~p", [Other])).
+
+%% What is wrong in a framing spec, from sluice_frame:new/1's error.
+framing_error({error, {unknown_option, K}}) ->
+    io_lib:format("unknown framing option ~0p; expected ~s", [K, framing_opts()]);
+framing_error({error, {bad_option, K, V}}) ->
+    io_lib:format("framing option ~p: ~0p; expected ~s", [K, V, framing_opt(K)]);
+framing_error(_) ->
+    "expected " ++ expected(framing).
+
+framing_opts() ->
+    "delimiter and max (line); endian, includes_header and max (length); max (split)".
+
+framing_opt(max) -> "an integer >= 0 (bytes)";
+framing_opt(delimiter) -> "lf or crlf";
+framing_opt(endian) -> "big or little";
+framing_opt(includes_header) -> "true or false";
+framing_opt(_) -> framing_opts().
 
 %% ranch 2 takes `port', `ip' and `backlog' in its socket_opts (and
 %% ranch_ssl the certificates), and

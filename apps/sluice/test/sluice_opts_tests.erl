@@ -178,6 +178,26 @@ misplaced_socket_options_say_where_they_go_test() ->
                                                                {nodelay, 3}}),
                                          "expected a list")).
 
+%% A framing spec of the right shape with one bad option keeps the error
+%% term `{bad_option, framing, Spec}', and its text says which option and
+%% what it takes: it was the list of every spec's shape, which the spec
+%% already had.
+a_bad_framing_option_is_named_test() ->
+    Said = fun(Spec) ->
+                   {error, {bad_option, framing, Spec} = E} =
+                       sluice_opts:validate(#{port => 0, handler => ?HANDLER, framing => Spec}),
+                   sluice:format_error(E)
+           end,
+    ?assertEqual("bad value for option framing: {line,#{max => -1}} (framing option max: -1; "
+                 "expected an integer >= 0 (bytes))", Said({line, #{max => -1}})),
+    ?assertMatch("bad value for option framing: {line,[{delim,crlf}]} (unknown framing option "
+                 "delim; expected delimiter and max (line)" ++ _, Said({line, [{delim, crlf}]})),
+    ?assertEqual("bad value for option framing: {length,4,#{endian => mid}} (framing option "
+                 "endian: mid; expected big or little)", Said({length, 4, #{endian => mid}})),
+    %% a spec of no known shape still gets the shapes
+    ?assertMatch("bad value for option framing: {length,3} (expected none, or a framing spec"
+                 ++ _, Said({length, 3})).
+
 %% A handler module that is not there is said as such; one that is there
 %% but is not a handler (a ranch protocol's start_link/3) gets what a
 %% handler exports.

@@ -21,7 +21,12 @@
 
 static int parse_sources(struct cfg *cfg)
 {
-    /* "A.B.C.X-A.B.C.Y", "A.B.C.X-Y", or a comma list of addresses/ranges */
+    /* "A.B.C.X-A.B.C.Y", "A.B.C.X-Y", or a comma list of addresses/ranges;
+     * strtok_r() would skip an empty entry ("127.0.0.1,,"): refuse it */
+    size_t n = strlen(cfg->source_ips);
+    if (!n || cfg->source_ips[0] == ',' || cfg->source_ips[n - 1] == ',' ||
+        strstr(cfg->source_ips, ",,"))
+        return -1;
     char *s = strdup(cfg->source_ips), *save = NULL;
     int cap = 16;
     cfg->src = malloc((size_t)cap * sizeof *cfg->src);

@@ -326,6 +326,11 @@ int main(int argc, char **argv)
         report_text(&r, stdout, secs);
     if (cfg.json)
         (void)report_json(&r, cfg.json, secs, code); /* reports its errors */
-    fflush(stdout);
+    /* SIGPIPE is ignored (for the sockets): a summary that finds stdout
+     * closed ("| head") ends the run as SIGPIPE would have, 141, as
+     * docs/cli.md says of every command (it was 0) */
+    errno = 0;
+    if (fflush(stdout) == EOF && errno == EPIPE)
+        return 128 + SIGPIPE;
     return code;
 }

@@ -111,7 +111,7 @@ static void set_value(const char *prog, struct opt *o, const char *v)
         if (errno || end == v || *end || x != x)
             usage_error(prog, "--%s: '%s' is not a number", o->name, v);
         if (x < o->lo || x > o->hi)
-            usage_error(prog, "--%s: %s is out of range [%g, %g]", o->name,
+            usage_error(prog, "--%s: %s is out of range [%.15g, %.15g]", o->name,
                         v, o->lo, o->hi);
         *(double *)o->dst = x;
         break;

@@ -371,12 +371,15 @@ lie(S, AckFun, N) ->
 %%% Cases: usage errors and failures are reported, never silent
 %%% ------------------------------------------------------------------
 
-%% Unknown or malformed options: one line on stderr, exit 2.
+%% Unknown or malformed options: one line on stderr, exit 2. An empty entry
+%% in --source-ips too (strtok_r skipped it: `127.0.0.1,,' ran).
 bad_usage_exits_2(Config) ->
     Bad = [["--bogus"], ["--conns", "many"], ["--scenario", "nope"],
            ["--ack", "sometimes"], ["--conns"], ["--scenario", "lockstep",
                                                  "--window", "10"],
-           ["--source-ips", "127.0.0.9-2"], ["extra"]],
+           ["--source-ips", "127.0.0.9-2"], ["--source-ips", "127.0.0.1,,"],
+           ["--source-ips", ",127.0.0.1"], ["--source-ips", "127.0.0.1,,127.0.0.2"],
+           ["extra"]],
     lists:foreach(
       fun(Args) ->
               {Status, Out} = run(Config, "sluice-load", Args, 5000),

@@ -22,6 +22,8 @@
          port_in_use_exits_1_with_one_line/1,
          metrics_port_in_use_exits_1_with_one_line/1,
          hosts_without_nodes_exits_2_with_one_line/1,
+         an_option_that_does_not_apply_exits_2_with_one_line/1,
+         a_closed_stdout_exits_141/1,
          help_mentions_every_option/1,
          every_help_has_exit_codes_units_and_one_default/1,
          load_help_lists_coordinator_and_engine_options/1,
@@ -45,6 +47,7 @@ all() ->
      sigint_drains_and_exits_0, unknown_option_exits_2_with_one_line,
      malformed_value_exits_2_with_one_line, port_in_use_exits_1_with_one_line,
      metrics_port_in_use_exits_1_with_one_line, hosts_without_nodes_exits_2_with_one_line,
+     an_option_that_does_not_apply_exits_2_with_one_line, a_closed_stdout_exits_141,
      help_mentions_every_option, every_help_has_exit_codes_units_and_one_default,
      load_help_lists_coordinator_and_engine_options,
      load_bad_option_exits_2_with_one_line, load_unwritable_json_exits_2_before_the_run,
@@ -213,6 +216,59 @@ hosts_without_nodes_exits_2_with_one_line(Config) ->
     ?assertEqual(2, Status),
     ?assertMatch([_], Lines),
     [?assertNotEqual(nomatch, binary:match(hd(Lines), F)) || F <- [<<"--hosts">>, <<"--nodes">>]].
+
+%% An option that applies only with another, given without it: exit 2 and
+%% one line naming it, before anything listens, as `load' refuses its
+%% --ack outside lockstep and pipeline. The server ran without it, in
+%% silence (an --ack for the ping protocol, a --proxy-timeout with no
+%% PROXY header expected). Each is taken where it applies.
+an_option_that_does_not_apply_exits_2_with_one_line(Config) ->
+    Cases = [{["--protocol", "ping", "--ack", "last"], <<"--ack">>},
+             {["--protocol", "echo", "--max-frame", "10"], <<"--max-frame">>},
+             {["--protocol", "ping", "--frame-timeout", "10"], <<"--frame-timeout">>},
+             {["--proxy-timeout", "100"], <<"--proxy-timeout">>},
+             {["--handshake-timeout", "100"], <<"--handshake-timeout">>},
+             {["--backend", "socket", "--park-after", "100"], <<"--park-after">>},
+             {["--active", "false", "--park-after", "100"], <<"--park-after">>}],
+    Bad = [{Args, Status, Lines}
+           || {Args, Opt} <- Cases,
+              {Status, Lines} <- [run(Config, ["serve", "--ip", ?LOOPBACK, "--port", "0" | Args])],
+              not (Status =:= 2 andalso length(Lines) =:= 1
+                   andalso binary:match(hd(Lines), Opt) =/= nomatch)],
+    ?assertEqual([], Bad),
+    {Port, OsPid, _, _, _} = serve(Config, ["--ack", "last", "--max-frame", "10",
+                                            "--frame-timeout", "100", "--park-after", "100",
+                                            "--proxy-protocol", "--proxy-timeout", "100"]),
+    signal("TERM", OsPid),
+    ?assertMatch({0, _}, sluice_load_test_lib:wait_exit(Port, 10000)).
+
+%% A standard output closed before the command writes (`| true') ends it
+%% with 141, as docs/cli.md says and `bench --list | true' did: a --help
+%% printed in one write, and load's summary (the engine's, which ignores
+%% SIGPIPE for its sockets, and the coordinator's), exited 0. With nothing
+%% written (a usage error) the code is the command's own.
+a_closed_stdout_exits_141(Config) ->
+    {Port, OsPid, _, TcpPort, _} = serve(Config, []),
+    Load = ["load", "--scenario", "lockstep", "--port", integer_to_list(TcpPort),
+            "--conns", "1", "--duration", "0.3"],
+    Cases = [{["load", "--help"], 141}, {["serve", "--help"], 141},
+             {["ref-server", "--help"], 141}, {Load, 141}, {Load ++ ["--engines", "1"], 141},
+             {Load ++ ["--quiet"], 0}, {["load", "--bogus"], 2}],
+    Got = [{Args, closed_stdout_status(Config, Args)} || {Args, _} <- Cases],
+    signal("TERM", OsPid),
+    _ = sluice_load_test_lib:wait_exit(Port, 10000),
+    ?assertEqual([{Args, Code} || {Args, Code} <- Cases], Got).
+
+%% The status of bin/sluice Args with its stdout a pipe already closed.
+closed_stdout_status(Config, Args) ->
+    File = filename:join(?config(priv_dir, Config), "status"),
+    P = open_port({spawn_executable, "/bin/sh"},
+                  [{args, ["-c", "{ \"$0\" \"$@\" 2>/dev/null; echo $? > '"
+                           ++ File ++ "'; } | true", proplists:get_value(bin, Config) | Args]},
+                   exit_status, hide]),
+    receive {P, {exit_status, _}} -> ok after 30000 -> ct:fail({no_exit, Args}) end,
+    {ok, Status} = file:read_file(File),
+    binary_to_integer(string:trim(Status)).
 
 %% `idle-memory' with more --conns than the descriptor limit leaves room
 %% for (a shell's default `ulimit -n' is 1024, the default --conns 1000):

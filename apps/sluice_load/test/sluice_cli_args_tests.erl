@@ -74,4 +74,31 @@ option_lines_test() ->
     ?assertMatch({match, _}, re:run(Text, "^  --rate R +rate \\(default: 0\\)$", [multiline])),
     ?assertMatch({match, _}, re:run(Text, "^  --scenario lockstep\\|ping +what \\(default: none\\)$",
                                     [multiline])),
-    ?assertMatch({match, _}, re:run(Text, "^  --quiet +quiet \\(default: false\\)$", [multiline])).
+    %% a flag's default as the C programs' flags say it (load --help had
+    %% both "false" and "off")
+    ?assertMatch({match, _}, re:run(Text, "^  --quiet +quiet \\(default: off\\)$", [multiline])).
+
+%% A number as a user types it, and as the C engine (strtod) takes it:
+%% `--duration 1e3', `.3' and `1.' were refused by the CLI and taken by
+%% the engine run alone. An integer stays an integer.
+numbers_as_typed_test_() ->
+    R = fun(V) -> case sluice_cli_args:parse(specs(), ["--rate", V]) of
+                      {ok, #{rate := X}} -> X;
+                      Error -> Error
+                  end
+        end,
+    [?_assertEqual(1000.0, R("1e3")),
+     ?_assertEqual(0.3, R(".3")),
+     ?_assertEqual(0.3, R("0.3")),
+     ?_assertEqual(1.0, R("1.")),
+     ?_assertEqual(0.0025, R("2.5E-3")),
+     ?_assertEqual(2, R("2")),
+     ?_assertEqual(5, R("+5"))]
+        ++ [?_assertMatch({error, "bad value for --rate: " ++ _}, R(V))
+            || V <- [".", "e3", "1e", "1.5.2", "0x10", " 5", "inf", "nan", "1e999", "1,5"]].
+
+%% A range says its bounds as a user writes them: 1000000000000, not
+%% 1.0e12.
+number_range_is_plain_test() ->
+    ?assertEqual({error, "bad value for --rate: 2e12 (expected a number 0..1000000000000)"},
+                 sluice_cli_args:parse(specs(), ["--rate", "2e12"])).

@@ -20,7 +20,8 @@
          engine_starts_its_window_on_go/1,
          a_lost_engine_is_reported_and_the_rest_merged/1,
          lockstep_rate_stays_per_connection/1,
-         a_slow_rate_keeps_its_digits_when_split/1]).
+         a_slow_rate_keeps_its_digits_when_split/1,
+         progress_and_summary_say_acks_and_singulars/1]).
 
 suite() -> [{timetrap, {seconds, 60}}].
 
@@ -32,7 +33,8 @@ all() ->
      sigterm_while_the_nodes_start_ends_the_run_with_a_report,
      an_engine_stopped_as_it_starts_still_reports,
      engine_starts_its_window_on_go, a_lost_engine_is_reported_and_the_rest_merged,
-     lockstep_rate_stays_per_connection, a_slow_rate_keeps_its_digits_when_split].
+     lockstep_rate_stays_per_connection, a_slow_rate_keeps_its_digits_when_split,
+     progress_and_summary_say_acks_and_singulars].
 
 init_per_suite(Config) ->
     case {sluice_load_test_lib:repo_root(), sluice_load_test_lib:priv_dir()} of
@@ -196,6 +198,7 @@ scale_holds_connections_and_reports_server_memory(Config) ->
 %% the engine's own options are checked by the engine.
 bad_options_exit_2_with_one_line(Config) ->
     Bad = [["--engines", "0"], ["--nodes", "0"], ["--source-ips", "10.0.0"],
+           ["--source-ips", "127.0.0.1,,"],
            ["--server-metrics", "ftp://x/metrics"], ["--rate", "fast"],
            ["--interval", "0"], ["--bogus", "1"], ["--scenario", "nope"]],
     [begin
@@ -394,6 +397,23 @@ a_slow_rate_keeps_its_digits_when_split(Config) ->
              end,
     ?assert(abs(lists:sum(Shares("0.01")) - 0.01) < 1.0e-12, Shares("0.01")),
     ?assertEqual([], [R || R <- Shares("0.0006"), R == 0]).
+
+%% A lock-step run's progress line counts acks (it said "pongs", the ping
+%% scenario's word, and "timeouts", which only pings have), and its
+%% summary says "1 connection, 1 engine ... (1 thread)", not
+%% "1 connections, 1 engines".
+progress_and_summary_say_acks_and_singulars(Config) ->
+    Port = start_ref(Config, "ack"),
+    {Code, Out} = sluice(Config, ["load", "--scenario", "lockstep", "--engines", "1",
+                                  "--port", Port, "--conns", "1", "--duration", "1.5",
+                                  "--progress"]),
+    ct:log("~s", [Out]),
+    ?assertEqual(0, Code),
+    ?assertMatch({match, _}, re:run(Out, "^\\[ *[0-9.]+s\\] up 1/1 .* acks [0-9]+/s  \\(",
+                                    [multiline])),
+    ?assertEqual(nomatch, re:run(Out, "pongs|timeouts")),
+    ?assertMatch({match, _}, re:run(Out, "^sluice load lockstep: 1 connection, 1 engine on 1 "
+                                         "node \\(1 thread\\), ", [multiline])).
 
 rate_arg([<<"--rate">>, R | _]) -> binary_to_float(R);
 rate_arg([_ | T]) -> rate_arg(T).

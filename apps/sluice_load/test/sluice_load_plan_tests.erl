@@ -54,6 +54,9 @@ parse_ips_syntax_test() ->
     ?assertEqual(error, sluice_load_plan:parse_ips("127.0.0.5-3")),
     ?assertEqual(error, sluice_load_plan:parse_ips("127.0.0.2-127.0.1.3")),
     ?assertEqual(error, sluice_load_plan:parse_ips("10.0.0")),
+    %% an empty entry is refused, not dropped (as the engine refuses it)
+    [?assertEqual(error, sluice_load_plan:parse_ips(S))
+     || S <- ["127.0.0.1,,", ",127.0.0.1", "127.0.0.1,,127.0.0.2", ","]],
     ?assertEqual("127.0.0.2,127.0.0.3",
                  sluice_load_plan:format_ips([{127, 0, 0, 2}, {127, 0, 0, 3}])).
 

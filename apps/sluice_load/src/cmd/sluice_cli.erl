@@ -68,5 +68,47 @@ report({error, Code, Msg}) ->
 halt_after_flush(Code) ->
     %% halt/1 does not wait for the io server; let it write first.
     %% (A closed stdout, e.g. `| head', must not turn into a crash dump.)
-    _ = (catch io:format("")),
-    erlang:halt(Code, [{flush, true}]).
+    %% A write to a closed stdout does not fail the io:put_chars/1 that
+    %% made it: the io server's port exits after, and only a later request
+    %% fails. A command whose last write found stdout closed (`load --help
+    %% | true') exits as a C tool killed by SIGPIPE would, as the commands
+    %% that write more already did (main/0).
+    erlang:halt(case stdout_lost() of
+                    true -> 141;
+                    false -> Code
+                end, [{flush, true}]).
+
+%% Whether what was written to stdout found it closed: the io server is
+%% gone (it ends only when its port does), or goes within a moment once
+%% its port has tried the last write (a port task that may run after this
+%% request: ~1 ms; 50 ms allowed, waited only when something was written).
+stdout_lost() ->
+    case {catch io:format(""), whereis(user)} of
+        {ok, User} when is_pid(User) ->
+            Ref = erlang:monitor(process, User),
+            Wait = case wrote(User) of
+                       true -> 50;
+                       false -> 0
+                   end,
+            receive {'DOWN', Ref, process, User, _} -> true
+            after Wait -> erlang:demonitor(Ref, [flush]), false
+            end;
+        _ ->
+            %% the io server failed the request, or is gone since
+            true
+    end.
+
+%% The io server's port has been given bytes to write (or is gone
+%% already, its server not yet).
+wrote(User) ->
+    case erlang:process_info(User, links) of
+        {links, Links} ->
+            lists:any(fun(P) -> is_port(P) andalso
+                                    case erlang:port_info(P, output) of
+                                        {output, N} -> N > 0;
+                                        undefined -> true
+                                    end
+                      end, Links);
+        undefined ->
+            true
+    end.

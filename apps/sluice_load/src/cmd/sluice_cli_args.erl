@@ -149,18 +149,33 @@ int(V) ->
     catch error:badarg -> error
     end.
 
+%% A decimal number as a user types it and as the C programs' strtod(3)
+%% reads it: `5', `-2', `0.3', `.3', `1.', `1e3', `2.5E-3'
+%% (list_to_float/1 wants digits on both sides of the point and takes no
+%% `1e3'). An integer stays one.
 number(V) ->
-    case {string:to_float(V), int(V)} of
-        {{F, []}, _} -> {ok, F};
-        {_, {ok, I}} -> {ok, I};
-        _ -> error
+    case re:run(V, "^([+-]?)([0-9]*)(?:\\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?$",
+                [{capture, all_but_first, list}]) of
+        {match, [_, [], []]} -> error;
+        {match, [_, [], [], _]} -> error;
+        {match, [_, _]} -> int(V);
+        {match, [Sign, Int, Frac | Exp]} -> float(Sign, Int, Frac, Exp);
+        nomatch -> error
+    end.
+
+float(Sign, Int, Frac, Exp) ->
+    Digits = fun([]) -> "0"; (D) -> D end,
+    E = case Exp of [] -> "0"; [X] -> X end,
+    try list_to_float(Sign ++ Digits(Int) ++ "." ++ Digits(Frac) ++ "e" ++ E) of
+        F -> {ok, F}
+    catch error:badarg -> error  % past a double
     end.
 
 describe(integer) -> "an integer";
 describe({integer, Min, infinity}) -> io_lib:format("an integer >= ~b", [Min]);
 describe({integer, Min, Max}) -> io_lib:format("an integer ~b..~b", [Min, Max]);
-describe({number, Min, infinity}) -> io_lib:format("a number >= ~s", [show(Min)]);
-describe({number, Min, Max}) -> io_lib:format("a number ~s..~s", [show(Min), show(Max)]);
+describe({number, Min, infinity}) -> io_lib:format("a number >= ~s", [plain(Min)]);
+describe({number, Min, Max}) -> io_lib:format("a number ~s..~s", [plain(Min), plain(Max)]);
 describe(string) -> "a non-empty string";
 describe(ip) -> "an IP address or a host name";
 describe({enum, Atoms}) -> lists:join("|", [atom_to_list(A) || A <- Atoms]);
@@ -208,7 +223,14 @@ arg(#{type := {number, _, _}}) -> " X";
 arg(_) -> " N".
 
 shown(#{shown := Shown}) -> Shown;
+shown(#{type := boolean, default := false}) -> "off";  % a flag, as the C programs say it
+shown(#{type := boolean, default := true}) -> "on";
 shown(#{default := D}) -> show(D).
+
+%% A bound as a user writes it: 10000000, not 1.0e7 (the C programs' table
+%% gives its bounds as doubles).
+plain(X) when is_float(X), X == trunc(X), abs(X) < 1.0e15 -> integer_to_list(trunc(X));
+plain(X) -> show(X).
 
 show(IP) when is_tuple(IP) -> inet:ntoa(IP);
 show(undefined) -> "none";

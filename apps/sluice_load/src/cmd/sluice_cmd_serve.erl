@@ -13,14 +13,17 @@
 specs() ->
     D = sluice_opts:defaults(),
     O = fun sluice_cli_args:opt/4,
+    %% an option that applies only with another: no default here, so that
+    %% check_applies/1 can tell it was given (listener_opts/1 fills it in)
+    U = fun(K, Type, Help) -> (O(K, Type, undefined, Help))#{shown => shown(K)} end,
     [O(ip, ip, {0, 0, 0, 0}, "address to listen on"),
      O(port, {integer, 0, 65535}, 8000, "port to listen on (0: any free port)"),
      O(protocol, {enum, [ack, ping, echo]}, ack, "protocol to serve"),
-     O(ack, {enum, [each, last, counted]}, each,
+     U(ack, {enum, [each, last, counted]},
        "ack protocol: one ack per frame (each), one per read (last), or one per read with a count (counted)"),
-     O(max_frame, {integer, 0, 16#ffffffff}, 1048576,
+     U(max_frame, {integer, 0, 16#ffffffff},
        "ack protocol: largest frame payload accepted; a larger Len closes the connection"),
-     O(frame_timeout, timeout, 30000,
+     U(frame_timeout, timeout,
        "ack protocol: close a connection whose partial frame does not complete in this many ms"),
      O(active, active, maps:get(active, D),
        "socket delivery: adaptive (a grant of reads that grows while the client reads its replies), "
@@ -46,7 +49,7 @@ specs() ->
          #{meta => "MS"},
      O(hibernate_after, timeout, maps:get(hibernate_after, D),
        "hibernate a connection quiet for this long"),
-     O(park_after, timeout, maps:get(park_after, D),
+     U(park_after, timeout,
        "park an inet connection quiet for this long: its process exits, its socket waits in its supervisor"),
      O(gc_after_bytes, bytes, maps:get(gc_after_bytes, D),
        "a connection collects its garbage once it has read this many bytes since the last "
@@ -57,11 +60,11 @@ specs() ->
      O(certfile, string, undefined, "with --tls: the server's certificate chain (PEM)"),
      O(keyfile, string, undefined, "with --tls: the certificate's private key (PEM)"),
      O(cacertfile, string, undefined, "with --tls: CA certificates to verify clients against (PEM)"),
-     O(handshake_timeout, timeout, maps:get(handshake_timeout, D),
+     U(handshake_timeout, timeout,
        "with --tls: close a connection whose handshake is not done in this many ms"),
      O(proxy_protocol, boolean, false,
        "expect a PROXY protocol header (v1 or v2) from a load balancer before anything else"),
-     O(proxy_timeout, timeout, maps:get(proxy_timeout, D),
+     U(proxy_timeout, timeout,
        "with --proxy-protocol: close a connection whose header is not in after this many ms"),
      O(nodes, {integer, 0, 64}, 0,
        "run the listener on this many BEAM nodes (peer), one OS process each, on one port "
@@ -78,7 +81,8 @@ run(Args) ->
     sluice_cli_args:with_options("serve", ?ABOUT, specs(), Args,
                                  fun(Opts) ->
                                          Checks = [sluice_vm_flags:check(Opts), check_tls(Opts),
-                                                   check_hosts(Opts), check_listener(Opts)],
+                                                   check_hosts(Opts), check_applies(Opts),
+                                                   check_listener(Opts)],
                                          case [Msg || {error, Msg} <- Checks] of
                                              [] -> serve(Opts, Args);
                                              [Msg | _] -> {error, 2, Msg}
@@ -105,6 +109,40 @@ check_hosts(#{nodes := 0, hosts := H}) when H =/= "local" ->
     {error, "--hosts is for --nodes N (the nodes to start on those hosts)"};
 check_hosts(_) ->
     ok.
+
+%% Options that apply only with another are refused without it, as `load'
+%% refuses its own (`--ack applies to lockstep and pipeline only'): the
+%% server ran without them, in silence. Parking is for the inet transport
+%% with an active mode (docs/listener-options.md).
+check_applies(O) ->
+    Given = fun(K) -> maps:get(K, O) =/= undefined end,
+    Parks = not maps:get(tls, O) andalso maps:get(backend, O) =:= inet
+        andalso maps:get(active, O) =/= false,
+    Rules = [{[ack, max_frame, frame_timeout], maps:get(protocol, O) =:= ack,
+              "applies to --protocol ack only"},
+             {[proxy_timeout], maps:get(proxy_protocol, O), "is for --proxy-protocol"},
+             {[handshake_timeout], maps:get(tls, O), "is for --tls"},
+             {[park_after], Parks,
+              "parks inet connections only: not with --tls, --backend socket or --active false"}],
+    case [{K, Why} || {Keys, false, Why} <- Rules, K <- Keys, Given(K)] of
+        [] -> ok;
+        [{K, Why} | _] -> {error, "--" ++ flag(K) ++ " " ++ Why}
+    end.
+
+%% The defaults of the options check_applies/1 looks at.
+default(ack) -> each;
+default(max_frame) -> 1048576;
+default(frame_timeout) -> 30000;
+default(K) -> maps:get(K, sluice_opts:defaults()).
+
+shown(K) -> lists:flatten(io_lib:format("~w", [default(K)])).
+
+%% An option's value, its default when not given.
+value(K, O) ->
+    case maps:get(K, O) of
+        undefined -> default(K);
+        V -> V
+    end.
 
 %% The library's own bounds on what the options stand for (a time is at
 %% most 2^32 - 1 ms, max_connections at most 2^63 - 2): a value past them
@@ -145,9 +183,9 @@ serve(O, _Args) ->
 -spec listener_opts(map()) -> map().
 listener_opts(O) ->
     Handler = case maps:get(protocol, O) of
-                  ack -> {sluice_proto_ack, #{ack => maps:get(ack, O),
-                                              max_frame => maps:get(max_frame, O),
-                                              frame_timeout => maps:get(frame_timeout, O)}};
+                  ack -> {sluice_proto_ack, #{ack => value(ack, O),
+                                              max_frame => value(max_frame, O),
+                                              frame_timeout => value(frame_timeout, O)}};
                   ping -> {sluice_proto_ping, []};
                   echo -> {sluice_proto_echo, []}
               end,
@@ -162,12 +200,12 @@ listener_opts(O) ->
       max_connections_wait => maps:get(max_connections_wait, O),
       idle_timeout => maps:get(idle_timeout, O), backlog => maps:get(backlog, O),
       hibernate_after => maps:get(hibernate_after, O),
-      park_after => maps:get(park_after, O),
+      park_after => value(park_after, O),
       gc_after_bytes => maps:get(gc_after_bytes, O),
       socket_opts => SocketOpts, transport => transport(O),
-      tls_opts => tls_opts(O), handshake_timeout => maps:get(handshake_timeout, O),
+      tls_opts => tls_opts(O), handshake_timeout => value(handshake_timeout, O),
       proxy_protocol => maps:get(proxy_protocol, O),
-      proxy_timeout => maps:get(proxy_timeout, O)}.
+      proxy_timeout => value(proxy_timeout, O)}.
 
 transport(#{tls := true}) -> ssl;
 transport(#{backend := B}) -> B.

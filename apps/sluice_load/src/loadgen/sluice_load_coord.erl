@@ -23,9 +23,10 @@
                      interrupted := boolean()}.
 
 %% @doc Run `Engines' with the binary `Bin'; returns when all have ended.
+%% `scenario' names what the progress line counts (pongs, acks...).
 -spec run(#{bin := file:filename(), engines := [engine()], progress := boolean(),
-            server_metrics := string() | undefined}) -> outcome().
-run(#{bin := Bin, engines := Engines, progress := Progress, server_metrics := Url}) ->
+            server_metrics := string() | undefined, scenario => string()}) -> outcome().
+run(#{bin := Bin, engines := Engines, progress := Progress, server_metrics := Url} = Run) ->
     ok = sluice_signal:install(self()),
     {Baseline, MErr} = case Url of
                            undefined -> {none, none};
@@ -42,6 +43,7 @@ run(#{bin := Bin, engines := Engines, progress := Progress, server_metrics := Ur
            go => false, url => Url, show => Progress, t0 => T0, last => {T0, 0, 0},
            baseline => Baseline, held => none, held_all => [], metrics_error => MErr,
            scraping => false, interrupted => false, rounds => #{},
+           scenario => maps:get(scenario, Run, "ping"),
            conns => lists:sum([C || #{conns := C} <- Engines])},
     S = loop(S0),
     #{results => [{Id, St, J} || {Id, {St, J}} <- lists:sort(maps:to_list(maps:get(done, S)))],
@@ -177,11 +179,26 @@ show(#{progress := Prog, t0 := T0, last := {LT, LEst, LMsgs}, conns := Conns} = 
                 G -> io_lib:format("hold ~.1fs", [(Now - G) / 1000])
             end,
     io:format(standard_error,
-              "[~6.1fs] up ~b/~b  failed ~b~s  est ~b/s  pongs ~b/s  timeouts ~b  (~s)~s~n",
+              "[~6.1fs] up ~b/~b  failed ~b~s  est ~b/s~s  (~s)~s~n",
               [(Now - T0) / 1000, Sum(<<"up">>), Conns, Sum(<<"failed">>), reasons(Prog),
-               round((Est - LEst) / Dt), round((Msgs - LMsgs) / Dt), Sum(<<"timeouts">>), Phase,
-               server_line(S)]),
+               round((Est - LEst) / Dt),
+               replies(maps:get(scenario, S), round((Msgs - LMsgs) / Dt), Sum(<<"timeouts">>)),
+               Phase, server_line(S)]),
     S#{last := {Now, Est, Msgs}}.
+
+%% What the engines' `messages' count in the scenario, per second: a
+%% lock-step or pipelined frame's ack was said as a pong. Connect counts
+%% connections established (est already), and only pings time out.
+replies(Sc, Rate, Timeouts) when Sc =:= "ping"; Sc =:= "scale" ->
+    io_lib:format("  pongs ~b/s  timeouts ~b", [Rate, Timeouts]);
+replies(Sc, Rate, _) when Sc =:= "lockstep"; Sc =:= "pipeline" ->
+    io_lib:format("  acks ~b/s", [Rate]);
+replies("flood", Rate, _) ->
+    io_lib:format("  echoes ~b/s", [Rate]);
+replies("storm", Rate, _) ->
+    io_lib:format("  back ~b/s", [Rate]);
+replies(_, _, _) ->
+    "".
 
 %% failures by reason over the engines: " (ETIMEDOUT 3, EMFILE 1)"
 reasons(Prog) ->

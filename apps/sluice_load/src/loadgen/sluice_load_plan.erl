@@ -110,7 +110,9 @@ assign_ips(Ips, K) ->
 -spec parse_ips(string()) -> {ok, [inet:ip4_address()]} | error.
 parse_ips(S) ->
     try
-        Ips = lists:append([range(T) || T <- string:lexemes(S, ",")]),
+        %% split, not lexemes: an empty entry (`127.0.0.1,,') is refused,
+        %% as the engine refuses it, rather than dropped in silence
+        Ips = lists:append([range(T) || T <- string:split(S, ",", all)]),
         case Ips of
             [] -> error;
             _ -> {ok, Ips}

@@ -12,9 +12,13 @@
 -spec text(map(), map()) -> iolist().
 text(R, Info) ->
     Sc = ?G(<<"scenario">>, R),
-    [io_lib:format("sluice load ~s: ~b connections, ~b engines on ~b node~s (~b threads), ~.2f s measured~s~n",
-                   [Sc, ?G(<<"conns">>, R), maps:get(engines, Info), maps:get(nodes, Info),
-                    plural(maps:get(nodes, Info)), ?G(<<"threads">>, R), float(?G(<<"duration_s">>, R)),
+    [io_lib:format("sluice load ~s: ~b connection~s, ~b engine~s on ~b node~s (~b thread~s), "
+                   "~.2f s measured~s~n",
+                   [Sc, ?G(<<"conns">>, R), plural(?G(<<"conns">>, R)),
+                    maps:get(engines, Info), plural(maps:get(engines, Info)),
+                    maps:get(nodes, Info), plural(maps:get(nodes, Info)),
+                    ?G(<<"threads">>, R), plural(?G(<<"threads">>, R)),
+                    float(?G(<<"duration_s">>, R)),
                     case maps:get(<<"interrupted">>, R, false) of
                         true -> " (interrupted)";
                         _ -> ""

@@ -60,7 +60,7 @@ plan(O, EngineSpecs) ->
                     Engines = [#{id => I, conns => C,
                                  args => engine_args(V, Share, Set) ++ Threads ++ Pass}
                                || {#{index := I, conns := C} = Share, Set} <- lists:zip(Shares, IpSets)],
-                    go(O, Engines, NodeSpec, Url)
+                    go(O#{scenario := V(scenario)}, Engines, NodeSpec, Url)
             end
     end.
 
@@ -103,7 +103,8 @@ start(#{bin := Bin} = O, Engines, NodeSpec, Url) ->
                 (maps:get(progress, O) orelse sluice_procfs:stderr_is_tty()),
             Outcome = try sluice_load_coord:run(#{bin => Bin, engines => Placed,
                                                   server_metrics => Url,
-                                                  progress => Progress})
+                                                  progress => Progress,
+                                                  scenario => maps:get(scenario, O)})
                       after sluice_load_nodes:stop(Refs)
                       end,
             finish(O, Outcome, Placed, length(Nodes));
