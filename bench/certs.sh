@@ -1,7 +1,7 @@
 #!/bin/sh
 # Throwaway TLS certificates for tests and benchmarks (never commit keys):
-# a self-signed CA and two server certificates it signs, for "localhost"
-# and 127.0.0.1:
+# a self-signed CA and two server certificates it signs, for "localhost",
+# 127.0.0.1 and ::1:
 #
 #   DIR/ca.pem, DIR/ca.key             the CA (trust ca.pem to verify)
 #   DIR/server.pem, DIR/server.key     ECDSA P-256 (the default to use)
@@ -41,7 +41,7 @@ server() { # name, key algorithm options...
     printf '%s\n' "basicConstraints=CA:FALSE" \
         "keyUsage=critical,digitalSignature,keyEncipherment" \
         "extendedKeyUsage=serverAuth" \
-        "subjectAltName=DNS:localhost,IP:127.0.0.1" > "$name.ext"
+        "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1" > "$name.ext"
     openssl x509 -req -in "$name.csr" -CA ca.pem -CAkey ca.key \
         -CAcreateserial -days 825 -extfile "$name.ext" -out "$name.pem" \
         2>/dev/null

@@ -43,13 +43,16 @@ int main(int argc, char **argv)
     };
     opts_parse(PROG, "Plain blocking ack-protocol client (one connection).",
                opts, argc, argv);
-    struct sockaddr_in dst = {.sin_family = AF_INET,
-                              .sin_port = htons((uint16_t)port)};
-    if (parse_ipv4(host, &dst.sin_addr) < 0)
-        usage_error(PROG, "--host: '%s' is not an IPv4 address", host);
+    union sockaddr_any dst;
+    if (parse_ip(host, &dst) < 0)
+        usage_error(PROG, "--host: '%s' is not an IPv4 or IPv6 address", host);
+    if (dst.sa.sa_family == AF_INET6)
+        dst.in6.sin6_port = htons((uint16_t)port);
+    else
+        dst.in4.sin_port = htons((uint16_t)port);
 
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&dst, sizeof dst) < 0) {
+    int fd = socket(dst.sa.sa_family, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, &dst.sa, sockaddr_len(&dst)) < 0) {
         fprintf(stderr, PROG ": connect %s:%ld: %s\n", host, port,
                 strerror(errno));
         return 3;

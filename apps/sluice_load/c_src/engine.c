@@ -104,7 +104,8 @@ static void conn_open(struct worker *w, struct conn *c, uint64_t now)
     w->st.attempts++;
     if (!w->st.first_connect)
         w->st.first_connect = now;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = socket(cfg->dst.sa.sa_family,
+                    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         c->state = CS_NEW;
         conn_fail(w, c, fail_reason_of_errno(errno), now);
@@ -116,17 +117,17 @@ static void conn_open(struct worker *w, struct conn *c, uint64_t now)
     set_nodelay(fd);
     if (cfg->nsrc > 0) {
         /* Let connect() pick the port, so (src, dst) pairs, not bind(),
-         * limit how many connections one source address can hold. */
+         * limit how many connections one source address can hold (an
+         * IPPROTO_IP option that IPv6 sockets take too).  The sources
+         * are of dst's family (load_config.c). */
         int one = 1;
         setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
-        struct sockaddr_in s = {.sin_family = AF_INET,
-                                .sin_addr = cfg->src[c->idx % cfg->nsrc]};
-        if (bind(fd, (struct sockaddr *)&s, sizeof s) < 0) {
+        if (bind(fd, &cfg->src[c->idx % cfg->nsrc].sa, cfg->dst_len) < 0) {
             conn_fail(w, c, fail_reason_of_errno(errno), now);
             return;
         }
     }
-    if (connect(fd, (struct sockaddr *)&cfg->dst, sizeof cfg->dst) < 0 &&
+    if (connect(fd, &cfg->dst.sa, cfg->dst_len) < 0 &&
         errno != EINPROGRESS) {
         conn_fail(w, c, fail_reason_of_errno(errno), now);
         return;

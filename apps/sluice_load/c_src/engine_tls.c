@@ -28,8 +28,8 @@ void engine_tls_configure(struct cfg *cfg, const struct opt *opts)
                 usage_error(PROG, "--%s applies with --tls only", *o);
         return;
     }
-    struct in_addr ip;
-    host_is_ip = parse_ipv4(cfg->host, &ip) == 0;
+    union sockaddr_any ip;
+    host_is_ip = parse_ip(cfg->host, &ip) == 0; /* IPv6 too: no SNI */
     /* as browsers and curl do: the host's name, never an address */
     sni = cfg->tls_sni ? cfg->tls_sni : host_is_ip ? NULL : cfg->host;
     /* Many mostly idle connections (ping, connect, storm): OpenSSL's

@@ -78,8 +78,9 @@ struct cfg {
     int tls, tls_verify, tls_resume, tls_version;
     const char *tls_ca, *tls_sni, *tls_alpn;
     /* derived */
-    struct sockaddr_in dst;
-    struct in_addr *src;
+    union sockaddr_any dst; /* IPv4 or IPv6; every src of its family */
+    socklen_t dst_len;
+    union sockaddr_any *src;
     int nsrc;
     uint32_t frame_len; /* ack frames: 12 + payload */
     struct ssl_ctx_st *tls_ctx;

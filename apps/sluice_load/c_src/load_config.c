@@ -19,68 +19,131 @@
 #define PIPE_WINDOW 262144
 #define PIPE_BATCH 2048
 
+static void add_source(struct cfg *cfg, int *cap, const union sockaddr_any *a)
+{
+    if (cfg->nsrc == *cap)
+        cfg->src = realloc(cfg->src, (size_t)(*cap *= 2) * sizeof *cfg->src);
+    cfg->src[cfg->nsrc++] = *a;
+}
+
+/* The last byte of a range's two ends, which must agree on every other:
+ * one IPv4 /24 or one IPv6 /120, at most 256 addresses, as the
+ * coordinator splits them (sluice_load_plan). */
+static unsigned char *last_byte(union sockaddr_any *a)
+{
+    return a->sa.sa_family == AF_INET6 ? &a->in6.sin6_addr.s6_addr[15]
+                                       : (unsigned char *)&a->in4.sin_addr + 3;
+}
+
+static int same_but_last_byte(union sockaddr_any *a, union sockaddr_any *b)
+{
+    if (a->sa.sa_family != b->sa.sa_family)
+        return 0;
+    return a->sa.sa_family == AF_INET6
+        ? memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, 15) == 0
+        : memcmp(&a->in4.sin_addr, &b->in4.sin_addr, 3) == 0;
+}
+
+static int parse_range(struct cfg *cfg, int *cap, char *tok)
+{
+    char *dash = strchr(tok, '-');
+    union sockaddr_any lo, hi;
+    if (dash)
+        *dash = 0;
+    if (parse_ip(tok, &lo) < 0)
+        return -1;
+    if (!dash) {
+        add_source(cfg, cap, &lo);
+        return 0;
+    }
+    const char *h = dash + 1;
+    if (strchr(h, '.') || strchr(h, ':')) {
+        if (parse_ip(h, &hi) < 0 || !same_but_last_byte(&lo, &hi))
+            return -1;
+    } else {
+        /* A.B.C.X-Y: IPv4 only (an IPv6 last part would be hex) */
+        char *end;
+        long last = strtol(h, &end, 10);
+        if (*end || end == h || last < 0 || last > 255 ||
+            lo.sa.sa_family != AF_INET)
+            return -1;
+        hi = lo;
+        *last_byte(&hi) = (unsigned char)last;
+    }
+    int x = *last_byte(&lo), y = *last_byte(&hi);
+    if (y < x)
+        return -1;
+    for (; x <= y; x++) {
+        *last_byte(&lo) = (unsigned char)x;
+        add_source(cfg, cap, &lo);
+    }
+    return 0;
+}
+
 static int parse_sources(struct cfg *cfg)
 {
-    /* "A.B.C.X-A.B.C.Y", "A.B.C.X-Y", or a comma list of addresses/ranges;
-     * strtok_r() would skip an empty entry ("127.0.0.1,,"): refuse it */
+    /* "A.B.C.X-A.B.C.Y", "A.B.C.X-Y", IPv6 "P::X-P::Y", or a comma list
+     * of addresses/ranges; strtok_r() would skip an empty entry
+     * ("127.0.0.1,,"): refuse it */
     size_t n = strlen(cfg->source_ips);
     if (!n || cfg->source_ips[0] == ',' || cfg->source_ips[n - 1] == ',' ||
         strstr(cfg->source_ips, ",,"))
         return -1;
     char *s = strdup(cfg->source_ips), *save = NULL;
-    int cap = 16;
+    int cap = 16, ok = 1;
     cfg->src = malloc((size_t)cap * sizeof *cfg->src);
-    for (char *tok = strtok_r(s, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        char *dash = strchr(tok, '-');
-        struct in_addr lo, hi;
-        if (dash) {
-            *dash = 0;
-            if (parse_ipv4(tok, &lo) < 0)
-                return -1;
-            const char *h = dash + 1;
-            if (strchr(h, '.')) {
-                if (parse_ipv4(h, &hi) < 0)
-                    return -1;
-            } else {
-                char *end;
-                long last = strtol(h, &end, 10);
-                if (*end || end == h || last < 0 || last > 255)
-                    return -1;
-                hi.s_addr = htonl((ntohl(lo.s_addr) & 0xffffff00u) |
-                                  (uint32_t)last);
-            }
-            uint32_t a = ntohl(lo.s_addr), b = ntohl(hi.s_addr);
-            if ((a & 0xffffff00u) != (b & 0xffffff00u) || b < a)
-                return -1;
-            for (uint32_t x = a; x <= b; x++) {
-                if (cfg->nsrc == cap)
-                    cfg->src = realloc(cfg->src,
-                                       (size_t)(cap *= 2) * sizeof *cfg->src);
-                cfg->src[cfg->nsrc++].s_addr = htonl(x);
-            }
-        } else {
-            if (parse_ipv4(tok, &lo) < 0)
-                return -1;
-            if (cfg->nsrc == cap)
-                cfg->src = realloc(cfg->src,
-                                   (size_t)(cap *= 2) * sizeof *cfg->src);
-            cfg->src[cfg->nsrc++] = lo;
-        }
-    }
+    for (char *tok = strtok_r(s, ",", &save); tok && ok;
+         tok = strtok_r(NULL, ",", &save))
+        ok = parse_range(cfg, &cap, tok) == 0;
     free(s);
-    return cfg->nsrc > 0 ? 0 : -1;
+    return ok && cfg->nsrc > 0 ? 0 : -1;
 }
 
+static const char *family_name(int family)
+{
+    return family == AF_INET6 ? "IPv6" : "IPv4";
+}
+
+/* connect() from a source address of one family to a server of the other
+ * fails on every connection (EAFNOSUPPORT, EINVAL): refused here, once. */
+static void sources_one_family(const struct cfg *cfg)
+{
+    for (int i = 1; i < cfg->nsrc; i++)
+        if (cfg->src[i].sa.sa_family != cfg->src[0].sa.sa_family)
+            usage_error(PROG, "--source-ips '%s' mixes IPv4 and IPv6 "
+                        "addresses", cfg->source_ips);
+}
+
+/* The server's address: of the --source-ips' family when given (a name
+ * such as localhost has both), else IPv4 first, as before IPv6 and as
+ * `bin/sluice load' resolves it; an IPv6-only name or literal (::1) gives
+ * IPv6. */
 static void resolve_host(struct cfg *cfg)
 {
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     struct addrinfo *res;
     int e = getaddrinfo(cfg->host, NULL, &hints, &res);
     if (e != 0)
         usage_error(PROG, "--host %s: %s", cfg->host, gai_strerror(e));
-    memcpy(&cfg->dst, res->ai_addr, sizeof cfg->dst);
-    cfg->dst.sin_port = htons((uint16_t)cfg->port);
+    int want = cfg->nsrc ? cfg->src[0].sa.sa_family : AF_INET;
+    const struct addrinfo *pick = NULL;
+    for (const struct addrinfo *a = res; a && !pick; a = a->ai_next)
+        if (a->ai_family == want)
+            pick = a;
+    for (const struct addrinfo *a = res; a && !pick && !cfg->nsrc;
+         a = a->ai_next)
+        if (a->ai_family == AF_INET6)
+            pick = a;
+    if (!pick)
+        usage_error(PROG, "--source-ips '%s' are %s addresses but --host %s "
+                    "has no %s address: use one family", cfg->source_ips,
+                    family_name(want), cfg->host, family_name(want));
+    memcpy(&cfg->dst, pick->ai_addr, pick->ai_addrlen);
+    cfg->dst_len = pick->ai_addrlen;
+    if (pick->ai_family == AF_INET6)
+        cfg->dst.in6.sin6_port = htons((uint16_t)cfg->port);
+    else
+        cfg->dst.in4.sin_port = htons((uint16_t)cfg->port);
     freeaddrinfo(res);
 }
 
@@ -154,7 +217,9 @@ void load_configure(struct cfg *cfg, struct opt *opts, int argc,
         usage_error(PROG, "--timeout applies to ping and scale only");
     if (cfg->source_ips && parse_sources(cfg) < 0)
         usage_error(PROG, "--source-ips '%s': expected A.B.C.X-Y, "
-                    "A.B.C.X-A.B.C.Y or a comma list", cfg->source_ips);
+                    "A.B.C.X-A.B.C.Y, an IPv6 P::X-P::Y (one /120) or a "
+                    "comma list", cfg->source_ips);
+    sources_one_family(cfg);
     if (!cfg->threads)
         cfg->threads = ncpus();
     if (cfg->threads > cfg->conns)

@@ -107,8 +107,9 @@ int main(int argc, char **argv)
     struct opt opts[] = {
         {"scenario", OPT_CHOICE, &cfg.scenario, "NAME", "lockstep",
          "what to run", scenario_names, 0, 0, 0},
-        {"host", OPT_STR, &cfg.host, "HOST", "127.0.0.1", "server address",
-         NULL, 0, 0, 0},
+        {"host", OPT_STR, &cfg.host, "HOST", "127.0.0.1",
+         "server address or name, IPv4 or IPv6 (a name with both: IPv4, "
+         "unless --source-ips are IPv6)", NULL, 0, 0, 0},
         {"port", OPT_INT, &cfg.port, "P", "8000", "server port", NULL, 1,
          65535, 0},
         {"conns", OPT_INT, &cfg.conns, "N", "1", "connections", NULL, 1,
@@ -153,7 +154,8 @@ int main(int argc, char **argv)
          "worker threads (capped at --conns)", NULL, 1, 1024, 0},
         {"source-ips", OPT_STR, &cfg.source_ips, "LIST", "kernel's choice",
          "source addresses, round-robin per connection: 127.0.0.2-127.0.0.9, "
-         "127.0.0.2-9 or a comma list", NULL, 0, 0, 0},
+         "127.0.0.2-9, fd00::2-fd00::9 (one /120) or a comma list, of "
+         "--host's family", NULL, 0, 0, 0},
         {"json", OPT_STR, &cfg.json, "FILE", NULL,
          "write the results as one JSON object", NULL, 0, 0, 0},
         {"quiet", OPT_FLAG, &cfg.quiet, NULL, NULL,

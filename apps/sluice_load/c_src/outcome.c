@@ -3,6 +3,7 @@
  * errors by kind, the checks made once the workers are done, and the exit
  * code they make. */
 #include <stdio.h>
+#include <string.h>
 
 #include "load.h"
 
@@ -68,11 +69,15 @@ static void limit_hints(const struct run *r, const struct stats *t)
                 "%s and this server (the range in "
                 "/proc/sys/net/ipv4/ip_local_port_range; a closed "
                 "connection's port waits ~60 s in TIME_WAIT)%s: more source "
-                "addresses (--source-ips 127.0.0.2-50 on loopback) give more "
-                "ports\n", (unsigned long long)t->failures[F_EADDRNOTAVAIL],
+                "addresses (%s) give more ports\n",
+                (unsigned long long)t->failures[F_EADDRNOTAVAIL],
                 r->cfg->nsrc ? "the --source-ips addresses" : "this host's address",
                 r->cfg->nsrc ? ", or a --source-ips address is not this "
-                               "host's" : "");
+                               "host's" : "",
+                /* IPv6 loopback is ::1 alone: no range to suggest */
+                r->cfg->dst.sa.sa_family == AF_INET6
+                    ? "--source-ips with IPv6 addresses of this host"
+                    : "--source-ips 127.0.0.2-50 on loopback");
     if (t->failures[F_EMFILE])
         fprintf(stderr, PROG ": EMFILE %llu: out of open files for this "
                 "process (ulimit -n)\n",
@@ -89,8 +94,10 @@ int run_finish(struct run *r, const struct stats *t, double secs)
     silent_server(r, t, secs);
     struct outcome o = run_outcome(r, t);
     if (o.code == EXIT_NO_CONNECTION) {
-        fprintf(stderr, PROG ": could not connect to %s:%ld at all (",
-                r->cfg->host, r->cfg->port);
+        const char *h = r->cfg->host;
+        fprintf(stderr, PROG ": could not connect to %s%s%s:%ld at all (",
+                strchr(h, ':') ? "[" : "", h, strchr(h, ':') ? "]" : "",
+                r->cfg->port);
         for (int k = 0, n = 0; k < F_NREASONS; k++)
             if (t->failures[k])
                 fprintf(stderr, "%s%s %llu", n++ ? ", " : "", fail_names[k],

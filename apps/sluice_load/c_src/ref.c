@@ -150,17 +150,26 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
-static int make_listener(struct in_addr ip, int port, int *real_port)
+static void set_port(union sockaddr_any *a, int port)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (a->sa.sa_family == AF_INET6)
+        a->in6.sin6_port = htons((uint16_t)port);
+    else
+        a->in4.sin_port = htons((uint16_t)port);
+}
+
+static int make_listener(union sockaddr_any ip, int port, int *real_port)
+{
+    int fd = socket(ip.sa.sa_family,
+                    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -1;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr = ip,
-                            .sin_port = htons((uint16_t)port)};
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
+    union sockaddr_any a = ip;
+    set_port(&a, port);
+    if (bind(fd, &a.sa, sockaddr_len(&a)) < 0 ||
         listen(fd, SOMAXCONN) < 0) {
         int e = errno;
         close(fd);
@@ -168,8 +177,9 @@ static int make_listener(struct in_addr ip, int port, int *real_port)
         return -1;
     }
     socklen_t len = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    *real_port = ntohs(a.sin_port);
+    getsockname(fd, &a.sa, &len);
+    *real_port = ntohs(a.sa.sa_family == AF_INET6 ? a.in6.sin6_port
+                                                  : a.in4.sin_port);
     return fd;
 }
 
@@ -179,16 +189,16 @@ static int make_listener(struct in_addr ip, int port, int *real_port)
  * and get a share of the connections instead of failing. A probe without
  * SO_REUSEPORT fails on any listener there (SO_REUSEADDR lets it bind next
  * to TIME_WAIT leftovers, as the listeners can). */
-static int port_taken(struct in_addr ip, int port)
+static int port_taken(union sockaddr_any ip, int port)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(ip.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return 0;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr = ip,
-                            .sin_port = htons((uint16_t)port)};
-    int taken = bind(fd, (struct sockaddr *)&a, sizeof a) < 0 &&
+    union sockaddr_any a = ip;
+    set_port(&a, port);
+    int taken = bind(fd, &a.sa, sockaddr_len(&a)) < 0 &&
                 errno == EADDRINUSE;
     close(fd);
     return taken;
@@ -282,9 +292,13 @@ int main(int argc, char **argv)
              opts_given(opts, "tls-tickets") || opts_given(opts, "tls-version"))
         usage_error(PROG, "--certfile, --keyfile and --tls-* apply with "
                     "--tls only");
-    struct in_addr ip;
-    if (parse_ipv4(cfg.ip, &ip) < 0)
-        usage_error(PROG, "--ip: '%s' is not an IPv4 address", cfg.ip);
+    union sockaddr_any ip;
+    if (parse_ip(cfg.ip, &ip) < 0)
+        usage_error(PROG, "--ip: '%s' is not an IPv4 or IPv6 address",
+                    cfg.ip);
+    /* "[::1]:8000", as bin/sluice serve prints an IPv6 address */
+    const char *fmt = ip.sa.sa_family == AF_INET6 ? "[%s]:%d" : "%s:%d";
+    char where[INET6_ADDRSTRLEN + 16];
 
     /* Threads inherit this mask; only main takes the signals, via sigwait. */
     sigset_t sigs;
@@ -297,7 +311,8 @@ int main(int argc, char **argv)
     struct rthread *ts = calloc((size_t)cfg.threads, sizeof *ts);
     int port = (int)cfg.port;
     if (port != 0 && !cfg.share_port && port_taken(ip, port)) {
-        fprintf(stderr, PROG ": listen on %s:%d: %s\n", cfg.ip, port,
+        snprintf(where, sizeof where, fmt, cfg.ip, port);
+        fprintf(stderr, PROG ": listen on %s: %s\n", where,
                 strerror(EADDRINUSE));
         return 1;
     }
@@ -306,8 +321,9 @@ int main(int argc, char **argv)
         t->id = i;
         t->lfd = make_listener(ip, port, &port);
         if (t->lfd < 0) {
-            fprintf(stderr, PROG ": listen on %s:%d: %s\n", cfg.ip, port,
-                    strerror(errno));
+            int e = errno;
+            snprintf(where, sizeof where, fmt, cfg.ip, port);
+            fprintf(stderr, PROG ": listen on %s: %s\n", where, strerror(e));
             return 1;
         }
         t->ep = epoll_create1(EPOLL_CLOEXEC);
@@ -328,7 +344,8 @@ int main(int argc, char **argv)
             fprintf(stderr, PROG ": pthread_create failed\n");
             return 1;
         }
-    printf("listening on %s:%d\n", cfg.ip, port);
+    snprintf(where, sizeof where, fmt, cfg.ip, port);
+    printf("listening on %s\n", where);
     fflush(stdout);
 
     int sig;

@@ -226,7 +226,9 @@ void storm_sources(struct cfg *cfg)
     if (per < 1 || need <= per)
         return;
     long k = (need + per - 1) / per;
-    if ((ntohl(cfg->dst.sin_addr.s_addr) >> 24) != 127 || k > 250) {
+    /* IPv6 has one loopback address, ::1: nothing to choose from */
+    if (cfg->dst.sa.sa_family != AF_INET ||
+        (ntohl(cfg->dst.in4.sin_addr.s_addr) >> 24) != 127 || k > 250) {
         fprintf(stderr, PROG ": storm: 2 x %ld connects need more ephemeral "
                 "ports than one source address has (%ld); pass --source-ips\n",
                 cfg->conns, hi - lo + 1);
@@ -234,7 +236,9 @@ void storm_sources(struct cfg *cfg)
     }
     cfg->src = malloc((size_t)k * sizeof *cfg->src);
     for (long i = 0; i < k; i++)
-        cfg->src[i].s_addr = htonl(0x7f000002u + (uint32_t)i); /* 127.0.0.2.. */
+        cfg->src[i] = (union sockaddr_any){.in4 = {
+            .sin_family = AF_INET,
+            .sin_addr.s_addr = htonl(0x7f000002u + (uint32_t)i)}}; /* 127.0.0.2.. */
     cfg->nsrc = (int)k;
     cfg->src_auto = 1;
 }

@@ -126,10 +126,10 @@ void storm_text(struct run *r, FILE *f)
     struct wave_sum a, b;
     wave_sum(r, 0, &a);
     wave_sum(r, 1, &b);
-    char lo[32] = "kernel's choice", hi[32] = "";
+    char lo[INET6_ADDRSTRLEN] = "kernel's choice", hi[INET6_ADDRSTRLEN] = "";
     if (cfg->nsrc) {
-        inet_ntop(AF_INET, &cfg->src[0], lo, sizeof lo);
-        inet_ntop(AF_INET, &cfg->src[cfg->nsrc - 1], hi, sizeof hi);
+        ip_str(&cfg->src[0], lo, sizeof lo);
+        ip_str(&cfg->src[cfg->nsrc - 1], hi, sizeof hi);
     }
     fprintf(f, "storm: %ld connections from %d source address%s (%s%s%s%s),"
             " back = %s, hold %.1f s\n", cfg->conns, cfg->nsrc ? cfg->nsrc : 1,

@@ -30,29 +30,54 @@ void set_nodelay(int fd)
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-const char *addr_str(const struct sockaddr_in *a, char *buf, size_t n)
+const char *ip_str(const union sockaddr_any *a, char *buf, size_t n)
 {
-    char ip[INET_ADDRSTRLEN];
-    if (!inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip))
-        strcpy(ip, "?");
-    snprintf(buf, n, "%s:%u", ip, (unsigned)ntohs(a->sin_port));
+    const void *ip = a->sa.sa_family == AF_INET6 ? (const void *)&a->in6.sin6_addr
+                                                 : (const void *)&a->in4.sin_addr;
+    if (!inet_ntop(a->sa.sa_family, ip, buf, (socklen_t)n))
+        snprintf(buf, n, "?");
+    return buf;
+}
+
+const char *addr_str(const union sockaddr_any *a, char *buf, size_t n)
+{
+    char ip[INET6_ADDRSTRLEN];
+    ip_str(a, ip, sizeof ip);
+    if (a->sa.sa_family == AF_INET6)
+        snprintf(buf, n, "[%s]:%u", ip, (unsigned)ntohs(a->in6.sin6_port));
+    else
+        snprintf(buf, n, "%s:%u", ip, (unsigned)ntohs(a->in4.sin_port));
     return buf;
 }
 
 const char *sock_local_str(int fd, char *buf, size_t n)
 {
-    struct sockaddr_in a;
+    union sockaddr_any a;
     socklen_t len = sizeof a;
-    if (fd < 0 || getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+    if (fd < 0 || getsockname(fd, &a.sa, &len) != 0) {
         snprintf(buf, n, "?");
         return buf;
     }
     return addr_str(&a, buf, n);
 }
 
-int parse_ipv4(const char *s, struct in_addr *out)
+socklen_t sockaddr_len(const union sockaddr_any *a)
 {
-    return inet_pton(AF_INET, s, out) == 1 ? 0 : -1;
+    return a->sa.sa_family == AF_INET6 ? sizeof a->in6 : sizeof a->in4;
+}
+
+int parse_ip(const char *s, union sockaddr_any *out)
+{
+    memset(out, 0, sizeof *out);
+    if (inet_pton(AF_INET, s, &out->in4.sin_addr) == 1) {
+        out->in4.sin_family = AF_INET;
+        return 0;
+    }
+    if (inet_pton(AF_INET6, s, &out->in6.sin6_addr) == 1) {
+        out->in6.sin6_family = AF_INET6;
+        return 0;
+    }
+    return -1;
 }
 
 const char *errno_name(int e)

@@ -53,12 +53,23 @@ int set_nonblock(int fd);
 /* TCP_NODELAY on; errors ignored (not fatal for a benchmark). */
 void set_nodelay(int fd);
 
-/* "127.0.0.1:8000" of the socket's local or peer side, into buf. */
-const char *sock_local_str(int fd, char *buf, size_t n);
-const char *addr_str(const struct sockaddr_in *a, char *buf, size_t n);
+/* An IPv4 or IPv6 socket address, as bind() and connect() take it. */
+union sockaddr_any {
+    struct sockaddr sa;
+    struct sockaddr_in in4;
+    struct sockaddr_in6 in6;
+};
 
-/* Parse dotted IPv4; 0 ok, -1 bad. */
-int parse_ipv4(const char *s, struct in_addr *out);
+/* "127.0.0.1:8000" or "[::1]:8000" of the socket's local side, into buf. */
+const char *sock_local_str(int fd, char *buf, size_t n);
+const char *addr_str(const union sockaddr_any *a, char *buf, size_t n);
+/* The address alone: "127.0.0.1", "::1". */
+const char *ip_str(const union sockaddr_any *a, char *buf, size_t n);
+/* The length bind() and connect() take for a's family. */
+socklen_t sockaddr_len(const union sockaddr_any *a);
+
+/* Parse a numeric IPv4 or IPv6 address (port 0); 0 ok, -1 bad. */
+int parse_ip(const char *s, union sockaddr_any *out);
 
 /* Symbolic errno name ("ECONNREFUSED"), or NULL when not in our table. */
 const char *errno_name(int e);

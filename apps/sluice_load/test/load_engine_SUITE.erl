@@ -12,6 +12,7 @@
 
 -export([all/0, groups/0, suite/0,
          init_per_suite/1, end_per_suite/1,
+         init_per_group/2, end_per_group/2,
          init_per_testcase/2, end_per_testcase/2]).
 -export([histogram_unit_tests_pass/1,
          lockstep_against_ref/1,
@@ -44,7 +45,11 @@
          ref_acks_the_frames_before_an_oversized_one/1,
          ref_ping_closes_on_other_lines/1,
          ref_usage_and_sigterm/1, ref_port_in_use_exits_1/1,
-         ref_share_port_joins_the_first/1]).
+         ref_share_port_joins_the_first/1,
+         ipv6_every_scenario_against_ref/1,
+         ipv6_source_ips_bind_and_round_robin/1,
+         ipv6_source_ips_of_the_other_family_exit_2/1,
+         ipv6_ref_usage_and_errors/1]).
 %% Helpers shared with load_engine_tls_SUITE and load_engine_storm_SUITE.
 -export([run/4, load/2, start_ref/2, get/2]).
 
@@ -54,7 +59,7 @@ suite() -> [{timetrap, {seconds, 30}}].
 
 all() ->
     [histogram_unit_tests_pass, {group, scenarios}, {group, correctness},
-     {group, failures}, {group, ref_server}].
+     {group, failures}, {group, ref_server}, {group, ipv6}].
 
 groups() ->
     [{scenarios, [],
@@ -81,7 +86,10 @@ groups() ->
        ref_closes_on_oversized_frame_only, ref_acks_the_frames_before_an_oversized_one,
        ref_ping_closes_on_other_lines, ref_ping_and_echo,
        ref_usage_and_sigterm, ref_port_in_use_exits_1,
-       ref_share_port_joins_the_first]}].
+       ref_share_port_joins_the_first]},
+     {ipv6, [],
+      [ipv6_every_scenario_against_ref, ipv6_source_ips_bind_and_round_robin,
+       ipv6_source_ips_of_the_other_family_exit_2, ipv6_ref_usage_and_errors]}].
 
 %%% ------------------------------------------------------------------
 %%% Setup: find the binaries; every OS process started by a case is
@@ -98,6 +106,17 @@ init_per_suite(Config) ->
     end.
 
 end_per_suite(_Config) -> ok.
+
+%% The IPv6 cases skip on a host without ::1.
+init_per_group(ipv6, Config) ->
+    case sluice_load_test_lib:ipv6_loopback() of
+        ok -> Config;
+        Skip -> Skip
+    end;
+init_per_group(_Group, Config) ->
+    Config.
+
+end_per_group(_Group, _Config) -> ok.
 
 init_per_testcase(_Case, Config) ->
     sluice_load_test_lib:start_reaper(Config).
@@ -682,6 +701,84 @@ ref_share_port_joins_the_first(Config) ->
     receive {Second, {exit_status, 0}} -> ok after 5000 -> ct:fail(second_did_not_exit) end.
 
 %%% ------------------------------------------------------------------
+%%% Cases: IPv6 (skipped without ::1)
+%%% ------------------------------------------------------------------
+
+%% Every scenario runs over ::1 against sluice-ref --ip ::1 (the engine
+%% resolved --host for IPv4 only: "Address family for hostname not
+%% supported", exit 2; sluice-ref took an IPv4 --ip only).
+ipv6_every_scenario_against_ref(Config) ->
+    Ack = start_ref(Config, ["--ip", "::1", "--protocol", "ack"]),
+    Ping = start_ref(Config, ["--ip", "::1", "--protocol", "ping"]),
+    Echo = start_ref(Config, ["--ip", "::1", "--protocol", "echo"]),
+    Run = fun(Args) -> load_ok(Config, ["--host", "::1", "--duration", "0.3" | Args]) end,
+    L = Run(["--scenario", "lockstep", "--port", Ack]),
+    ?assert(get(L, messages) > 0),
+    P = Run(["--scenario", "pipeline", "--port", Ack, "--window", "2000", "--batch", "100"]),
+    ?assert(get(P, messages) > 0),
+    F = Run(["--scenario", "flood", "--port", Echo]),
+    ?assertEqual(get(F, writes) * 6, get(F, sent_bytes)),
+    Pg = Run(["--scenario", "ping", "--port", Ping, "--conns", "5", "--interval", "50"]),
+    ?assert(get(Pg, pongs) > 0),
+    C = Run(["--scenario", "connect", "--probe", "ping", "--port", Ping, "--conns", "20"]),
+    ?assertEqual(20, get(C, messages)),
+    S = Run(["--scenario", "storm", "--port", Ping, "--conns", "20"]),
+    ?assertEqual(0, get(S, errors)),
+    [?assertEqual(0, get(J, errors)) || J <- [L, P, F, Pg, C]].
+
+%% --source-ips ::1 binds every connection there (a list, a range of one);
+%% the server sees them come from ::1. An IPv6 range is one /120 and has
+%% no A.B.C.X-Y short form (hex).
+ipv6_source_ips_bind_and_round_robin(Config) ->
+    {ok, L} = gen_tcp:listen(0, [inet6, {ip, {0, 0, 0, 0, 0, 0, 0, 1}}, binary,
+                                 {active, false}, {reuseaddr, true}]),
+    {ok, Port} = inet:port(L),
+    Self = self(),
+    spawn_link(fun() -> collect_peers(L, 4, Self, []) end),
+    J = load_ok(Config, ["--scenario", "connect", "--host", "::1", "--port", itoa(Port),
+                         "--conns", "4", "--duration", "0.2", "--threads", "1",
+                         "--source-ips", "::1,::1-::1"]),
+    ?assertEqual(4, get(J, messages)),
+    Peers = receive {peers, Ps} -> Ps after 5000 -> ct:fail(no_peers) end,
+    ?assertEqual(lists:duplicate(4, {0, 0, 0, 0, 0, 0, 0, 1}), Peers),
+    [?assertMatch({2, _}, run(Config, "sluice-load",
+                              ["--host", "::1", "--source-ips", Bad, "--check"], 5000))
+     || Bad <- ["fd00::2-4", "fd00::ff-fd00::100", "fd00::4-fd00::2"]].
+
+%% Source addresses of the other family than the server's, or of both:
+%% one line, exit 2, nothing run (every connect() would have failed).
+ipv6_source_ips_of_the_other_family_exit_2(Config) ->
+    [begin
+         {Status, Out} = run(Config, "sluice-load",
+                             ["--scenario", "connect", "--duration", "0.2",
+                              "--host", Host, "--source-ips", Src], 5000),
+         ct:log("--host ~s --source-ips ~s -> ~p~n~s", [Host, Src, Status, Out]),
+         ?assertEqual(2, Status),
+         ?assertMatch([_], string:lexemes(Out, "\n")),
+         ?assertNotEqual(nomatch, string:find(Out, Says))
+     end || {Host, Src, Says} <- [{"::1", "127.0.0.1", "IPv4 addresses but --host ::1 has no IPv4"},
+                                  {"127.0.0.1", "::1", "IPv6 addresses but --host 127.0.0.1"},
+                                  {"::1", "::1,127.0.0.2-3", "mixes IPv4 and IPv6"}]].
+
+%% sluice-ref --ip ::1 says where as serve does ("[::1]:P"), in its
+%% listening line and when the port is taken; the engine's "could not
+%% connect" names the server the same way.
+ipv6_ref_usage_and_errors(Config) ->
+    {_, TcpPort, _} = spawn_ref(Config, ["--ip", "::1", "--protocol", "ack"]),
+    {1, Out} = run(Config, "sluice-ref", ["--ip", "::1", "--port", itoa(TcpPort),
+                                          "--protocol", "ack"], 5000),
+    ?assertNotEqual(nomatch, string:find(Out, "listen on [::1]:" ++ itoa(TcpPort)
+                                         ++ ": Address already in use")),
+    {2, Bad} = run(Config, "sluice-ref", ["--ip", "::1::2", "--protocol", "ack"], 5000),
+    ?assertNotEqual(nomatch, string:find(Bad, "not an IPv4 or IPv6 address")),
+    {ok, L} = gen_tcp:listen(0, [inet6, {ip, {0, 0, 0, 0, 0, 0, 0, 1}}]),
+    {ok, Closed} = inet:port(L),
+    ok = gen_tcp:close(L),
+    {3, Refused} = run(Config, "sluice-load", ["--host", "::1", "--port", itoa(Closed),
+                                               "--duration", "0.2"], 5000),
+    ?assertNotEqual(nomatch, string:find(Refused, "could not connect to [::1]:" ++ itoa(Closed))).
+
+%%% ------------------------------------------------------------------
 %%% Helpers
 %%% ------------------------------------------------------------------
 
@@ -775,7 +872,8 @@ spawn_ref(Config, Args) ->
     sluice_load_test_lib:reap(Config, OsPid),
     receive
         {P, {data, {eol, <<"listening on ", Addr/binary>>}}} ->
-            [_, PortBin] = binary:split(Addr, <<":">>),
+            %% IP:PORT or [IPv6]:PORT (an --ip ::1 in Args)
+            PortBin = lists:last(binary:split(Addr, <<":">>, [global])),
             {P, binary_to_integer(PortBin), OsPid};
         {P, {exit_status, S}} -> ct:fail({ref_exited, S})
     after 5000 -> ct:fail(ref_not_listening)

@@ -24,7 +24,8 @@
          plain_server_is_a_handshake_failure/1,
          silent_plain_server_is_a_handshake_timeout/1,
          bad_tls_options_exit_2/1,
-         help_lists_the_tls_options/1]).
+         help_lists_the_tls_options/1,
+         verify_by_ipv6_address/1]).
 
 -import(load_engine_SUITE, [run/4, load/2, start_ref/2, get/2]).
 
@@ -36,7 +37,7 @@ all() ->
      verify_sni_and_alpn, wrong_name_fails_verification,
      ping_and_echo_over_tls, plain_server_is_a_handshake_failure,
      silent_plain_server_is_a_handshake_timeout, bad_tls_options_exit_2,
-     help_lists_the_tls_options].
+     help_lists_the_tls_options, verify_by_ipv6_address].
 
 init_per_suite(Config) ->
     case {sluice_load_test_lib:priv_dir(), sluice_load_test_lib:repo_root()} of
@@ -150,6 +151,28 @@ verify_sni_and_alpn(Config) ->
                           "--duration", "0.2"]),
     ?assertEqual(null, get(get(J2, tls), sni)),
     ?assertEqual(5, get(J2, messages)).
+
+%% Over ::1 (skipped without it): TLS lockstep, and verification by the
+%% address as for 127.0.0.1: no SNI (an IPv6 --host was taken for a name
+%% and sent as SNI, which RFC 6066 reserves for names), the certificate's
+%% IP ::1 checked.
+verify_by_ipv6_address(Config) ->
+    case sluice_load_test_lib:ipv6_loopback() of
+        ok ->
+            Ca = cert(Config, "ca.pem"),
+            Ack = tls_ref(Config, ["--ip", "::1", "--protocol", "ack"]),
+            L = load_ok(Config, ["--host", "::1", "--tls", "--port", Ack,
+                                 "--duration", "0.3"]),
+            ?assert(get(L, messages) > 0),
+            Ping = tls_ref(Config, ["--ip", "::1", "--protocol", "ping"]),
+            J = load_ok(Config, ["--scenario", "connect", "--tls", "--tls-verify",
+                                 "--tls-ca", Ca, "--host", "::1", "--port", Ping,
+                                 "--conns", "5", "--duration", "0.2"]),
+            ?assertEqual(null, get(get(J, tls), sni)),
+            ?assertEqual(5, get(J, messages));
+        Skip ->
+            Skip
+    end.
 
 %% A certificate that does not name the server: every handshake fails,
 %% the reason is on stderr, exit 3.

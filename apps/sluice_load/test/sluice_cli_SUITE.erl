@@ -31,7 +31,8 @@
          load_unwritable_json_exits_2_before_the_run/1,
          socket_backend_and_poll_sets_reach_the_vm/1,
          more_poll_sets_than_threads_exits_2_with_one_line/1,
-         idle_memory_past_the_descriptor_limit_exits_1_with_one_line/1]).
+         idle_memory_past_the_descriptor_limit_exits_1_with_one_line/1,
+         load_over_ipv6/1]).
 
 -define(LOOPBACK, "127.0.0.1").
 %% Every option of `serve'; `serve --help' must document each (help_mentions_every_option).
@@ -53,7 +54,7 @@ all() ->
      load_bad_option_exits_2_with_one_line, load_unwritable_json_exits_2_before_the_run,
      socket_backend_and_poll_sets_reach_the_vm,
      more_poll_sets_than_threads_exits_2_with_one_line,
-     idle_memory_past_the_descriptor_limit_exits_1_with_one_line].
+     idle_memory_past_the_descriptor_limit_exits_1_with_one_line, load_over_ipv6].
 
 init_per_suite(Config) ->
     sluice_load_test_lib:built_bin(Config).
@@ -425,3 +426,41 @@ more_poll_sets_than_threads_exits_2_with_one_line(Config) ->
     [Line] = Lines,
     ?assertNotEqual(nomatch, binary:match(Line, <<"--io-poll-sets 2">>)),
     ?assertNotEqual(nomatch, binary:match(Line, <<"--io-poll-threads">>)).
+
+%% `load --host ::1' against `serve --ip ::1' (skipped without ::1), one
+%% engine and several with --server-metrics http://[::1]:P/metrics: the
+%% engine said "Address family for hostname not supported", the
+%% coordinator "cannot resolve --host ::1", and httpc, left to IPv4, got
+%% no figures. --source-ips of the other family, or of both: exit 2 and
+%% one line, from the engine and from the coordinator.
+load_over_ipv6(Config) ->
+    case sluice_load_test_lib:ipv6_loopback() of
+        ok -> load_over_ipv6_run(Config);
+        Skip -> Skip
+    end.
+
+load_over_ipv6_run(Config) ->
+    {Port, OsPid} = sluice_load_test_lib:sluice(Config, ["serve", "--ip", "::1", "--port", "0",
+                                                         "--metrics-port", "0"]),
+    {[TcpPort], Before} = sluice_load_test_lib:wait_line(Port, "^listening on \\[::1\\]:([0-9]+)$",
+                                                         15000),
+    [Url] = [U || L <- Before, {match, [U]} <- [re:run(L, "metrics at (http://\\S+)",
+                                                       [{capture, all_but_first, list}])]],
+    Load = ["load", "--host", "::1", "--port", TcpPort],
+    {0, _} = run(Config, Load ++ ["--duration", "0.3"]),
+    %% a scrape in the hold: a second
+    {0, Lines} = run(Config, Load ++ ["--duration", "1", "--engines", "2", "--conns", "2",
+                                      "--server-metrics", Url]),
+    ct:log("~s", [[[L, $\n] || L <- Lines]]),
+    ?assertMatch([_], [L || L <- Lines, binary:match(L, <<"server memory per connection">>) =/= nomatch]),
+    [begin
+         {Status, Out} = run(Config, Load ++ Extra ++ ["--source-ips", Src]),
+         ct:log("~p ~s -> ~p ~p", [Extra, Src, Status, Out]),
+         ?assertEqual(2, Status),
+         ?assertMatch([_], Out),
+         ?assertNotEqual(nomatch, binary:match(hd(Out), list_to_binary(Says)))
+     end || Extra <- [[], ["--engines", "2", "--conns", "2"]],
+            {Src, Says} <- [{"127.0.0.1", "--host ::1 has no IPv4 address"},
+                            {"::1,127.0.0.1", "mixes IPv4 and IPv6"}]],
+    signal("TERM", OsPid),
+    ?assertMatch({0, _}, sluice_load_test_lib:wait_exit(Port, 10000)).

@@ -60,6 +60,25 @@ parse_ips_syntax_test() ->
     ?assertEqual("127.0.0.2,127.0.0.3",
                  sluice_load_plan:format_ips([{127, 0, 0, 2}, {127, 0, 0, 3}])).
 
+%% IPv6: an address, a list, a range in the last byte (one /120); no
+%% short form (hex), no mixing with IPv4.
+parse_ips_ipv6_test() ->
+    ?assertEqual({ok, [{0, 0, 0, 0, 0, 0, 0, 1}]}, sluice_load_plan:parse_ips("::1")),
+    ?assertEqual({ok, [{16#fd00, 0, 0, 0, 0, 0, 0, 2}, {16#fd00, 0, 0, 0, 0, 0, 0, 3},
+                       {16#fd00, 0, 0, 0, 0, 0, 0, 4}, {0, 0, 0, 0, 0, 0, 0, 1}]},
+                 sluice_load_plan:parse_ips("fd00::2-fd00::4,::1")),
+    ?assertEqual(error, sluice_load_plan:parse_ips("fd00::2-4")),
+    ?assertEqual(error, sluice_load_plan:parse_ips("fd00::2-fd00::1:4")),
+    ?assertEqual(error, sluice_load_plan:parse_ips("fd00::ff-fd00::100")),
+    ?assertEqual(error, sluice_load_plan:parse_ips("fd00::4-fd00::2")),
+    ?assertEqual(error, sluice_load_plan:parse_ips("127.0.0.2-::3")),
+    ?assertEqual({error, mixed}, sluice_load_plan:parse_ips("::1,127.0.0.1")),
+    ?assertEqual("fd00::2,::1",
+                 sluice_load_plan:format_ips([{16#fd00, 0, 0, 0, 0, 0, 0, 2},
+                                              {0, 0, 0, 0, 0, 0, 0, 1}])),
+    ?assertEqual(none, sluice_load_plan:auto_source_ips(
+                         {0, 0, 0, 0, 0, 0, 0, 1}, [#{conns => 20000}], true, 2)).
+
 prometheus_text_test() ->
     T = <<"# HELP sluice_connections open\n# TYPE sluice_connections gauge\n"
           "sluice_connections{node=\"a@h\",backend=\"inet\"} 3\n"

@@ -3,7 +3,7 @@
 %% reaper that kills every OS process a case started, however the case ends.
 -module(sluice_load_test_lib).
 
--export([repo_root/0, priv_dir/0, start_reaper/1, stop_reaper/1, reap/2]).
+-export([repo_root/0, priv_dir/0, start_reaper/1, stop_reaper/1, reap/2, ipv6_loopback/0]).
 -export([run_lines/3, run_lines/4, sluice/2, sluice/3, sluice_exit/2, signal/2,
          wait_line/3, wait_exit/2, built_bin/1]).
 
@@ -51,6 +51,15 @@ priv_dir() ->
     Up = [filename:join([Dir, "apps", "sluice_load", "priv"]) || Dir <- ancestors(Here)],
     first([Dir || Dir <- Env ++ CodePriv ++ [filename:join(Here, "../priv")] ++ Up,
                   filelib:is_regular(filename:join(Dir, "sluice-load"))]).
+
+%% @doc For init_per_group of the IPv6 cases: ok when this host listens
+%% on ::1, else a skip (IPv6 disabled: net.ipv6.conf.lo.disable_ipv6).
+-spec ipv6_loopback() -> ok | {skip, string()}.
+ipv6_loopback() ->
+    case gen_tcp:listen(0, [inet6, {ip, {0, 0, 0, 0, 0, 0, 0, 1}}]) of
+        {ok, L} -> gen_tcp:close(L);
+        {error, R} -> {skip, lists:flatten(io_lib:format("no IPv6 loopback (::1): ~p", [R]))}
+    end.
 
 %% @doc Adds a reaper to a case's Config (call from init_per_testcase).
 -spec start_reaper(list()) -> list().

@@ -39,9 +39,10 @@ own_specs() ->
      O(nodes, string, undefined,
        "run the engines on Erlang nodes: N local ones, or host1,host2 (one per host, over ssh)"),
      (O(source_ips, string, undefined,
-        "source addresses (A.B.C.X-Y, A.B.C.X-A.B.C.Y or a comma list), round-robin per "
-        "connection; several engines share them out, and on loopback past 12,000 "
-        "connections each engine gets addresses of its own when none are given"))
+        "source addresses (A.B.C.X-Y, A.B.C.X-A.B.C.Y, an IPv6 P::X-P::Y (one /120) or a "
+        "comma list, of --host's family), round-robin per connection; several engines "
+        "share them out, and on IPv4 loopback past 12,000 connections each engine gets "
+        "addresses of its own when none are given"))
          #{shown => "the kernel's choice"},
      O(server_metrics, string, undefined,
        "the server's Prometheus URL (http://HOST:P/metrics): memory per connection"),

@@ -72,14 +72,14 @@ split(#{conns := N, rate := Rate, connect_concurrency := CC}, K, Scenario) when 
 %% choice) unless the server is on loopback and the connections exceed
 %% what one address can hold; then each engine gets addresses of its own
 %% from 127.0.0.2 up, enough for its share.
--spec auto_source_ips(inet:ip4_address(), [share()], boolean()) -> none | [[inet:ip4_address()]].
+-spec auto_source_ips(inet:ip_address(), [share()], boolean()) -> none | [[inet:ip4_address()]].
 auto_source_ips(Host, Shares, Local) ->
     auto_source_ips(Host, Shares, Local, 1).
 
 %% @doc auto_source_ips/3 for a scenario that takes `Ports' ephemeral
 %% ports per connection (storm: 2, wave 1's wait in TIME_WAIT while wave
 %% 2 connects).
--spec auto_source_ips(inet:ip4_address(), [share()], boolean(), pos_integer()) ->
+-spec auto_source_ips(inet:ip_address(), [share()], boolean(), pos_integer()) ->
           none | [[inet:ip4_address()]].
 auto_source_ips({127, _, _, _}, Shares, true, Ports) ->
     Total = lists:sum([C || #{conns := C} <- Shares]),
@@ -94,11 +94,12 @@ auto_source_ips({127, _, _, _}, Shares, true, Ports) ->
             Sets
     end;
 auto_source_ips(_Host, _Shares, _Local, _Ports) ->
+    %% IPv6 loopback is ::1 alone: nothing to hand out
     none.
 
 %% @doc Give `K' engines the addresses `Ips': disjoint round-robin slices
 %% when there are at least K of them, otherwise all of them to each.
--spec assign_ips([inet:ip4_address()], pos_integer()) -> [[inet:ip4_address()]].
+-spec assign_ips([inet:ip_address()], pos_integer()) -> [[inet:ip_address()]].
 assign_ips(Ips, K) when length(Ips) >= K ->
     Indexed = lists:zip(lists:seq(0, length(Ips) - 1), Ips),
     [[Ip || {J, Ip} <- Indexed, J rem K =:= I] || I <- lists:seq(0, K - 1)];
@@ -106,16 +107,19 @@ assign_ips(Ips, K) ->
     lists:duplicate(K, Ips).
 
 %% @doc Parse the engine's `--source-ips' syntax: comma-separated
-%% addresses and ranges `A.B.C.X-Y' or `A.B.C.X-A.B.C.Y' (one /24).
--spec parse_ips(string()) -> {ok, [inet:ip4_address()]} | error.
+%% addresses and ranges `A.B.C.X-Y' or `A.B.C.X-A.B.C.Y' (one /24), IPv6
+%% `P::X-P::Y' (one /120: the last byte runs, as in IPv4). One family:
+%% `{error, mixed}' for IPv4 and IPv6 together.
+-spec parse_ips(string()) -> {ok, [inet:ip_address()]} | error | {error, mixed}.
 parse_ips(S) ->
     try
         %% split, not lexemes: an empty entry (`127.0.0.1,,') is refused,
         %% as the engine refuses it, rather than dropped in silence
         Ips = lists:append([range(T) || T <- string:split(S, ",", all)]),
-        case Ips of
+        case lists:usort([tuple_size(Ip) || Ip <- Ips]) of
             [] -> error;
-            _ -> {ok, Ips}
+            [_] -> {ok, Ips};
+            _ -> {error, mixed}
         end
     catch throw:bad -> error
     end.
@@ -124,20 +128,35 @@ range(T) ->
     case string:split(T, "-") of
         [A] -> [ip(A)];
         [A, B] ->
-            {P1, P2, P3, X} = Lo = ip(A),
-            Hi = case lists:member($., B) of
+            Lo = ip(A),
+            Hi = case lists:member($., B) orelse lists:member($:, B) of
                      true -> ip(B);
-                     false -> {P1, P2, P3, octet(B)}
+                     %% A.B.C.X-Y; an IPv6 last part would be hex
+                     false when tuple_size(Lo) =:= 4 -> setelement(4, Lo, octet(B));
+                     false -> throw(bad)
                  end,
-            {Q1, Q2, Q3, Y} = Hi,
-            ({P1, P2, P3} =:= {Q1, Q2, Q3} andalso Y >= X) orelse throw(bad),
-            [setelement(4, Lo, Z) || Z <- lists:seq(X, Y)]
+            span(Lo, Hi)
     end.
 
+%% Lo..Hi when only their last byte differs.
+span(Lo, Hi) when tuple_size(Lo) =:= tuple_size(Hi) ->
+    N = tuple_size(Lo),
+    X = element(N, Lo),
+    Y = element(N, Hi),
+    (lists:droplast(tuple_to_list(Lo)) =:= lists:droplast(tuple_to_list(Hi))
+     andalso X bsr 8 =:= Y bsr 8 andalso Y >= X) orelse throw(bad),
+    [setelement(N, Lo, Z) || Z <- lists:seq(X, Y)];
+span(_Lo, _Hi) ->
+    throw(bad).
+
 ip(S) ->
-    case inet:parse_ipv4strict_address(string:trim(S)) of
+    T = string:trim(S),
+    case inet:parse_ipv4strict_address(T) of
         {ok, Ip} -> Ip;
-        _ -> throw(bad)
+        _ -> case inet:parse_ipv6strict_address(T) of
+                 {ok, Ip} -> Ip;
+                 _ -> throw(bad)
+             end
     end.
 
 octet(S) ->
@@ -147,7 +166,7 @@ octet(S) ->
     end.
 
 %% @doc The engine's `--source-ips' value for a list of addresses.
--spec format_ips([inet:ip4_address()]) -> string().
+-spec format_ips([inet:ip_address()]) -> string().
 format_ips(Ips) ->
     lists:flatten(lists:join(",", [inet:ntoa(Ip) || Ip <- Ips])).
 

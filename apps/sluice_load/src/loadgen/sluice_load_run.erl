@@ -143,7 +143,11 @@ ips(S) ->
     case sluice_load_plan:parse_ips(S) of
         {ok, L} -> {ok, L};
         error -> {error, 2, "bad value for --source-ips: " ++ S
-                            ++ " (expected A.B.C.X-Y, A.B.C.X-A.B.C.Y or a comma list)"}
+                            ++ " (expected A.B.C.X-Y, A.B.C.X-A.B.C.Y, an IPv6 P::X-P::Y"
+                               " (one /120) or a comma list)"};
+        %% here, not by the engine's --check: that sees the first engine's
+        %% share of the addresses only
+        {error, mixed} -> {error, 2, "--source-ips '" ++ S ++ "' mixes IPv4 and IPv6 addresses"}
     end.
 
 %% On loopback, past what one address holds, each engine gets addresses of
@@ -156,7 +160,7 @@ source_sets(none, Host, Scenario, Shares, NodeSpec) when NodeSpec =:= none;
                 "storm" -> 2;
                 _ -> 1
             end,
-    case inet:getaddr(Host, inet) of
+    case getaddr(Host) of
         {ok, HostIp} ->
             case sluice_load_plan:auto_source_ips(HostIp, Shares, true, Ports) of
                 none -> {ok, [none || _ <- Shares]};
@@ -173,6 +177,14 @@ source_sets(Ips, _Host, _Scenario, Shares, _) ->
         io:format(standard_error, "sluice: warning: ~b connections per source address "
                   "(connect() slows down past half the port range)~n", [round(Per)]),
     {ok, sluice_load_plan:assign_ips(Ips, length(Shares))}.
+
+%% As the engine resolves it without --source-ips: IPv4 first (a name
+%% with both), else IPv6 (::1, an IPv6-only name).
+getaddr(Host) ->
+    case inet:getaddr(Host, inet) of
+        {ok, Ip} -> {ok, Ip};
+        {error, _} -> inet:getaddr(Host, inet6)
+    end.
 
 engine_args(V, #{conns := C, rate := R, connect_concurrency := CC}, Set) ->
     ["--scenario", V(scenario), "--host", V(host), "--port", integer_to_list(V(port)),

@@ -19,6 +19,9 @@
 -spec fetch(string()) -> {ok, binary()} | {error, string()}.
 fetch(Url) ->
     _ = application:ensure_all_started(inets),
+    %% httpc resolves over IPv4 unless told: http://[::1]:P/metrics (serve
+    %% --ip ::1 --metrics-port) was nxdomain, "no figures"
+    ok = httpc:set_options([{ipfamily, ip_family(Url)}]),
     try httpc:request(get, {Url, []}, [{timeout, 5000}, {connect_timeout, 2000}],
                       [{body_format, binary}]) of
         {ok, {{_, 200, _}, _, Body}} -> {ok, Body};
@@ -27,6 +30,9 @@ fetch(Url) ->
     catch _:Reason ->
             {error, lists:flatten(io_lib:format("~s: ~p", [Url, Reason]))}
     end.
+
+ip_family("http://[" ++ _) -> inet6;
+ip_family(_) -> inet.
 
 %% @doc Prometheus text format: `{Name, Labels, Value}' per sample line
 %% (comments and malformed lines are skipped).
