@@ -678,8 +678,7 @@ framing_opts() ->
 framing_opt(max) -> "an integer >= 0 (bytes)";
 framing_opt(delimiter) -> "lf or crlf";
 framing_opt(endian) -> "big or little";
-framing_opt(includes_header) -> "true or false";
-framing_opt(_) -> framing_opts().
+framing_opt(includes_header) -> "true or false".
 
 %% ranch 2 takes `port', `ip' and `backlog' in its socket_opts (and
 %% ranch_ssl the certificates), and
