@@ -206,9 +206,7 @@ drain(Name, DrainMs) ->
                                    case suspend(Name) of
                                        ok ->
                                            _ = [sluice_conns_sup:drain(Sup, Deadline)
-                                                || I <- lists:seq(1, NS),
-                                                   Sup <- [sluice_registry:conns_sup(Name, I)],
-                                                   is_pid(Sup)],
+                                                || Sup <- conns_sups(Name, NS)],
                                            ok;
                                        Error ->
                                            Error
@@ -312,9 +310,13 @@ can_rebind(Name, Sup) ->
 %% Each connection supervisor stops draining the connections it starts
 %% (one restarted since has no drain to stop).
 resume_conns_sups(Name, #{num_conns_sups := NS}) ->
-    _ = [sluice_conns_sup:resume(Sup)
-         || I <- lists:seq(1, NS), Sup <- [sluice_registry:conns_sup(Name, I)], is_pid(Sup)],
+    _ = [sluice_conns_sup:resume(Sup) || Sup <- conns_sups(Name, NS)],
     ok.
+
+%% The connection supervisors of a listener that are up now (one being
+%% restarted has no pid for a moment).
+conns_sups(Name, NS) ->
+    [Sup || I <- lists:seq(1, NS), Sup <- [sluice_registry:conns_sup(Name, I)], is_pid(Sup)].
 
 restart(Sup, Child) ->
     case supervisor:restart_child(Sup, Child) of
@@ -427,9 +429,7 @@ set_handler_opts(Name, HandlerOpts) ->
                            case sluice_registry:set(Name, opts, New) of
                                ok ->
                                    _ = [sluice_conns_sup:set_handler_opts(Sup, HandlerOpts)
-                                        || I <- lists:seq(1, NS),
-                                           Sup <- [sluice_registry:conns_sup(Name, I)],
-                                           is_pid(Sup)],
+                                        || Sup <- conns_sups(Name, NS)],
                                    ok;
                                {error, not_found} ->
                                    {error, not_found}
@@ -453,8 +453,7 @@ get_handler_opts(Name) ->
 connections(Name) ->
     case sluice_registry:lookup(Name) of
         {ok, #{opts := #{num_conns_sups := NS}}} ->
-            [Pid || I <- lists:seq(1, NS),
-                    Sup <- [sluice_registry:conns_sup(Name, I)], is_pid(Sup),
+            [Pid || Sup <- conns_sups(Name, NS),
                     {_, Pid, _, _} <- try supervisor:which_children(Sup)
                                       catch exit:_ -> [] end];
         error ->
