@@ -67,6 +67,7 @@ template(L = #{name := Name, transport := T, stats := Stats,
         classify = fun T:classify/2, send = fun T:send/2, activate = fun T:activate/2,
         handle_data = fun H:handle_data/2,
         grant = Min, grant_min = Min, grant_max = Max, small_read = small_read(T, Buffer),
+        send_slice = sluice_transport:optional(T, send_slice, [], infinity),
         gc_after_bytes = GcAfter, timer_tag = make_ref(),
         has = sluice_conn_handler:optional(H)},
      L}.

@@ -39,6 +39,9 @@
             exhausted = false :: boolean(),
             %% a read this much smaller than a full buffer is a small one
             small_read = 0 :: non_neg_integer(),
+            %% a list reply longer than this goes out in slices
+            %% (the transport's send_slice/0)
+            send_slice = infinity :: pos_integer() | infinity,
             %% bytes read since the last collection, and the listener's
             %% gc_after_bytes: when to collect (sluice_conn:collect/0)
             uncollected = 0 :: non_neg_integer(),

@@ -15,8 +15,6 @@
 %% What a reply may be at a glance (a type test, no walk): a list's
 %% elements are checked when it is sent (send/2).
 -define(IS_IODATA(D), (is_binary(D) orelse is_list(D))).
-%% What a send of a list takes at a time (send_slices/2).
--define(SLICE, 1048576).
 %% The longest result Timeout that gets a timer (timer/2): 2^42 ms, about
 %% 139 years, within what erlang:start_timer/3 takes on any VM (its
 %% range, about 292 years of nanoseconds, less the VM's uptime).
@@ -228,7 +226,8 @@ quietly(Fun) ->
     ok.
 
 %% @doc Queue Out on the socket; what was queued counts as written. A list
-%% of more than ?SLICE bytes goes out a slice at a time (send_slices/2).
+%% longer than the transport's send_slice/0 goes out a slice at a time
+%% (send_slices/2).
 -spec send(iodata(), #s{}) -> ok | {error, term()}.
 send(Out, S = #s{send = Send, ts = TS, stats = Stats}) when is_binary(Out) ->
     case Send(TS, Out) of
@@ -239,7 +238,7 @@ send(Out, S) ->
     %% The size the count needs anyway, taken before the send rather than
     %% after it.
     try iolist_size(Out) of
-        Size when Size > ?SLICE, S#s.t =/= sluice_transport_inet ->
+        Size when Size > S#s.send_slice ->
             send_slices(erlang:iolist_to_iovec(Out), S);
         Size -> send_whole(Out, Size, S)
     catch error:badarg -> unsent(Out, {error, badarg}, S)
@@ -256,23 +255,23 @@ send_whole(Out, Size, #s{send = Send, ts = TS, stats = Stats}) ->
 %% socket:send/3 and ssl's records): a read of a few hundred pipelined
 %% GETs of a 100 KB value made the server hold every reply at once, a
 %% 100 MB binary from 23 KB of requests, where the inet driver queues
-%% references to the value (it still gets one send: its behaviour with a
-%% client that stops reading stays gen_tcp's). Sent in slices of about
-%% ?SLICE bytes (the binaries iolist_to_iovec/1 gives, a large one as it
-%% is), a send holds a slice, and what waits is the references of the
-%% handler's iolist.
+%% references to the value (it has no send_slice/0 and still gets one
+%% send: its behaviour with a client that stops reading stays gen_tcp's).
+%% Sent in slices of about send_slice/0 bytes (the binaries
+%% iolist_to_iovec/1 gives, a large one as it is), a send holds a slice,
+%% and what waits is the references of the handler's iolist.
 send_slices([], _S) ->
     ok;
 send_slices(Bins, S) ->
-    {Slice, Size, Rest} = slice(Bins, [], 0),
+    {Slice, Size, Rest} = slice(Bins, [], 0, S#s.send_slice),
     case send_whole(Slice, Size, S) of
         ok -> send_slices(Rest, S);
         Error -> Error
     end.
 
-slice([Bin | Bins], Acc, Size) when Size < ?SLICE ->
-    slice(Bins, [Bin | Acc], Size + byte_size(Bin));
-slice(Bins, Acc, Size) ->
+slice([Bin | Bins], Acc, Size, Max) when Size < Max ->
+    slice(Bins, [Bin | Acc], Size + byte_size(Bin), Max);
+slice(Bins, Acc, Size, _Max) ->
     {lists:reverse(Acc), Size, Bins}.
 
 %% A send failed: the socket's error, unless what was to be sent is not

@@ -151,6 +151,14 @@
 %% Optional: without it, a socket error.
 -callback closed_by_peer(tstate()) -> boolean().
 
+%% The most bytes one send/2 should be given when a reply is a list: a
+%% transport that makes one binary of what it sends (OTP's socket:send/3,
+%% ssl's records) would otherwise hold every reply of a read at once
+%% (sluice_conn_handler:send/2 slices longer lists). Optional: without
+%% it, a list goes out in one send, as the inet driver takes it (it
+%% queues references to the binaries).
+-callback send_slice() -> pos_integer().
+
 %%% A handler's socket options (optional).
 
 %% Set socket options on a connection's raw socket (sluice:setopts/2),
@@ -167,7 +175,7 @@
     {ok, [sluice:sockopt()]} | {error, term()}.
 
 -optional_callbacks([park/1, parked_event/1, unpark/1, sent_ack/1, data_tag/1, unsent/1,
-                     closed_by_peer/1, setopts/2, getopts/2]).
+                     closed_by_peer/1, send_slice/0, setopts/2, getopts/2]).
 
 %% @doc The callback module for a transport name or module.
 -spec module(inet | socket | ssl | module()) -> module().

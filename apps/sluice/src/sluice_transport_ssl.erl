@@ -29,6 +29,7 @@
 -export([listen/2, accept/2, listen_port/1, close_listener/1]).
 -export([controlling_process/2, handover/2, recv/3, bytes_received/1, close_socket/1,
          peername/1, sockname/1, setopts/2, getopts/2]).
+-export([send_slice/0]).
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
          shutdown/2, close/1, info/1, socket/1]).
 -export([closed_by_peer/1]).
@@ -534,6 +535,14 @@ pause(T = #tls{ssl = S}) ->
         ok -> {ok, T};
         Error -> Error
     end.
+
+%% @doc A list reply longer than this goes out in slices
+%% (sluice_conn_handler:send/2): ssl makes records, one binary, of a list, and
+%% the replies to a read of pipelined requests for a large value were held
+%% whole.
+-spec send_slice() -> pos_integer().
+send_slice() ->
+    1048576.
 
 %% @doc Encrypts and queues in the TLS sender process; it waits on the TCP
 %% socket, bounded by its send_timeout, not the caller.
