@@ -42,6 +42,8 @@
 
 -export([template/2, template_handler_opts/2, init/3, wake/1, unpark/5,
          code_change_parked/4]).
+%% STARTTLS (sluice_conn_starttls)
+-export([on_tls/2]).
 %% the adaptive grant's rule, a pure function (sluice_conn_tests)
 -export([adapt_grant/5]).
 
@@ -186,7 +188,9 @@ start(S, #{opts := #{handler := {_, HOpts}}}, Conn, Prefix) ->
         {stop, Reason, S2} ->
             sluice_conn_close:finish(Reason, S2);
         {stop_after, Out, Reason, S2} ->
-            sluice_conn_close:linger_close(Out, Reason, S2)
+            sluice_conn_close:linger_close(Out, Reason, S2);
+        {starttls, Owed, Reply, Pipelined, S2} ->
+            starttls(Owed, Reply, Pipelined, false, S2)
     end.
 
 %% Bytes that came in the PROXY header's read, on a transport of the
@@ -201,7 +205,8 @@ first(Prefix, S) ->
     case sluice_conn_handler:data(Prefix, S) of
         {continue, S2} -> arm(S2);
         {stop, Reason, S2} -> sluice_conn_close:finish(Reason, S2);
-        {stop_after, Out, Reason, S2} -> sluice_conn_close:linger_close(Out, Reason, S2)
+        {stop_after, Out, Reason, S2} -> sluice_conn_close:linger_close(Out, Reason, S2);
+        {starttls, Owed, Reply, Pipelined, S2} -> starttls(Owed, Reply, Pipelined, false, S2)
     end.
 
 arm(S) ->
@@ -353,7 +358,10 @@ reply(From, Reply) -> gen:reply(From, Reply).
 %% After a callback that was not about data: the grant is unchanged.
 continue({continue, S}) -> loop(S);
 continue({stop, Reason, S}) -> sluice_conn_close:finish(Reason, S);
-continue({stop_after, Out, Reason, S}) -> sluice_conn_close:linger_close(Out, Reason, S).
+continue({stop_after, Out, Reason, S}) -> sluice_conn_close:linger_close(Out, Reason, S);
+continue({starttls, Owed, Reply, Pipelined, S}) ->
+    %% Mode `false' has a read pending between chunks.
+    starttls(Owed, Reply, Pipelined, S#s.active =:= false, S).
 
 %% @doc Where a hibernated connection resumes when a message arrives. The
 %% sweep stops watching a hibernated connection, so it is told when this
@@ -385,8 +393,39 @@ data(Data, S) ->
         {handled, HState} -> next(Size, HState, S);
         {continue, S2} -> next(Size, S2#s.hstate, S2);
         {stop, Reason, S2} -> sluice_conn_close:finish(Reason, S2);
-        {stop_after, Out, Reason, S2} -> sluice_conn_close:linger_close(Out, Reason, S2)
+        {stop_after, Out, Reason, S2} -> sluice_conn_close:linger_close(Out, Reason, S2);
+        {starttls, Owed, Reply, Pipelined, S2} -> starttls(Owed, Reply, Pipelined, false, S2)
     end.
+
+%%% STARTTLS -----------------------------------------------------------
+
+%% The handler asked for TLS (sluice_conn_starttls). Once the handshake is
+%% done the transport's delivery starts anew, whichever callback asked:
+%% the grant of the plaintext socket was withdrawn (its chunks, if any,
+%% closed the connection), so the credit is a first grant's. The chunk
+%% that carried STARTTLS is not counted against the new grant.
+starttls(Owed, Reply, Pipelined, ReadPending, S) ->
+    case sluice_conn_starttls:upgrade(Owed, Reply, Pipelined, ReadPending, S) of
+        {ok, Tls, S2} -> upgraded(sluice_conn_handler:starttls_done(Tls, S2));
+        Ending -> upgraded(Ending)
+    end.
+
+upgraded({continue, S}) -> arm(S);
+upgraded({stop, Reason, S}) -> sluice_conn_close:finish(Reason, S);
+upgraded({stop_after, Out, Reason, S}) -> sluice_conn_close:linger_close(Out, Reason, S);
+upgraded({starttls, Owed, Reply, Pipelined, S}) -> starttls(Owed, Reply, Pipelined, false, S).
+
+%% @doc The connection's state once it is on TLS (sluice_conn_starttls),
+%% `TS' the ssl transport's: the calls it makes through its transport and
+%% the shapes of its messages, as template/2 and init/3 set them for a
+%% connection of an `ssl' listener. Nothing is armed.
+-spec on_tls(sluice_transport:tstate(), #s{}) -> #s{}.
+on_tls(TS, S) ->
+    T = sluice_transport_ssl,
+    S2 = S#s{t = T, ts = TS, classify = fun T:classify/2, send = fun T:send/2,
+             activate = fun T:activate/2, small_read = small_read(T, 0),
+             send_slice = T:send_slice(), credit = 0, exhausted = false},
+    S2#s{sent_ack = sent_ack(T, TS), data_tag = data_tag(S2, TS)}.
 
 %% The listener drains. A handler that closes then closes gracefully:
 %% what was read is still answered, and the client sees FIN. One that
@@ -561,7 +600,7 @@ park(S = #s{timer = undefined, drain = undefined,
     %% supervisor shuts it down (docs/handler.md): parked, it would get no
     %% callback at a shutdown, and woken, its new process would not trap.
     case erlang:process_info(self(), trap_exit) of
-        {trap_exit, false} -> hand_over(S);
+        {trap_exit, false} -> parks(S);
         {trap_exit, true} -> stay(S)
     end;
 park(S) ->
@@ -571,6 +610,16 @@ park(S) ->
     %% (reloaded): it is reached at its pid, which parking would change
     %% (sluice_parking:parkable/1).
     stay(S).
+
+%% A connection upgraded by STARTTLS is on the `ssl' transport, which
+%% cannot hold a socket armed for its supervisor: its state is ssl's
+%% connection process, not the socket (and the supervisor would arm it as
+%% its listener's plain socket).
+parks(S = #s{t = T}) ->
+    case erlang:function_exported(T, park, 1) of
+        true -> hand_over(S);
+        false -> stay(S)
+    end.
 
 %% Not parking: awake, as the sweep is told.
 stay(S) ->
@@ -636,7 +685,11 @@ resume(S = #s{t = T, ts = TS}) ->
             case sluice_conn_handler:data(Data, S#s{ts = TS2}) of
                 {continue, S2} -> resume(S2);
                 {stop, Reason, S2} -> sluice_conn_close:finish(Reason, S2);
-                {stop_after, Out, Reason, S2} -> sluice_conn_close:linger_close(Out, Reason, S2)
+                {stop_after, Out, Reason, S2} -> sluice_conn_close:linger_close(Out, Reason, S2);
+                {starttls, Owed, Reply, Pipelined, S2} ->
+                    %% What is still delivered after this chunk was sent
+                    %% before the reply: plaintext pipelined past STARTTLS
+                    starttls(Owed, Reply, Pipelined, false, S2)
             end;
         {timeout, TS2} ->
             S2 = armed(S#s{ts = TS2}),

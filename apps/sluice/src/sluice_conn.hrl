@@ -1,6 +1,7 @@
 %% The state of a connection process, shared by sluice_conn (the loop),
-%% sluice_conn_handler (the calls into the handler) and sluice_conn_close
-%% (the ways a connection ends). Private to those three modules (a test,
+%% sluice_conn_handler (the calls into the handler), sluice_conn_close
+%% (the ways a connection ends) and sluice_conn_starttls (an upgrade to
+%% TLS). Private to those four modules (a test,
 %% sluice_pressure_SUITE, reads `#s.grant' from its trace of them).
 
 -record(s, {t :: module(),
@@ -79,7 +80,11 @@
 -define(BY_HANDLER(Reason), {'$sluice_by_handler', Reason}).
 
 %% What a call into the handler came to, for the caller to act on.
-%% `stop_after': send Out, then close gracefully.
+%% `stop_after': send Out, then close gracefully. `starttls': send Out (the
+%% replies owed), then Reply in plaintext, then upgrade the connection to
+%% TLS (sluice_conn_starttls); Pipelined: whether plaintext followed the
+%% STARTTLS frame in the same read.
 -type outcome() :: {continue, #s{}}
                  | {stop, term(), #s{}}
-                 | {stop_after, iodata(), term(), #s{}}.
+                 | {stop_after, iodata(), term(), #s{}}
+                 | {starttls, iodata(), iodata(), boolean(), #s{}}.

@@ -45,6 +45,10 @@ flush(Reason, Deadline, S = #s{t = T, ts = TS}) ->
                 {stop, _, S2} -> fin_then_discard(Reason, Deadline, S2);
                 {stop_after, Out, _, S2} ->
                     _ = sluice_conn_handler:send(Out, S2),
+                    fin_then_discard(Reason, Deadline, S2);
+                {starttls, Owed, _Reply, _, S2} ->
+                    %% Closing: no upgrade, and no "go ahead" for it
+                    _ = sluice_conn_handler:send(Owed, S2),
                     fin_then_discard(Reason, Deadline, S2)
             end;
         {timeout, TS2} ->

@@ -23,6 +23,7 @@
 -export([init/3, data/2, chunk/3, info/2, call/3, timeout/1, drain/1, closed/1, failed/2,
          terminate/2, send/2]).
 -export([optional/1, code_change/3, code_change_state/4]).
+-export([starttls_done/2, owed/2]).
 
 -export_type([outcome/0]).
 
@@ -85,6 +86,9 @@ chunk(Data, Size, S = #s{stats = Stats, frame = F}) ->
         {error, Why, Frames, F2} ->
             case frames(Frames, [], S#s{frame = F2}) of
                 {continue, Out, S2} -> bad_frame(Why, Out, S2);
+                %% The bytes the framer refused came after the STARTTLS
+                %% frame, in plaintext: pipelined (sluice_conn_starttls)
+                {starttls, Out, Reply, _, S2} -> {starttls, Out, Reply, true, S2};
                 Stop -> outcome(Stop)
             end
     end.
@@ -107,6 +111,9 @@ frames([Frame | Rest], Out, S = #s{handle_data = HandleData, hstate = HState}) -
         Result ->
             case read(handle_data, Result, Out, S) of
                 {continue, Out2, S2} -> frames(Rest, Out2, S2);
+                %% Frames after the STARTTLS one came in the same read, in
+                %% plaintext: never handed over (sluice_conn_starttls)
+                {starttls, Out2, Reply, S2} -> {starttls, Out2, Reply, Rest =/= [], S2};
                 Stop -> Stop
             end
     catch Class:Reason:Stack ->
@@ -161,6 +168,22 @@ drain(S = #s{has = #{handle_drain := true}, handler = H, hstate = HState}) ->
     end;
 drain(S) ->
     {stop, drained, S}.
+
+%% @doc The TLS handshake of a STARTTLS is done: handle_starttls/2, if the
+%% handler has it, with what init/2's `Conn' carries as `tls' on an `ssl'
+%% listener. Looked up here rather than with the other optional callbacks
+%% (optional/1): a connection that never upgrades pays nothing for it.
+-spec starttls_done(map(), #s{}) -> outcome().
+starttls_done(Tls, S = #s{handler = H, hstate = HState}) ->
+    case erlang:function_exported(H, handle_starttls, 2) of
+        true ->
+            try H:handle_starttls(Tls, HState) of
+                Result -> outcome(read(handle_starttls, Result, [], S))
+            catch Class:Reason:Stack -> sluice_conn_close:crash(Class, Reason, Stack, S)
+            end;
+        false ->
+            {continue, S}
+    end.
 
 %% @doc The client closed: handle_close/1, if the handler has it.
 -spec closed(#s{}) -> ok.
@@ -284,7 +307,8 @@ unsent(Out, Error, S) ->
     catch error:badarg -> sluice_conn_close:crash(exit, {bad_iodata, Out}, [], S)
     end.
 
-%% Send the replies owed before a crash, whatever becomes of them.
+%% @doc Send the replies owed before a crash, whatever becomes of them.
+-spec owed(iodata(), #s{}) -> ok.
 owed([], _S) -> ok;
 owed(Out, S) -> _ = send(Out, S), ok.
 
@@ -302,6 +326,15 @@ read(_Cb, {close, Reason, HState}, Out, S) ->
     {stop, Out, ?BY_HANDLER(Reason), S#s{hstate = HState}};
 read(_Cb, {reply_close, More, Reason, HState}, Out, S) when ?IS_IODATA(More) ->
     {stop, add(Out, More), ?BY_HANDLER(Reason), S#s{hstate = HState}};
+%% STARTTLS (sluice_conn_starttls): the reply is kept apart from the
+%% replies owed before it (Out), which go out even when the upgrade is
+%% refused, where the reply ("go ahead") must not. Not while draining:
+%% the connection is about to close.
+read(Cb, {starttls, Reply, HState}, Out, S) when ?IS_IODATA(Reply), Cb =/= handle_drain ->
+    {starttls, Out, Reply, timer(infinity, S#s{hstate = HState})};
+read(Cb, {starttls, Reply, HState, Timeout}, Out, S)
+  when ?IS_IODATA(Reply), ?IS_TIMEOUT(Timeout), Cb =/= handle_drain ->
+    {starttls, Out, Reply, timer(Timeout, S#s{hstate = HState})};
 read(Cb, Other, Out, S = #s{handler = H}) ->
     ok = owed(Out, S),
     S2 = case Cb of
@@ -323,7 +356,11 @@ outcome({continue, Out, S}) ->
 outcome({stop, [], Reason, S}) ->
     {stop, Reason, S};
 outcome({stop, Out, Reason, S}) ->
-    {stop_after, Out, Reason, S}.
+    {stop_after, Out, Reason, S};
+outcome({starttls, Out, Reply, S}) ->
+    {starttls, Out, Reply, false, S};
+outcome(Starttls = {starttls, _Out, _Reply, _Pipelined, _S}) ->
+    Starttls.
 
 %% A result's Timeout replaces the one before; no Timeout clears it. One
 %% longer than ?MAX_TIMER never fires: no timer (start_timer/3 refuses

@@ -25,7 +25,20 @@
 %%      anything more: e.g. the replies owed for the requests before a bad
 %%      one.</li>
 %% </ul>
-%% `{ok, State, Timeout}' and `{reply, IoData, State, Timeout}' also ask
+%% handle_data/2, handle_info/2, handle_call/3, handle_timeout/1 (and
+%% init/2, and handle_starttls/2) may also return `{starttls, IoData,
+%% State}' on a listener with `transport => inet' and `tls_opts': send
+%% IoData in plaintext (the protocol's "go ahead"), then upgrade the
+%% connection to TLS on the same socket, as an `ssl' listener's handshake
+%% (`handshake_timeout'; a failure closes it as `handshake_error', with
+%% terminate/2). Bytes the client sent after the STARTTLS frame and before
+%% the handshake (pipelined plaintext) are never handed over: the
+%% connection closes as `{protocol_error, starttls_pipelined}'. On
+%% `socket' or `ssl', or without `tls_opts', the connection crashes with
+%% `{starttls_unavailable, Why}'. Once the handshake is done,
+%% handle_starttls/2 gets the TLS facts.
+%% `{ok, State, Timeout}', `{reply, IoData, State, Timeout}' and
+%% `{starttls, IoData, State, Timeout}' also ask
 %% for handle_timeout/1 if no other callback runs within Timeout ms
 %% (`infinity': none). Every result replaces the timeout of the one before.
 %% Anything else is a bug in the handler: the connection crashes with
@@ -53,12 +66,16 @@
                      | {reply, iodata(), State}
                      | {reply, iodata(), State, timeout_ms()}
                      | {close, term(), State}
-                     | {reply_close, iodata(), term(), State}.
+                     | {reply_close, iodata(), term(), State}
+                     | {starttls, iodata(), State}
+                     | {starttls, iodata(), State, timeout_ms()}.
 -type init_result(State) :: {ok, State}
                           | {ok, State, timeout_ms()}
                           | {reply, iodata(), State}
                           | {reply, iodata(), State, timeout_ms()}
                           | {reply_close, iodata(), term(), State}
+                          | {starttls, iodata(), State}
+                          | {starttls, iodata(), State, timeout_ms()}
                           | {close, term()}.
 -type from() :: gen_server:from().
 -export_type([result/1, init_result/1, from/0, timeout_ms/0]).
@@ -88,6 +105,11 @@
 %% timeout and timers run as before, and no message of the library's
 %% reaches handle_info/2.
 -callback handle_drain(State) -> result(State).
+%% A STARTTLS result's handshake is done: the connection is on TLS, and
+%% `Tls' is what init/2's `Conn' carries as `tls' on an `ssl' listener
+%% (protocol, cipher, sni, alpn, peer_cert). Without this callback the
+%% connection carries on with the state it had.
+-callback handle_starttls(Tls :: map(), State) -> result(State).
 %% The client closed the connection. The return value is ignored.
 -callback handle_close(State :: term()) -> any().
 %% The connection failed: `{socket_error, Why}', or `{crash, Class,
@@ -105,4 +127,5 @@
     {ok, State} | {error, term()}.
 
 -optional_callbacks([handle_info/2, handle_call/3, handle_timeout/1, handle_drain/1,
+                     handle_starttls/2,
                      handle_close/1, handle_error/2, terminate/2, code_change/3]).

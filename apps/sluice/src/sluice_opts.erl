@@ -195,7 +195,8 @@ defaults() ->
       gc_after_bytes => 16384,
       shutdown_timeout => 5000,
       %% ssl server options (certificates, ALPN, SNI, versions...), passed
-      %% to ssl:handshake/3 as they are; needed with transport ssl.
+      %% to ssl:handshake/3 as they are; needed with transport ssl, and
+      %% for STARTTLS on transport inet.
       tls_opts => [],
       %% A TLS handshake not done in this long ends the connection.
       handshake_timeout => 5000,
@@ -440,6 +441,17 @@ check_tls(#{transport := ssl, tls_opts := L}) ->
     end;
 check_tls(Opts = #{transport := sluice_transport_ssl}) ->
     check_tls(Opts#{transport := ssl});
+%% On `inet', tls_opts are for STARTTLS (sluice_conn_starttls): checked
+%% as for `ssl', so that a bad certificate is named now, not at the first
+%% upgrade. None: the listener never upgrades.
+check_tls(Opts = #{transport := Inet, tls_opts := [_ | _]})
+  when Inet =:= inet; Inet =:= sluice_transport_inet ->
+    check_tls(Opts#{transport := ssl});
+%% OTP 25's ssl runs over gen_tcp only: a `socket' connection cannot be
+%% upgraded, and tls_opts there would be read by nothing.
+check_tls(#{transport := Socket, tls_opts := [_ | _]})
+  when Socket =:= socket; Socket =:= sluice_transport_socket ->
+    bad(tls_opts, {transport, socket});
 check_tls(_) ->
     ok.
 
@@ -644,6 +656,10 @@ format_error({bad_option, framing, Spec}) ->
     %% the list of every spec's shape would leave the reader to find it.
     lists:flatten(io_lib:format("bad value for option framing: ~0p (~s)",
                                 [Spec, framing_error(sluice_frame:new(Spec))]));
+format_error({bad_option, tls_opts, {transport, socket} = V}) ->
+    lists:flatten(io_lib:format("bad value for option tls_opts: ~0p (tls_opts are for "
+                                "transport ssl, or for STARTTLS on transport inet: OTP's "
+                                "ssl cannot run over a socket of transport socket)", [V]));
 format_error({bad_option, K, V}) ->
     lists:flatten(io_lib:format("bad value for option ~p: ~0p (expected ~s)",
                                 [K, V, expected(K)]));
@@ -752,7 +768,7 @@ expected(proxy_max_size) -> "an integer 16..65551 (bytes)";
 expected(framing) -> "none, or a framing spec of sluice_frame: {length, 1 | 2 | 4} "
                      "or {length, N, Opts}, line or {line, Opts}, {split, Fun} or "
                      "{split, Fun, Opts}";
-expected(tls_opts) -> "a list of ssl server options with a certificate and its key "
+expected(tls_opts) -> "(with transport ssl, or inet for STARTTLS) a list of ssl server options with a certificate and its key "
                      "(certfile and keyfile, cert and key, or certs_keys) whose files exist "
                      "and hold them; socket options go in socket_opts";
 expected(shutdown_timeout) ->

@@ -23,6 +23,7 @@
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
          unsent/1, shutdown/2, close/1, info/1, socket/1]).
 -export([queued/1]).
+-export([release/1]).
 -export([handover/2, park/1, parked_event/1, unpark/1]).
 -export([listen_options/1, sent_ack/1, data_tag/1]).
 
@@ -356,6 +357,35 @@ await(T = #inet{sock = Sock}, Timeout) ->
 -spec pause(#inet{}) -> {ok, #inet{}} | {error, term()}.
 pause(T = #inet{sock = Sock}) ->
     ok_or_error(inet:setopts(Sock, [{active, false}]), T#inet{armed = false}).
+
+%% @doc The socket for another layer to take over (a STARTTLS,
+%% sluice_conn_starttls): delivery stopped (pause/1), and every message of
+%% the socket already in this process's mailbox taken out, so that none
+%% reaches the connection after the upgrade (where it would be a stray
+%% message for handle_info/2): the chunks, in order (the client's bytes
+%% read so far and not handled), and the acknowledgements of sends, the
+%% end of a grant, or the socket's close or error. A read of mode `false'
+%% still pending is not cancelled: its answer comes later (await/2).
+-spec release(#inet{}) -> {ok, gen_tcp:socket(), [binary()]} | {error, term()}.
+release(T = #inet{sock = Sock}) ->
+    case pause(T) of
+        {ok, _} -> delivered(Sock, []);
+        Error -> Error
+    end.
+
+delivered(Sock, Acc) ->
+    receive
+        {tcp, Sock, Data} -> delivered(Sock, [Data | Acc]);
+        {inet_async, Sock, _Ref, {ok, Data}} -> delivered(Sock, [Data | Acc]);
+        {inet_reply, Sock, ok} -> delivered(Sock, Acc);
+        {tcp_passive, Sock} -> delivered(Sock, Acc);
+        {tcp_closed, Sock} -> {error, closed};
+        {inet_async, Sock, _Ref, {error, Reason}} -> {error, Reason};
+        {tcp_error, Sock, Reason} -> {error, Reason};
+        {inet_reply, Sock, {error, Reason}} -> {error, Reason}
+    after 0 ->
+            {ok, Sock, lists:reverse(Acc)}
+    end.
 
 -spec send(#inet{}, iodata()) -> ok | {error, term()}.
 send(#inet{sock = Sock}, Data) ->

@@ -85,26 +85,30 @@ child_spec_raises_badarg_on_what_is_not_options_test() ->
 nested_lists_take_the_first_of_a_repeated_key_test() ->
     Raw1 = {raw, 6, 1, <<1:32/native>>},
     Raw2 = {raw, 6, 1, <<0:32/native>>},
+    CertKey = cert_key(),
     {ok, #{socket_opts := SO, tls_opts := TO}} =
         sluice_opts:validate([{handler, ?HANDLER},
                               {socket_opts, [{buffer, 1000}, {nodelay, false}, Raw1,
                                              {buffer, 2000}, {nodelay, true}, Raw2]},
-                              {tls_opts, [{verify, verify_none}, {verify, verify_peer}]}]),
+                              {tls_opts, [{verify, verify_none}, {verify, verify_peer}
+                                          | CertKey]}]),
     ?assertEqual([{buffer, 1000}, {nodelay, false}, Raw1, Raw2,
                   {send_timeout, 30000}, {send_timeout_close, true}], SO),
-    ?assertEqual([{verify, verify_none}], TO),
+    ?assertEqual([{verify, verify_none} | CertKey], TO),
     %% A shadowed value is not checked, as Keyword.get/2 would not read it.
     ?assertMatch({ok, #{socket_opts := [{buffer, 1000} | _]}},
                  sluice_opts:validate([{handler, ?HANDLER},
                                        {socket_opts, [{buffer, 1000}, {buffer, -1}]}])).
 
 tls_opts_as_a_map_test() ->
-    ?assertMatch({ok, #{tls_opts := [{verify, verify_none}]}},
-                 sluice_opts:validate(#{handler => ?HANDLER,
-                                        tls_opts => #{verify => verify_none}})),
-    ?assertMatch(#{start := {_, _, [kv, #{tls_opts := [{verify, verify_none}]}]}},
-                 sluice:child_spec([{name, kv}, {handler, ?HANDLER},
-                                    {tls_opts, #{verify => verify_none}}])),
+    TlsOpts = lists:sort([{verify, verify_none} | cert_key()]),
+    {ok, #{tls_opts := Read}} = sluice_opts:validate(#{handler => ?HANDLER,
+                                                       tls_opts => maps:from_list(TlsOpts)}),
+    ?assertEqual(TlsOpts, lists:sort(Read)),
+    #{start := {_, _, [kv, #{tls_opts := Spec}]}} =
+        sluice:child_spec([{name, kv}, {handler, ?HANDLER},
+                           {tls_opts, maps:from_list(TlsOpts)}]),
+    ?assertEqual(TlsOpts, lists:sort(Spec)),
     ?assertEqual({error, {bad_option, tls_opts, not_a_list}},
                  sluice_opts:validate(#{handler => ?HANDLER, tls_opts => not_a_list})).
 
@@ -118,3 +122,9 @@ nested_improper_list_is_a_bad_option_test() ->
     ?assertEqual({error, {bad_option, tls_opts, [{verify, verify_none} | x]}},
                  sluice_opts:validate([{handler, ?HANDLER},
                                        {tls_opts, [{verify, verify_none} | x]}])).
+
+%% A certificate and its key, in memory: tls_opts on the default transport
+%% (inet, for STARTTLS) are checked at start as on ssl, and need them.
+cert_key() ->
+    #{server := Server} = sluice_tls_test_lib:certs(),
+    [lists:keyfind(cert, 1, Server), lists:keyfind(key, 1, Server)].

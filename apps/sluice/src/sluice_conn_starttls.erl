@@ -1,0 +1,137 @@
+%% @doc STARTTLS: a connection of an `inet' listener upgraded to TLS
+%% in-band, when its handler returns `{starttls, Reply, State}' (SMTP,
+%% IMAP, POP3, XMPP, LDAP, PostgreSQL's SSLRequest...): Reply goes out in
+%% plaintext, then the server side of the TLS handshake runs on the same
+%% TCP socket with the listener's `tls_opts', bounded by its
+%% `handshake_timeout', exactly as on an `ssl' listener
+%% (sluice_transport_ssl:handshake/2); from then on the connection is on
+%% the `ssl' transport.
+%%
+%% The one rule that makes it safe (the STARTTLS command injection of
+%% CVE-2011-0411 and its kin): no byte the client sent before it could
+%% have read Reply reaches the handler as if it had come over TLS. Those
+%% are the frames after the STARTTLS one in the same read, what the framer
+%% holds of a frame begun, and the chunks already delivered to the process
+%% (a running grant's). The socket is made passive and those chunks taken
+%% out of the mailbox BEFORE Reply is sent: until then the client cannot
+%% have started its handshake, so whatever is there is plaintext it
+%% pipelined (an attacker's, in the CVE); after it, the socket holds only
+%% what the client sent since, which ssl reads as the TLS stream (where
+%% plaintext fails the handshake). Pipelined plaintext closes the
+%% connection as `{protocol_error, starttls_pipelined}' (counted), after
+%% the replies owed to the frames before STARTTLS and without Reply: the
+%% client was not told to go ahead. Closing rather than dropping those
+%% bytes: a client that pipelines past STARTTLS breaks the protocol
+%% (RFC 3207 4.), and one whose commands vanished would carry on out of
+%% step.
+%%
+%% Only `inet' can be upgraded: OTP 25's ssl runs over gen_tcp, not over
+%% the `socket' NIF's sockets, and an `ssl' connection is TLS already.
+%% @private
+-module(sluice_conn_starttls).
+
+-include("sluice_conn.hrl").
+
+-export([upgrade/5]).
+
+%% @doc Upgrade the connection: send Owed (the replies to the frames before
+%% STARTTLS), then Reply, then run the TLS handshake. ReadPending: a read
+%% of mode `false' was started and is not answered (the STARTTLS came
+%% from a callback other than handle_data/2). `{ok, Tls, S}' with the
+%% connection on TLS, not armed yet, and `Tls' the TLS facts for the
+%% handler; otherwise the outcome that ends it. A transport that cannot
+%% upgrade, or a listener without `tls_opts', is the handler's mistake: it
+%% crashes, as for a result it may not return.
+-spec upgrade(iodata(), iodata(), boolean(), boolean(), #s{}) ->
+          {ok, map(), #s{}} | sluice_conn_handler:outcome().
+upgrade(Owed, Reply, Pipelined, ReadPending, S) ->
+    case listener_opts(S) of
+        {ok, Opts} ->
+            release(Owed, Reply, Pipelined, ReadPending, Opts, S);
+        {error, Why} ->
+            ok = sluice_conn_handler:owed(Owed, S),
+            sluice_conn_close:crash(exit, {starttls_unavailable, Why}, [], S)
+    end.
+
+%% The listener's options (tls_opts, handshake_timeout, socket_opts,
+%% active) as it published them: read at the upgrade, not kept in every
+%% connection's state, which a connection that never upgrades would pay
+%% for on every copy of it.
+listener_opts(#s{t = sluice_transport_inet, listener = Name}) ->
+    case sluice_registry:lookup(Name) of
+        {ok, #{opts := Opts = #{tls_opts := [_ | _]}}} -> {ok, Opts};
+        {ok, _} -> {error, no_tls_opts};
+        error -> {error, listener_stopped}
+    end;
+listener_opts(#s{t = sluice_transport_ssl}) ->
+    {error, already_tls};
+listener_opts(#s{t = T}) ->
+    {error, {transport, sluice_transport:name(T)}}.
+
+release(Owed, Reply, Pipelined, ReadPending, Opts, S) ->
+    case sluice_transport_inet:release(S#s.ts) of
+        {ok, Sock, Unread} ->
+            case Pipelined orelse Unread =/= [] orelse framed(S) of
+                true -> {stop_after, Owed, {protocol_error, starttls_pipelined}, S};
+                false -> go_ahead(Sock, [Owed, Reply], ReadPending, Opts, S)
+            end;
+        {error, closed} ->
+            {stop, closed, S};
+        {error, Reason} ->
+            {stop, {error, Reason}, S}
+    end.
+
+%% A frame begun after the STARTTLS one.
+framed(#s{frame = none}) -> false;
+framed(#s{frame = F}) -> sluice_frame:pending(F) > 0.
+
+%% The reply in plaintext, waiting for the driver to take it
+%% (gen_tcp:send/2): its acknowledgement is taken here, where one left in
+%% the mailbox would reach the handler as a stray message once the
+%% connection is on TLS.
+go_ahead(Sock, Out, ReadPending, Opts = #{handshake_timeout := Timeout}, S) ->
+    try iolist_size(Out) of
+        Size ->
+            case gen_tcp:send(Sock, Out) of
+                ok ->
+                    ok = sluice_stats:sent(S#s.stats, Size),
+                    Deadline = deadline(Timeout),
+                    case first_bytes(ReadPending, Deadline, S) of
+                        {ok, Prefix} -> handshake(Sock, Prefix, Deadline, Opts, S);
+                        Stop -> Stop
+                    end;
+                {error, Reason} ->
+                    {stop, {error, Reason}, S}
+            end
+    catch error:badarg ->
+            sluice_conn_close:crash(exit, {bad_iodata, Out}, [], S)
+    end.
+
+%% A read of mode `false' that is pending cannot be called back: it takes
+%% the first bytes the client sends after the reply, the start of its
+%% ClientHello, which go back in front of the stream for ssl.
+first_bytes(false, _Deadline, _S) ->
+    {ok, <<>>};
+first_bytes(true, Deadline, S) ->
+    case sluice_transport_inet:await(S#s.ts, left(Deadline)) of
+        {data, Data, _} -> {ok, Data};
+        {timeout, _} -> {stop, {handshake_error, timeout}, S};
+        {closed, _} -> {stop, {handshake_error, closed}, S};
+        {error, Reason, _} -> {stop, {handshake_error, Reason}, S}
+    end.
+
+handshake(Sock, Prefix, Deadline, Opts, S) ->
+    case sluice_transport_ssl:handshake(Sock, Opts#{prefix => Prefix,
+                                                    handshake_timeout := left(Deadline)}) of
+        {ok, TS} ->
+            #{tls := Tls} = sluice_transport_ssl:info(TS),
+            {ok, Tls, sluice_conn:on_tls(TS, S)};
+        {error, Reason} ->
+            {stop, {handshake_error, Reason}, S}
+    end.
+
+deadline(infinity) -> infinity;
+deadline(Timeout) -> erlang:monotonic_time(millisecond) + Timeout.
+
+left(infinity) -> infinity;
+left(Deadline) -> max(0, Deadline - erlang:monotonic_time(millisecond)).

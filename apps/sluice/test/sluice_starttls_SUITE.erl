@@ -1,0 +1,457 @@
+%% STARTTLS: a handler's `{starttls, Reply, State}' on an `inet' listener
+%% with `tls_opts' sends Reply in plaintext, then upgrades the connection
+%% to TLS on the same socket (sluice_conn_starttls), in every delivery
+%% mode; the handler gets the TLS facts (handle_starttls/2); plaintext the
+%% client sent after STARTTLS and before the handshake (the STARTTLS
+%% command injection of CVE-2011-0411) never reaches the handler: in the
+%% same write, as a partial line, or already in the connection's mailbox
+%% under a running grant; a client that never handshakes, or sends
+%% garbage, ends as `handshake_error' with terminate/2; after the upgrade
+%% the connection drains over TLS, does not park as a plain socket,
+%% takes sluice:send/2 from elsewhere, and counts plaintext; a PROXY
+%% header may come first. Where no upgrade can happen (`socket', `ssl',
+%% no `tls_opts') it is said at start or by a crash naming why.
+%%
+%% The handler is sluice_starttls_handler (a small SMTP-like line
+%% protocol).
+-module(sluice_starttls_SUITE).
+
+-include_lib("common_test/include/ct.hrl").
+-include_lib("stdlib/include/assert.hrl").
+
+-export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
+         init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
+-export([plain_then_starttls_then_tls/1,
+         pipelined_in_the_same_write_is_refused/1,
+         partial_line_after_starttls_is_refused/1,
+         plaintext_in_the_mailbox_is_refused/1,
+         plaintext_written_before_the_reply_never_reaches_the_handler/1,
+         silent_client_is_closed_at_handshake_timeout/1,
+         garbage_instead_of_client_hello_is_a_handshake_error/1,
+         client_certificate_reaches_the_handler/1,
+         starttls_from_init/1,
+         proxy_header_then_plain_then_starttls/1,
+         drain_of_an_upgraded_connection_is_graceful/1,
+         upgraded_connection_does_not_park/1,
+         send_from_another_process_goes_over_tls/1,
+         tls_opts_on_inet_are_checked_at_start/1,
+         tls_opts_on_socket_are_refused/1,
+         starttls_without_tls_opts_crashes/1,
+         starttls_on_an_ssl_listener_crashes/1]).
+
+-define(LOOPBACK, {127, 0, 0, 1}).
+-define(FRAMING, {line, #{delimiter => crlf}}).
+
+suite() -> [{timetrap, {seconds, 60}}].
+
+all() ->
+    [{group, modes}, {group, injection}, {group, handshake}, {group, after_upgrade},
+     {group, unavailable}].
+
+groups() ->
+    [{modes, [], [{group, G} || G <- [active_once, active_10, active_adaptive, active_false]]},
+     {active_once, [], [plain_then_starttls_then_tls]},
+     {active_10, [], [plain_then_starttls_then_tls, plaintext_in_the_mailbox_is_refused]},
+     {active_adaptive, [], [plain_then_starttls_then_tls]},
+     {active_false, [], [plain_then_starttls_then_tls]},
+     {injection, [], [pipelined_in_the_same_write_is_refused,
+                      partial_line_after_starttls_is_refused,
+                      plaintext_in_the_mailbox_is_refused,
+                      plaintext_written_before_the_reply_never_reaches_the_handler]},
+     {handshake, [], [silent_client_is_closed_at_handshake_timeout,
+                      garbage_instead_of_client_hello_is_a_handshake_error,
+                      client_certificate_reaches_the_handler,
+                      starttls_from_init,
+                      proxy_header_then_plain_then_starttls]},
+     {after_upgrade, [], [drain_of_an_upgraded_connection_is_graceful,
+                          upgraded_connection_does_not_park,
+                          send_from_another_process_goes_over_tls]},
+     {unavailable, [], [tls_opts_on_inet_are_checked_at_start,
+                        tls_opts_on_socket_are_refused,
+                        starttls_without_tls_opts_crashes,
+                        starttls_on_an_ssl_listener_crashes]}].
+
+init_per_suite(Config) ->
+    {ok, _} = application:ensure_all_started(sluice),
+    {ok, _} = application:ensure_all_started(ssl),
+    [{certs, sluice_tls_test_lib:certs()} | Config].
+
+end_per_suite(_Config) ->
+    ok.
+
+init_per_group(active_once, Config) -> [{active, once} | Config];
+init_per_group(active_10, Config) -> [{active, 10} | Config];
+init_per_group(active_adaptive, Config) -> [{active, adaptive} | Config];
+init_per_group(active_false, Config) -> [{active, false} | Config];
+init_per_group(_, Config) -> Config.
+
+end_per_group(_, _Config) ->
+    ok.
+
+init_per_testcase(Case, Config) ->
+    [{name, {?MODULE, Case, proplists:get_value(active, Config)}} | Config].
+
+end_per_testcase(_Case, Config) ->
+    sluice_test_lib:stop_listener(?config(name, Config)),
+    ok.
+
+%%% ------------------------------------------------------------------
+%%% Helpers
+%%% ------------------------------------------------------------------
+
+%% An inet listener with the suite's certificate in tls_opts and the line
+%% handler; Extra overrides (handler options under `hopts').
+listener(Config, Extra) ->
+    Name = ?config(name, Config),
+    HOpts = maps:merge(#{test => self()}, maps:get(hopts, Extra, #{})),
+    Active = case ?config(active, Config) of undefined -> adaptive; A -> A end,
+    Opts = maps:merge(#{transport => inet, tls_opts => sluice_tls_test_lib:server_opts(Config),
+                        handler => {sluice_starttls_handler, HOpts}, framing => ?FRAMING,
+                        active => Active},
+                      maps:without([hopts], Extra)),
+    sluice_test_lib:start_listener(Name, Opts),
+    sluice_test_lib:port(Name).
+
+%% A plain TCP client that has read the greeting; the connection's pid.
+plain_client(Port) ->
+    {ok, C} = sluice_test_lib:connect(Port),
+    Pid = receive {init, P, _} -> P after 5000 -> error(no_init) end,
+    ?assertEqual({ok, <<"220 ready\r\n">>}, recv_line(C)),
+    {C, Pid}.
+
+recv_line(C) ->
+    ok = inet:setopts(C, [{packet, line}]),
+    Line = gen_tcp:recv(C, 0, 5000),
+    ok = inet:setopts(C, [{packet, raw}]),
+    Line.
+
+%% One command over TLS, its reply line.
+tls_command(S, Cmd) ->
+    ok = ssl:send(S, [Cmd, <<"\r\n">>]),
+    ok = ssl:setopts(S, [{packet, line}]),
+    Reply = ssl:recv(S, 0, 5000),
+    ok = ssl:setopts(S, [{packet, raw}]),
+    Reply.
+
+%% STARTTLS on a plain client, up to a TLS client (Extra: client options).
+starttls(Config, C, Extra) ->
+    ok = gen_tcp:send(C, <<"STARTTLS\r\n">>),
+    ?assertEqual({ok, <<"220 go ahead\r\n">>}, recv_line(C)),
+    handshake(Config, C, Extra).
+
+handshake(Config, C, Extra) ->
+    Defaults = sluice_tls_test_lib:client_opts(Config),
+    ssl:connect(C, [binary, {active, false} |
+                    Extra ++ [O || O = {K, _} <- Defaults, not lists:keymember(K, 1, Extra)]],
+                5000).
+
+reason_count(Name, Reason) ->
+    maps:get(Reason, maps:get(close_reasons, sluice:info(Name))).
+
+%% A crash is counted by the connection's supervisor, when it takes the
+%% exit: after terminate/2 has told the test.
+crashed_once(Name) ->
+    sluice_test_lib:wait_until(fun() -> reason_count(Name, crashed) =:= 1 end, 5000).
+
+terminated(Pid) ->
+    receive {terminate, Pid, Reason} -> Reason after 5000 -> error({no_terminate, Pid}) end.
+
+%% Every line the handler was handed, in order, with whether it came
+%% over TLS.
+lines(Pid) ->
+    receive {line, Pid, Line, Tls} -> [{Line, Tls} | lines(Pid)] after 0 -> [] end.
+
+expect_closed(C) ->
+    ?assertMatch({error, _}, gen_tcp:recv(C, 0, 5000)).
+
+%%% ------------------------------------------------------------------
+%%% The main case, in each mode
+%%% ------------------------------------------------------------------
+
+%% A plain command, STARTTLS, then commands over TLS: the handler sees
+%% each in order, the plain ones as plain, the TLS facts once, and the
+%% counters count plaintext on both sides of the upgrade.
+plain_then_starttls_then_tls(Config) ->
+    Name = ?config(name, Config),
+    Port = listener(Config, #{}),
+    {C, Pid} = plain_client(Port),
+    ok = gen_tcp:send(C, <<"EHLO me\r\n">>),
+    ?assertEqual({ok, <<"250 EHLO me\r\n">>}, recv_line(C)),
+    {ok, S} = starttls(Config, C, [{alpn_advertised_protocols, [<<"smtp">>]}]),
+    Tls = receive {starttls, Pid, T} -> T after 5000 -> error(no_starttls) end,
+    ct:log("~p", [Tls]),
+    ?assertMatch(#{protocol := _, cipher := _, sni := _, alpn := _, peer_cert := undefined},
+                 Tls),
+    ?assert(is_atom(maps:get(protocol, Tls))),
+    [?assertEqual({ok, <<"250 line ", (integer_to_binary(I))/binary, "\r\n">>},
+                  tls_command(S, [<<"line ">>, integer_to_binary(I)])) || I <- lists:seq(1, 20)],
+    {ok, <<"TLS ", _/binary>>} = tls_command(S, <<"TLS?">>),
+    ?assertEqual({ok, <<"221 bye\r\n">>}, tls_command(S, <<"QUIT">>)),
+    ?assertEqual(quit, terminated(Pid)),
+    Lines = lines(Pid),
+    ?assertEqual([{<<"EHLO me">>, false}, {<<"STARTTLS">>, false}],
+                 lists:sublist(Lines, 2)),
+    ?assertEqual(24, length(Lines)),
+    ?assert(lists:all(fun({_, Tls1}) -> Tls1 end, lists:nthtail(2, Lines))),
+    _ = ssl:close(S),
+    sluice_test_lib:wait_info(Name, connections, 0, 5000),
+    #{bytes_in := In, bytes_out := Out} = sluice:info(Name),
+    %% plaintext both ways: 9 + 10 in the clear, then the lines
+    PlainIn = 9 + 10 + lists:sum([byte_size(<<"line ", (integer_to_binary(I))/binary, "\r\n">>)
+                                  || I <- lists:seq(1, 20)]) + 6 + 6,
+    ?assertEqual(PlainIn, In),
+    ?assert(Out > 11 + 13 + 14),
+    ?assertEqual(1, reason_count(Name, handler)).
+
+%%% ------------------------------------------------------------------
+%%% Injection: plaintext after STARTTLS never reaches the handler
+%%% ------------------------------------------------------------------
+
+%% CVE-2011-0411's test: the command after STARTTLS in the same write.
+%% Closed as a protocol error, without the "go ahead", and the handler
+%% never sees the injected line, before or after a handshake.
+pipelined_in_the_same_write_is_refused(Config) ->
+    refused(Config, <<"STARTTLS\r\nMAIL FROM:<evil>\r\n">>).
+
+%% The start of a line after STARTTLS, held by the framer.
+partial_line_after_starttls_is_refused(Config) ->
+    refused(Config, <<"STARTTLS\r\nMAIL FR">>).
+
+refused(Config, Bytes) ->
+    Name = ?config(name, Config),
+    Port = listener(Config, #{}),
+    {C, Pid} = plain_client(Port),
+    ok = gen_tcp:send(C, <<"EHLO me\r\n", Bytes/binary>>),
+    %% the reply owed to EHLO, then the close: no "220 go ahead"
+    ?assertEqual({ok, <<"250 EHLO me\r\n">>}, recv_line(C)),
+    expect_closed(C),
+    ?assertEqual({protocol_error, starttls_pipelined}, terminated(Pid)),
+    ?assertEqual([{<<"EHLO me">>, false}, {<<"STARTTLS">>, false}], lines(Pid)),
+    ?assertEqual(1, reason_count(Name, protocol_error)).
+
+%% A command written after STARTTLS, before the reply: held until it is
+%% in the connection's mailbox under the running grant (the handler waits
+%% in its STARTTLS clause meanwhile), then refused in the same way.
+plaintext_in_the_mailbox_is_refused(Config) ->
+    Name = ?config(name, Config),
+    Active = case ?config(active, Config) of undefined -> 10; A -> A end,
+    Port = listener([{active, Active} | Config], #{hopts => #{hold => true}}),
+    {C, Pid} = plain_client(Port),
+    ok = gen_tcp:send(C, <<"STARTTLS\r\n">>),
+    receive {holding, Pid} -> ok after 5000 -> error(no_hold) end,
+    ok = gen_tcp:send(C, <<"RCPT TO:<evil>\r\n">>),
+    sluice_test_lib:wait_until(
+      fun() ->
+              {messages, Msgs} = process_info(Pid, messages),
+              lists:any(fun(M) -> element(1, M) =:= tcp end, Msgs)
+      end, 5000),
+    Pid ! proceed,
+    expect_closed(C),
+    ?assertEqual({protocol_error, starttls_pipelined}, terminated(Pid)),
+    ?assertEqual([{<<"STARTTLS">>, false}], lines(Pid)),
+    ?assertEqual(1, reason_count(Name, protocol_error)).
+
+%% A command written after STARTTLS in its own write, before the client
+%% reads the reply, with no hold: wherever it lands (the mailbox, or the
+%% socket where ssl reads it as the start of the TLS stream) it is never
+%% a line of the handler's, and the connection ends as a protocol error
+%% or a failed handshake.
+plaintext_written_before_the_reply_never_reaches_the_handler(Config) ->
+    Name = ?config(name, Config),
+    Port = listener(Config, #{}),
+    {C, Pid} = plain_client(Port),
+    ok = gen_tcp:send(C, <<"STARTTLS\r\n">>),
+    ok = gen_tcp:send(C, <<"RCPT TO:<evil>\r\n">>),
+    _ = gen_tcp:recv(C, 0, 5000),
+    expect_closed(C),
+    Reason = terminated(Pid),
+    ct:log("ended as ~p", [Reason]),
+    ?assertMatch({R, _} when R =:= protocol_error; R =:= handshake_error, Reason),
+    ?assertEqual([{<<"STARTTLS">>, false}], lines(Pid)),
+    ?assertEqual(1, reason_count(Name, protocol_error) + reason_count(Name, handshake_error)).
+
+%%% ------------------------------------------------------------------
+%%% The handshake
+%%% ------------------------------------------------------------------
+
+%% The client reads "go ahead" and never starts its handshake: closed at
+%% handshake_timeout as handshake_error, with terminate/2.
+silent_client_is_closed_at_handshake_timeout(Config) ->
+    Name = ?config(name, Config),
+    Port = listener(Config, #{handshake_timeout => 300}),
+    {C, Pid} = plain_client(Port),
+    ok = gen_tcp:send(C, <<"STARTTLS\r\n">>),
+    ?assertEqual({ok, <<"220 go ahead\r\n">>}, recv_line(C)),
+    expect_closed(C),
+    ?assertEqual({handshake_error, timeout}, terminated(Pid)),
+    ?assertEqual(1, reason_count(Name, handshake_error)).
+
+%% Plaintext where the ClientHello should be: handshake_error at once
+%% (well before the timeout), never a line of the handler's.
+garbage_instead_of_client_hello_is_a_handshake_error(Config) ->
+    Name = ?config(name, Config),
+    Port = listener(Config, #{handshake_timeout => 30000}),
+    {C, Pid} = plain_client(Port),
+    ok = gen_tcp:send(C, <<"STARTTLS\r\n">>),
+    ?assertEqual({ok, <<"220 go ahead\r\n">>}, recv_line(C)),
+    ok = gen_tcp:send(C, <<"MAIL FROM:<evil>\r\n">>),
+    _ = gen_tcp:recv(C, 0, 5000),
+    expect_closed(C),
+    ?assertMatch({handshake_error, _}, terminated(Pid)),
+    ?assertEqual([{<<"STARTTLS">>, false}], lines(Pid)),
+    ?assertEqual(1, reason_count(Name, handshake_error)).
+
+%% verify_peer: the client's certificate is in the TLS facts.
+client_certificate_reaches_the_handler(Config) ->
+    #{client := ClientCfg, server := ServerCfg} = ?config(certs, Config),
+    TlsOpts = [{verify, verify_peer}, {fail_if_no_peer_cert, true},
+               {cacerts, proplists:get_value(cacerts, ServerCfg) ++
+                    proplists:get_value(cacerts, ClientCfg)}
+               | [O || O = {K, _} <- ServerCfg, K =/= cacerts]],
+    Port = listener(Config, #{tls_opts => TlsOpts}),
+    {C, Pid} = plain_client(Port),
+    {ok, S} = starttls(Config, C, [{cert, proplists:get_value(cert, ClientCfg)},
+                                   {key, proplists:get_value(key, ClientCfg)}]),
+    #{peer_cert := Der} = receive {starttls, Pid, T} -> T after 5000 -> error(no_starttls) end,
+    ?assertEqual(proplists:get_value(cert, ClientCfg), Der),
+    ?assertEqual({ok, <<"CERT\r\n">>}, tls_command(S, <<"PEER?">>)),
+    _ = ssl:close(S).
+
+%% init/2 may upgrade at once, after a plain greeting.
+starttls_from_init(Config) ->
+    Port = listener(Config, #{hopts => #{init_starttls => true}}),
+    {ok, C} = sluice_test_lib:connect(Port),
+    Pid = receive {init, P, _} -> P after 5000 -> error(no_init) end,
+    ?assertEqual({ok, <<"220 tls now\r\n">>}, recv_line(C)),
+    {ok, S} = handshake(Config, C, []),
+    receive {starttls, Pid, _} -> ok after 5000 -> error(no_starttls) end,
+    {ok, <<"TLS ", _/binary>>} = tls_command(S, <<"TLS?">>),
+    _ = ssl:close(S).
+
+%% A PROXY header, a plain exchange, then STARTTLS: the header's
+%% addresses stay in Conn, and the upgrade works as without it.
+proxy_header_then_plain_then_starttls(Config) ->
+    Port = listener(Config, #{proxy_protocol => true}),
+    {ok, C} = sluice_test_lib:connect(Port),
+    ok = gen_tcp:send(C, <<"PROXY TCP4 192.0.2.1 192.0.2.2 1234 25\r\nEHLO me\r\n">>),
+    {Pid, Conn} = receive {init, P, Cn} -> {P, Cn} after 5000 -> error(no_init) end,
+    ?assertMatch(#{proxy := #{source := {{192, 0, 2, 1}, 1234}}}, Conn),
+    ?assertEqual({ok, <<"220 ready\r\n">>}, recv_line(C)),
+    ?assertEqual({ok, <<"250 EHLO me\r\n">>}, recv_line(C)),
+    {ok, S} = starttls(Config, C, []),
+    receive {starttls, Pid, _} -> ok after 5000 -> error(no_starttls) end,
+    ?assertEqual({ok, <<"250 hello\r\n">>}, tls_command(S, <<"hello">>)),
+    _ = ssl:close(S).
+
+%%% ------------------------------------------------------------------
+%%% After the upgrade
+%%% ------------------------------------------------------------------
+
+%% A drain closes an upgraded connection as an ssl listener's: gracefully
+%% (what the client sent is answered), counted as drained.
+drain_of_an_upgraded_connection_is_graceful(Config) ->
+    Name = ?config(name, Config),
+    Port = listener(Config, #{}),
+    {C, Pid} = plain_client(Port),
+    {ok, S} = starttls(Config, C, []),
+    receive {starttls, Pid, _} -> ok after 5000 -> error(no_starttls) end,
+    ?assertEqual({ok, <<"250 one\r\n">>}, tls_command(S, <<"one">>)),
+    Self = self(),
+    spawn_link(fun() -> Self ! {drained, sluice:drain(Name, 3000)} end),
+    ?assertEqual({<<>>, closed}, sluice_tls_test_lib:recv_until_closed(S, 3000)),
+    _ = ssl:close(S),
+    receive {drained, R} -> ?assertEqual({ok, 0}, R) after 5000 -> error(drain_stuck) end,
+    ?assertEqual(drained, terminated(Pid)),
+    ?assertEqual(1, reason_count(Name, drained)).
+
+%% A listener that parks its quiet connections: a plain one parks (its
+%% pid changes), an upgraded one is told to park and stays, and carries
+%% on over TLS (parked as a plain socket, its supervisor crashed).
+upgraded_connection_does_not_park(Config) ->
+    Name = ?config(name, Config),
+    Port = listener(Config, #{park_after => 50, hibernate_after => 20}),
+    {C, Pid} = plain_client(Port),
+    {ok, S} = starttls(Config, C, []),
+    receive {starttls, Pid, _} -> ok after 5000 -> error(no_starttls) end,
+    erlang:trace(Pid, true, ['receive']),
+    receive {trace, Pid, 'receive', {sluice_sweep, park}} -> ok
+    after 5000 -> error(never_told_to_park)
+    end,
+    ?assertEqual({ok, <<"250 still here\r\n">>}, tls_command(S, <<"still here">>)),
+    ?assert(is_process_alive(Pid)),
+    ?assertEqual(0, maps:get(parked, sluice:info(Name))),
+    [{<<"still here">>, true}] = [L || L = {<<"still here">>, _} <- lines(Pid)],
+    _ = ssl:close(S).
+
+%% sluice:send/2 from another process goes out over TLS.
+send_from_another_process_goes_over_tls(Config) ->
+    Port = listener(Config, #{}),
+    {C, Pid} = plain_client(Port),
+    {ok, S} = starttls(Config, C, []),
+    receive {starttls, Pid, _} -> ok after 5000 -> error(no_starttls) end,
+    ?assertEqual(ok, sluice:send(Pid, <<"pushed\r\n">>)),
+    ?assertEqual({ok, <<"pushed\r\n">>}, ssl:recv(S, 8, 5000)),
+    _ = ssl:close(S).
+
+%%% ------------------------------------------------------------------
+%%% Where no upgrade can happen
+%%% ------------------------------------------------------------------
+
+%% tls_opts on inet are checked at start as on ssl.
+tls_opts_on_inet_are_checked_at_start(Config) ->
+    ?assertMatch({error, {bad_option, tls_opts, {missing, _}}},
+                 sluice:start_listener(?config(name, Config),
+                                       #{port => 0, transport => inet,
+                                         tls_opts => [{verify, verify_none}],
+                                         handler => {sluice_starttls_handler, #{}}})),
+    ?assertMatch({error, {bad_option, tls_opts, {certfile, "/no/such.pem", enoent}}},
+                 sluice:start_listener(?config(name, Config),
+                                       #{port => 0, transport => inet,
+                                         tls_opts => [{certfile, "/no/such.pem"},
+                                                      {keyfile, "/no/such.key"}],
+                                         handler => {sluice_starttls_handler, #{}}})).
+
+%% OTP's ssl cannot run over a `socket' socket: tls_opts there are refused,
+%% with a message that says why.
+tls_opts_on_socket_are_refused(Config) ->
+    {error, Error} = sluice:start_listener(?config(name, Config),
+                                           #{port => 0, transport => socket,
+                                             tls_opts => sluice_tls_test_lib:server_opts(Config),
+                                             handler => {sluice_starttls_handler, #{}}}),
+    ?assertEqual({bad_option, tls_opts, {transport, socket}}, Error),
+    ?assertMatch("bad value for option tls_opts: {transport,socket} (tls_opts are for " ++ _,
+                 sluice:format_error(Error)).
+
+%% STARTTLS where the listener has no tls_opts (inet, socket): the
+%% connection crashes with a reason that says why, after the replies
+%% owed, without the "go ahead".
+starttls_without_tls_opts_crashes(Config) ->
+    lists:foreach(
+      fun({Transport, Why}) ->
+              Name = {?config(name, Config), Transport},
+              sluice_test_lib:start_listener(Name, #{transport => Transport, framing => ?FRAMING,
+                                                     handler => {sluice_starttls_handler,
+                                                                 #{test => self()}}}),
+              {C, Pid} = plain_client(sluice_test_lib:port(Name)),
+              ok = gen_tcp:send(C, <<"EHLO me\r\nSTARTTLS\r\n">>),
+              ?assertEqual({ok, <<"250 EHLO me\r\n">>}, recv_line(C)),
+              expect_closed(C),
+              ?assertEqual({starttls_unavailable, Why}, terminated(Pid)),
+              crashed_once(Name),
+              sluice_test_lib:stop_listener(Name)
+      end, [{inet, no_tls_opts}, {socket, {transport, socket}}]).
+
+%% On an ssl listener the connection is TLS already.
+starttls_on_an_ssl_listener_crashes(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{transport => ssl, framing => ?FRAMING,
+                                           tls_opts => sluice_tls_test_lib:server_opts(Config),
+                                           handler => {sluice_starttls_handler,
+                                                       #{test => self()}}}),
+    {ok, S} = sluice_tls_test_lib:connect(sluice_test_lib:port(Name), Config),
+    Pid = receive {init, P, _} -> P after 5000 -> error(no_init) end,
+    ok = ssl:send(S, <<"STARTTLS\r\n">>),
+    ?assertEqual({starttls_unavailable, already_tls}, terminated(Pid)),
+    ?assertEqual({ok, <<"220 ready\r\n">>}, ssl:recv(S, 0, 5000)),
+    ?assertMatch({error, _}, ssl:recv(S, 0, 5000)),
+    crashed_once(Name).
