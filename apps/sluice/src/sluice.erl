@@ -1,4 +1,4 @@
-%% @doc sluice's public API: start, stop, drain, suspend and inspect TCP
+%% @doc sluice's public API: start, stop, drain, suspend, inspect and change TCP
 %% listeners. A listener is an acceptor pool on one or more listen sockets,
 %% connection processes that each drive a `sluice_handler', and counters that
 %% tell what happened to every connection.
@@ -13,7 +13,8 @@
 
 -export([start_listener/2, stop_listener/1, stop_listener/2, drain/2,
          suspend/1, resume/1, info/1, set_max_connections/2, set_handler_opts/2,
-         get_handler_opts/1, child_spec/2, listeners/0, connections/1, format_error/1]).
+         get_handler_opts/1, set_transport_opts/2, get_transport_opts/1, child_spec/2,
+         listeners/0, connections/1, format_error/1]).
 -export([child_spec/1, send/2, close/1, call/3, reply/2, peername/1, sockname/1,
          setopts/2, getopts/2]).
 
@@ -428,7 +429,8 @@ set_handler_opts(Name, HandlerOpts) ->
                            %% before is told below.
                            case sluice_registry:set(Name, opts, New) of
                                ok ->
-                                   _ = [sluice_conns_sup:set_handler_opts(Sup, HandlerOpts)
+                                   Change = #{handler => {H, HandlerOpts}},
+                                   _ = [sluice_conns_sup:set_opts(Sup, Change)
                                         || Sup <- conns_sups(Name, NS)],
                                    ok;
                                {error, not_found} ->
@@ -444,6 +446,111 @@ get_handler_opts(Name) ->
     case sluice_registry:lookup(Name) of
         {ok, #{opts := #{handler := {_, HandlerOpts}}}} -> {ok, HandlerOpts};
         error -> {error, not_found}
+    end.
+
+%% @doc Change options of a running listener, as
+%% ranch:set_transport_options/2 does: `Opts' is a map or a proplist of
+%% listener options (docs/listener-options.md); those it does not name
+%% keep their value. What can change:
+%% <ul>
+%%  <li>`tls_opts' and `handshake_timeout' (TLS listeners, and `inet' ones for STARTTLS), `proxy_timeout'
+%%      and `proxy_max_size' (listeners with `proxy_protocol'): the
+%%      connections accepted after this returns use the new values (one
+%%      being started meanwhile uses the old ones or the new, never some
+%%      of each); running connections keep theirs and are told nothing.
+%%      `tls_opts' are checked as at start, their files read then: `ssl''s
+%%      cache of certificate files is cleared (ssl:clear_pem_cache/0), so
+%%      that the files served are the ones checked;</li>
+%%  <li>`max_connections', as set_max_connections/2.</li>
+%% </ul>
+%% Any other option given with the value it has is accepted (the map
+%% get_transport_opts/1 gives, changed and given back whole, is taken);
+%% with another value it is refused, `{error, {not_changeable, Key}}'.
+%% A bad value is refused as at start, `{error, {bad_option, Key, Why}}'
+%% (format_error/1 explains it). A refused call changes nothing. Returns
+%% once every connection supervisor of the listener has switched; the
+%% values stay over suspend/1 and resume/1, a drain and the restart of a
+%% connection supervisor, as set_handler_opts/2's do (a restart of the
+%% whole listener from its child spec starts from the options given
+%% there). Calls for one listener run one at a time.
+-spec set_transport_opts(name(), map() | list()) -> ok | {error, term()}.
+set_transport_opts(Name, Opts) ->
+    with_sup(Name, fun(_Sup, _Opts) ->
+                           case current_opts(Name) of
+                               {ok, Current} -> change_opts(Name, Current, Opts);
+                               error -> {error, not_found}
+                           end
+                   end).
+
+change_opts(Name, Current, Given) ->
+    case sluice_opts_change:check(Current, Given) of
+        {ok, New, Changed} ->
+            ok = tls_files_read_again(New, Given),
+            apply_opts(Name, New, Changed);
+        Error ->
+            Error
+    end.
+
+%% The certificate files just checked are the ones served: ssl keeps a
+%% file's contents by its name, and one rewritten in place was served
+%% from that cache (and the key beside it, if not cached, read anew:
+%% a pair that does not match). Node-wide: other listeners read their
+%% files again too, as ssl's own periodic check would have them.
+tls_files_read_again(New, Given) ->
+    case sluice_opts_change:uses_tls_opts(New) andalso given(tls_opts, Given) of
+        true -> ssl:clear_pem_cache();
+        false -> ok
+    end.
+
+given(Key, Given) when is_map(Given) -> maps:is_key(Key, Given);
+given(Key, Given) -> proplists:is_defined(Key, Given).
+
+apply_opts(Name, New = #{num_conns_sups := NS}, Changed) ->
+    %% The registry first, as set_handler_opts/2 does: a connection
+    %% supervisor that starts from now on reads the new values there.
+    case sluice_registry:set(Name, opts, New) of
+        ok ->
+            ok = apply_max_connections(Name, Changed),
+            tell_conns_sups(Name, NS, maps:with(sluice_opts_change:per_connection(), Changed));
+        {error, not_found} ->
+            {error, not_found}
+    end.
+
+tell_conns_sups(_Name, _NS, Changes) when map_size(Changes) =:= 0 ->
+    ok;
+tell_conns_sups(Name, NS, Changes) ->
+    _ = [sluice_conns_sup:set_opts(Sup, Changes) || Sup <- conns_sups(Name, NS)],
+    ok.
+
+apply_max_connections(Name, #{max_connections := Max}) ->
+    case sluice_registry:lookup(Name) of
+        {ok, #{stats := Stats}} -> sluice_stats:set_max_connections(Stats, Max);
+        error -> ok
+    end;
+apply_max_connections(_Name, _Changed) ->
+    ok.
+
+%% @doc The listener's options now, but the handler's (get_handler_opts/1):
+%% those it was started with, validated (every default filled in), as the
+%% last set_transport_opts/2 left them, with `max_connections' the limit
+%% now (set_max_connections/2's too). As ranch:get_transport_options/1;
+%% changed and given back to set_transport_opts/2 whole, it is taken.
+-spec get_transport_opts(name()) -> {ok, map()} | {error, not_found}.
+get_transport_opts(Name) ->
+    case current_opts(Name) of
+        {ok, Current} -> {ok, maps:without([handler, own_port], Current)};
+        error -> {error, not_found}
+    end.
+
+%% The options in the registry with the limit now, which
+%% set_max_connections/2 changes in the listener's figures only.
+current_opts(Name) ->
+    case sluice_registry:lookup(Name) of
+        {ok, #{opts := Opts, stats := Stats}} ->
+            #{max_connections := Max} = sluice_stats:read(Stats),
+            {ok, Opts#{max_connections := Max}};
+        error ->
+            error
     end.
 
 %% @doc The processes of a listener's live connections (parked

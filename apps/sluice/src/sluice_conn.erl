@@ -40,7 +40,7 @@
 %% On every read (next/3).
 -compile({inline, [uncollected/2]}).
 
--export([template/2, template_handler_opts/2, init/3, wake/1, unpark/5,
+-export([template/2, template_opts/2, init/3, wake/1, unpark/5,
          code_change_parked/4]).
 %% STARTTLS (sluice_conn_starttls)
 -export([on_tls/2]).
@@ -74,13 +74,16 @@ template(L = #{name := Name, transport := T, stats := Stats,
         has = sluice_conn_handler:optional(H)},
      L}.
 
-%% @doc `Template' with other options for the handler's init/2
-%% (sluice:set_handler_opts/2); the handler module and the rest are the
-%% same. A woken parked connection does not run init/2: unpark/5 reads
-%% none of it.
--spec template_handler_opts(template(), term()) -> template().
-template_handler_opts({S0, L = #{opts := Opts = #{handler := {H, _}}}}, HandlerOpts) ->
-    {S0, L#{opts := Opts#{handler := {H, HandlerOpts}}}}.
+%% @doc `Template' with other values for listener options that a
+%% connection reads as it starts (init/3): the handler's options
+%% (sluice:set_handler_opts/2; the module stays) and those
+%% sluice_opts_change:per_connection/0 names
+%% (sluice:set_transport_opts/2). None of them is in the state made from
+%% the options (template/2), which stays as it is. A woken parked
+%% connection does not start again: unpark/5 reads none of them.
+-spec template_opts(template(), map()) -> template().
+template_opts({S0, L = #{opts := Opts}}, Changes) ->
+    {S0, L#{opts := maps:merge(Opts, Changes)}}.
 
 %% `adaptive' (the default) starts where the mailbox of a client that
 %% outruns its handler is small, and may grow while the client reads its

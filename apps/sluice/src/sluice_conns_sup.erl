@@ -23,7 +23,7 @@
 %% @private
 -module(sluice_conns_sup).
 
--export([start_link/2, start_connection/3, drain/2, resume/1, set_handler_opts/2]).
+-export([start_link/2, start_connection/3, drain/2, resume/1, set_opts/2]).
 -export([init/3]).
 -export([system_continue/3, system_terminate/4, system_code_change/4, format_status/2]).
 
@@ -104,12 +104,14 @@ resume(Sup) ->
         exit:_ -> ok
     end.
 
-%% @doc The handler's options for the connections started from now on
-%% (sluice:set_handler_opts/2). A call, so that a connection accepted
+%% @doc New values of listener options for the connections started from
+%% now on: the handler's (sluice:set_handler_opts/2) or those
+%% sluice_opts_change:per_connection/0 names
+%% (sluice:set_transport_opts/2). A call, so that a connection accepted
 %% after it returns gets them.
--spec set_handler_opts(pid(), term()) -> ok.
-set_handler_opts(Sup, HandlerOpts) ->
-    try gen:call(Sup, '$gen_call', {sluice_handler_opts, HandlerOpts}, infinity) of
+-spec set_opts(pid(), map()) -> ok.
+set_opts(Sup, Changes) ->
+    try gen:call(Sup, '$gen_call', {sluice_opts, Changes}, infinity) of
         {ok, ok} -> ok
     catch
         %% Gone: the one that replaces it reads them in the registry.
@@ -133,9 +135,10 @@ init(Parent, Listener0 = #{name := Name, transport := T, stats := Stats}, Index)
     _ = sluice_telemetry:refresh(),
     ok = sluice_stats:sup_reset(Stats, Index),
     ok = sluice_registry:set_conns_sup(Name, Index, self()),
-    %% Read after this process is published: a set_handler_opts/2 that
-    %% wrote the registry after this read finds this process to tell.
-    Listener = current_handler(Listener0),
+    %% Read after this process is published: a set_handler_opts/2 or
+    %% set_transport_opts/2 that wrote the registry after this read finds
+    %% this process to tell.
+    Listener = current_opts(Listener0),
     proc_lib:init_ack(Parent, {ok, self()}),
     Sweep = sluice_sweep:config(Listener, sluice_parking:parkable(Listener)),
     Tick = sluice_sweep:tick(Sweep),
@@ -145,22 +148,24 @@ init(Parent, Listener0 = #{name := Name, transport := T, stats := Stats}, Index)
              tick = Tick, sweep = Sweep, parked = sluice_parking:new(T), woke = Woke,
              template = sluice_conn:template(Listener, Woke)}).
 
-%% The handler's options as the registry has them: those of the last
-%% sluice:set_handler_opts/2, which a connection supervisor restarted
-%% since keeps (its own supervisor starts it with the listener's start
-%% options).
-current_handler(L = #{name := Name, opts := Opts}) ->
+%% The options that change while the listener runs as the registry has
+%% them: those of the last sluice:set_handler_opts/2 and
+%% set_transport_opts/2, which a connection supervisor restarted since
+%% keeps (its own supervisor starts it with the listener's start options).
+current_opts(L = #{name := Name, opts := Opts}) ->
     case sluice_registry:lookup(Name) of
-        {ok, #{opts := #{handler := Handler}}} -> L#{opts := Opts#{handler := Handler}};
-        error -> L
+        {ok, #{opts := Now}} ->
+            Live = maps:with([handler | sluice_opts_change:per_connection()], Now),
+            L#{opts := maps:merge(Opts, Live)};
+        error ->
+            L
     end.
 
-%% A set_handler_opts/2: the listener's handler options in both the
-%% template of the connections started from now on and this process's
-%% copy of the listener, whose handler module is the same.
-handler_opts(HandlerOpts, St = #st{listener = L = #{opts := Opts = #{handler := {H, _}}}}) ->
-    St#st{listener = L#{opts := Opts#{handler := {H, HandlerOpts}}},
-          template = sluice_conn:template_handler_opts(St#st.template, HandlerOpts)}.
+%% A set_opts/2: the new values in both the template of the connections
+%% started from now on and this process's copy of the listener.
+changed_opts(Changes, St = #st{listener = L = #{opts := Opts}}) ->
+    St#st{listener = L#{opts := maps:merge(Opts, Changes)},
+          template = sluice_conn:template_opts(St#st.template, Changes)}.
 
 now_ms() -> erlang:monotonic_time(millisecond).
 
@@ -231,9 +236,9 @@ handle({sluice_drain, Deadline}, St = #st{children = Children}) ->
 handle({'$gen_call', From, sluice_resume}, St) ->
     gen:reply(From, ok),
     St#st{drain_new = false};
-handle({'$gen_call', From, {sluice_handler_opts, HandlerOpts}}, St) ->
+handle({'$gen_call', From, {sluice_opts, Changes}}, St) ->
     gen:reply(From, ok),
-    handler_opts(HandlerOpts, St);
+    changed_opts(Changes, St);
 handle({'$gen_call', From, {terminate_child, Pid}}, St = #st{children = Children})
   when is_map_key(Pid, Children) ->
     St2 = terminate_child(Pid, St),

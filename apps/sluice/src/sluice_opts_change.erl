@@ -1,0 +1,95 @@
+%% @doc Which options of a running listener may change
+%% (sluice:set_transport_opts/2), and the check of a change: the options
+%% given are merged into the listener's and the whole is validated as at
+%% start (sluice_opts:validate/1), so a value is refused with the same
+%% error it would get at start, and nothing changes unless every option
+%% given is good and may change.
+%%
+%% An option may change only where the listener reads it again for each
+%% new connection, or at any time (max_connections):
+%% <ul>
+%%  <li>`tls_opts' and `handshake_timeout', for a listener that runs a TLS
+%%      handshake (uses_tls_opts/1), and `proxy_timeout' and
+%%      `proxy_max_size', for one that reads a PROXY header: each
+%%      connection reads them from its connection supervisor's template
+%%      when it starts (sluice_conn:init/3), so a new value reaches the
+%%      connections started after the switch and no other;</li>
+%%  <li>`max_connections', as sluice:set_max_connections/2 changes it.</li>
+%% </ul>
+%% The others are read once, where a change could not be kept to new
+%% connections without reopening what they shaped: the listen sockets
+%% (ip, port, backlog, reuseport, num_listen_sockets; `socket_opts' too,
+%% which accepted inet sockets inherit from them and which size the
+%% connections' reads), the processes (num_acceptors, num_conns_sups),
+%% the connection state and the connection supervisors' idle sweep, which
+%% serves running connections as well (active, framing, idle_timeout,
+%% hibernate_after, park_after, gc_after_bytes, shutdown_timeout), or
+%% whether a step runs at all (transport, proxy_protocol). Given with the
+%% value they have, they are accepted (the map get_transport_opts/1 gives
+%% can be changed and given back whole, as ranch's is); with another,
+%% refused as `{not_changeable, Key}', never ignored.
+%% @private
+-module(sluice_opts_change).
+
+-export([check/2, per_connection/0, uses_tls_opts/1]).
+
+%% @doc The changeable options that each connection reads from its
+%% connection supervisor's template when it starts.
+-spec per_connection() -> [atom()].
+per_connection() ->
+    [tls_opts, handshake_timeout, proxy_timeout, proxy_max_size].
+
+%% @doc Whether a listener runs TLS handshakes with its `tls_opts': every
+%% connection of an `ssl' listener, and those of an `inet' listener whose
+%% handler asks for STARTTLS (sluice_conn_starttls reads them from the
+%% registry at the upgrade). Elsewhere (`socket', a transport of the
+%% user's) nothing reads them.
+-spec uses_tls_opts(sluice_opts:opts()) -> boolean().
+uses_tls_opts(#{transport := T}) ->
+    lists:member(T, [ssl, sluice_transport_ssl, inet, sluice_transport_inet]).
+
+%% @doc `Given' (a map or a proplist of listener options) applied to the
+%% listener's options `Current': `{ok, New, Changed}' with `Changed' the
+%% options whose value is not the current one, or the first error: one
+%% that validation refuses, then `{not_changeable, Key}' (in key order).
+-spec check(sluice_opts:opts(), term()) ->
+          {ok, sluice_opts:opts(), map()} | {error, term()}.
+check(Current, Given) ->
+    case as_map(Given) of
+        {ok, GivenMap} -> check_merged(Current, GivenMap);
+        Error -> Error
+    end.
+
+as_map(Given) when is_map(Given) -> {ok, Given};
+as_map(Given) when is_list(Given) -> sluice_opts:from_list(Given);
+as_map(_Given) -> {error, not_a_map}.
+
+check_merged(Current, Given) ->
+    %% `own_port' is set by validation, not given: validated again it
+    %% would follow the normalised `reuseport' and no longer say what the
+    %% user asked for at start.
+    Merged = maps:without([own_port], maps:merge(Current, Given)),
+    case sluice_opts:validate(Merged) of
+        {ok, Valid} ->
+            New = maps:merge(Valid, maps:with([own_port], Current)),
+            Changed = maps:filter(fun(K, V) -> maps:get(K, Current, V) =/= V end,
+                                  maps:without([own_port], New)),
+            case lists:sort(maps:keys(Changed)) -- changeable(Current) of
+                [] -> {ok, New, Changed};
+                [K | _] -> {error, {not_changeable, K}}
+            end;
+        Error ->
+            Error
+    end.
+
+changeable(Opts) ->
+    [max_connections
+     | [K || K <- per_connection(), read_by_connections(K, Opts)]].
+
+%% An option the listener's connections never read would change nothing
+%% they do: refused, as one that cannot change.
+read_by_connections(K, Opts) when K =:= tls_opts; K =:= handshake_timeout ->
+    uses_tls_opts(Opts);
+read_by_connections(K, #{proxy_protocol := Proxy}) when K =:= proxy_timeout;
+                                                       K =:= proxy_max_size ->
+    Proxy.
