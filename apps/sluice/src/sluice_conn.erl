@@ -161,18 +161,22 @@ conn(#{name := Name, transport := T}, Sock, Proxy, TS) ->
                    _ -> Conn#{proxy => Proxy}
                end, T:info(TS)).
 
-%% Bytes read after a PROXY header are the client's first data. The
-%% library's transports put them back in front of their stream themselves
-%% (handshake/2's `prefix'), so the first grant delivers them behind what
-%% init/2 queued: handed to the handler here, before the loop, they
-%% overtook the handler's own sluice:send/2 (and messages to itself) of
-%% init/2, whose data then went out after the reply to the client's
-%% first request, unlike without the PROXY protocol. A transport of the
-%% user's gets them here, as before.
-prefix(T, _Prefix) when T =:= sluice_transport_ssl; T =:= sluice_transport_inet;
-                        T =:= sluice_transport_socket ->
+%% Bytes read after a PROXY header are the client's first data. A
+%% transport that puts them back in front of its stream (handshake/2's
+%% `prefix', sluice_transport's delivers_prefix/0: the library's three)
+%% has the first grant deliver them behind what init/2 queued: handed to
+%% the handler here, before the loop, they overtook the handler's own
+%% sluice:send/2 (and messages to itself) of init/2, whose data then went
+%% out after the reply to the client's first request, unlike without the
+%% PROXY protocol. Any other transport's connection hands them over
+%% (first/2). Asked only when there are such bytes.
+prefix(_T, <<>>) ->
     <<>>;
-prefix(_T, Prefix) -> Prefix.
+prefix(T, Prefix) ->
+    case sluice_transport:optional(T, delivers_prefix, [], false) of
+        true -> <<>>;
+        false -> Prefix
+    end.
 
 %% A connection that never reached its handler: counted and, because the
 %% same fault can come from every client, logged at most once a second.

@@ -94,13 +94,17 @@ chunk(Data, Size, S = #s{stats = Stats, frame = F}) ->
     end.
 
 %% The framer refused the client's bytes: a protocol error, after the
-%% replies owed. Unless the handler's split fun raised: that is its code
-%% failing, not the client, and the connection crashes as when a callback
-%% raises (handle_error/2, terminate/2, a crash report), after the same
+%% replies owed. Unless the handler's split fun raised or returned what
+%% is not one of its results: that is its code failing, not the client,
+%% and the connection crashes as when a callback raises or returns a bad
+%% value (handle_error/2, terminate/2, a crash report), after the same
 %% replies.
 bad_frame({split_raised, Class, Reason, Stack}, Out, S) ->
     ok = owed(Out, S),
     sluice_conn_close:crash(Class, Reason, Stack, S);
+bad_frame({bad_split_result, Fun, Value}, Out, S) ->
+    ok = owed(Out, S),
+    sluice_conn_close:crash(exit, {bad_return_value, {{split, Fun}, Value}}, [], S);
 bad_frame(Why, Out, S) ->
     outcome({stop, Out, {protocol_error, Why}, S}).
 

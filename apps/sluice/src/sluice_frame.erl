@@ -50,10 +50,12 @@
 %% unknown size, is too long as soon as more than `max' bytes of it have
 %% arrived (`{line_too_long, Size, Max}', `{frame_too_large, Size, Max}',
 %% with Size what was seen). A split fun that raises is the error
-%% `{split_raised, Class, Reason, Stacktrace}' (a connection crashes with
-%% it, as when a callback raises). The error comes with the frames before
-%% the bad one; after an error the state returns the same error for any
-%% chunk.
+%% `{split_raised, Class, Reason, Stacktrace}', one that returns what is
+%% not one of its results (a Rest that is not a binary shorter than the
+%% Buffer, say) `{bad_split_result, Fun, Value}' (a connection crashes
+%% with either, as when a callback raises or returns what is not a
+%% result). The error comes with the frames before the bad one; after an
+%% error the state returns the same error for any chunk.
 -module(sluice_frame).
 
 -export([new/1, decode/2, encode/2, pending/1, keep/1, push/2]).
@@ -74,7 +76,7 @@
 -type reason() :: {frame_too_large, non_neg_integer(), non_neg_integer()}
                 | {line_too_long, non_neg_integer(), non_neg_integer()}
                 | {bad_length, non_neg_integer()}
-                | {bad_split_result, term()}
+                | {bad_split_result, split_fun(), term()}
                 | {split_raised, error | exit | throw, term(), list()}
                 | term().
 

@@ -34,7 +34,10 @@ decode(Chunk, P, {split, Pieces, Size, Need}) when Size + byte_size(Chunk) < Nee
 decode(Chunk, P, {split, Pieces, Size, Need}) ->
     try_join(Chunk, Need - Size, Pieces, Size, P).
 
-%% The frames at the start of Buf, one call of Fun each.
+%% The frames at the start of Buf, one call of Fun each. A frame's Rest
+%% must be a binary shorter than what Fun was given (a guard, as cheap as
+%% the size the loop needs anyway); that it is Buf's own suffix is not
+%% checked, which would compare the rest of the chunk at every frame.
 run(<<>>, _P, Acc) ->
     {ok, lists:reverse(Acc), none};
 run(Buf, P = {Fun, Max}, Acc) ->
@@ -51,7 +54,7 @@ run(Buf, P = {Fun, Max}, Acc) ->
             {error, Reason, lists:reverse(Acc)};
         More ->
             case need(More, Size) of
-                error -> {error, {bad_split_result, More}, lists:reverse(Acc)};
+                error -> {error, {bad_split_result, Fun, More}, lists:reverse(Acc)};
                 {_, Need} -> pend(Buf, [], Size, Need, P, Acc)
             end
     end.
@@ -106,7 +109,7 @@ try_join(Chunk, Take, Pieces, Size, P = {Fun, Max}) ->
         More ->
             case need(More, JoinedSize) of
                 error ->
-                    {error, {bad_split_result, More}, []};
+                    {error, {bad_split_result, Fun, More}, []};
                 {_, Need} when Need > Size + ChunkSize ->
                     pend(Chunk, Pieces, Size + ChunkSize, Need, P, []);
                 {known, Need} ->

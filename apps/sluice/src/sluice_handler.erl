@@ -47,8 +47,11 @@
 %% init/2 returns `{ok, State}', `{ok, State, Timeout}', `{reply, IoData,
 %% State}' (the server speaks first, e.g. a greeting), `{reply, IoData,
 %% State, Timeout}', `{reply_close, IoData, Reason, State}' (say it and
-%% close: a banner, a daytime server; terminate/2 runs) or `{close,
-%% Reason}' (refuse: no terminate/2).
+%% close: a banner, a daytime server; terminate/2 runs), `{close, Reason,
+%% State}' (close without a word, after a look at the connection, with
+%% the State terminate/2 runs with) or `{close, Reason}' (refuse: no
+%% terminate/2). Both closes count Reason as any other close of the
+%% handler's.
 %%
 %% == Ending ==
 %% Close reasons the library counts by name in info/1's `close_reasons':
@@ -74,6 +77,7 @@
                           | {reply, iodata(), State}
                           | {reply, iodata(), State, timeout_ms()}
                           | {reply_close, iodata(), term(), State}
+                          | {close, term(), State}
                           | {starttls, iodata(), State}
                           | {starttls, iodata(), State, timeout_ms()}
                           | {close, term()}.

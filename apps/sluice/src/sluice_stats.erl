@@ -47,11 +47,15 @@
 -define(BYTES_IN, 4).
 -define(BYTES_OUT, 5).
 -define(CHUNKS, 6).
+%% Of ?BYTES_OUT, what never reached the kernel (unsent/2): kept apart,
+%% not taken off ?BYTES_OUT, so that both only go up (a counter exported
+%% to Prometheus must: a decrease reads as a reset).
+-define(BYTES_UNSENT, 7).
 %% Close reasons: one slot each, from ?REASON_BASE + 1 in the order of
 %% ?REASONS. Each is bumped once per connection, never per message.
 -define(REASONS, [peer_closed, idle_timeout, frame_timeout, socket_error, protocol_error,
                   drained, handler, crashed, handshake_error, proxy_error]).
--define(REASON_BASE, 6).
+-define(REASON_BASE, 7).
 -define(NUM_COUNTERS, (?REASON_BASE + length(?REASONS))).
 
 %% atomics; after the fixed slots, NumSups slots of live connections per
@@ -105,12 +109,13 @@ sent(#stats{c = C}, Bytes) ->
     counters:add(C, ?BYTES_OUT, Bytes).
 
 %% @doc Of the bytes counted by sent/2, `Bytes' never reached the
-%% kernel (sluice_transport's unsent/1): given back.
+%% kernel (sluice_transport's unsent/1): not sent after all (read/1's
+%% `bytes_out' leaves them out), counted as `bytes_unsent'.
 -spec unsent(stats(), non_neg_integer()) -> ok.
 unsent(_St, 0) ->
     ok;
 unsent(#stats{c = C}, Bytes) ->
-    counters:sub(C, ?BYTES_OUT, Bytes).
+    counters:add(C, ?BYTES_UNSENT, Bytes).
 
 %% @doc A connection ended for `Reason' (a close reason, or the reason a
 %% connection was closed with, see close_reason/1).
@@ -382,6 +387,10 @@ live(#stats{a = A}) ->
 -spec read(stats()) -> map().
 read(St = #stats{c = C, a = A, sups = NS}) ->
     Reasons = maps:from_list([{R, counters:get(C, reason_slot(R))} || R <- ?REASONS]),
+    %% Unsent bytes are counted after they were queued: read first, they
+    %% are never more than the queued ones read after them.
+    Unsent = counters:get(C, ?BYTES_UNSENT),
+    Queued = counters:get(C, ?BYTES_OUT),
     #{max_connections => case atomics:get(A, ?MAX_CONNS) of
                              ?INFINITY -> infinity;
                              Max -> Max
@@ -395,4 +404,5 @@ read(St = #stats{c = C, a = A, sups = NS}) ->
       messages => counters:get(C, ?CHUNKS),
       close_reasons => Reasons,
       bytes_in => counters:get(C, ?BYTES_IN),
-      bytes_out => counters:get(C, ?BYTES_OUT)}.
+      bytes_out => Queued - Unsent,
+      bytes_unsent => Unsent}.

@@ -159,6 +159,15 @@
 %% queues references to the binaries).
 -callback send_slice() -> pos_integer().
 
+%% Whether handshake/2 puts the bytes its options' `prefix' holds (read
+%% after a PROXY header, before the handshake) back in front of the
+%% socket's stream itself, for the first grant to deliver them as any
+%% chunk: behind what init/2 queued for the connection (its own
+%% sluice:send/2, a message to itself), as without the PROXY protocol.
+%% Optional: without it (or `false'), the connection hands them to the
+%% handler as the first chunk, before the first grant.
+-callback delivers_prefix() -> boolean().
+
 %%% A handler's socket options (optional).
 
 %% Set socket options on a connection's raw socket (sluice:setopts/2),
@@ -175,7 +184,8 @@
     {ok, [sluice:sockopt()]} | {error, term()}.
 
 -optional_callbacks([park/1, parked_event/1, unpark/1, sent_ack/1, data_tag/1, unsent/1,
-                     closed_by_peer/1, send_slice/0, setopts/2, getopts/2]).
+                     closed_by_peer/1, send_slice/0, delivers_prefix/0, setopts/2,
+                     getopts/2]).
 
 %% @doc The callback module for a transport name or module.
 -spec module(inet | socket | ssl | module()) -> module().

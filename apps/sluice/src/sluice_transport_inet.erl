@@ -25,6 +25,7 @@
 -export([queued/1]).
 -export([release/1]).
 -export([handover/2, park/1, parked_event/1, unpark/1]).
+-export([delivers_prefix/0]).
 -export([listen_options/1, sent_ack/1, data_tag/1]).
 
 %% SOL_SOCKET / SO_REUSEPORT on Linux; OTP 25's gen_tcp has no option for it.
@@ -224,6 +225,12 @@ closed_or(_Sock, Result) ->
     Result.
 
 %%% The connection
+
+%% @doc handshake/2 puts the `prefix' back in front of the stream
+%% (gen_tcp:unrecv/2).
+-spec delivers_prefix() -> true.
+delivers_prefix() ->
+    true.
 
 %% @doc Nothing to negotiate; the one option an accepted socket does not
 %% inherit from its listen socket (see accept/2) is set here, in the

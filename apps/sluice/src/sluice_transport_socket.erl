@@ -27,7 +27,7 @@
 -export([listen/2, accept/2, listen_port/1, close_listener/1]).
 -export([controlling_process/2, handover/2, recv/3, bytes_received/1, close_socket/1,
          peername/1, sockname/1, setopts/2, getopts/2]).
--export([send_slice/0]).
+-export([send_slice/0, delivers_prefix/0]).
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
          shutdown/2, close/1, info/1, socket/1]).
 
@@ -149,6 +149,11 @@ reason_only({error, {Reason, _Opt}}) -> {error, Reason};
 reason_only(Result) -> Result.
 
 %%% The connection
+
+%% @doc handshake/2 keeps the `prefix' for the first grant (kick/1).
+-spec delivers_prefix() -> true.
+delivers_prefix() ->
+    true.
 
 %% Bytes already read after a PROXY header (`prefix') are the first chunk
 %% the first grant delivers (kick/1), as the other transports put them

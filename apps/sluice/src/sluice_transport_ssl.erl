@@ -29,7 +29,7 @@
 -export([listen/2, accept/2, listen_port/1, close_listener/1]).
 -export([controlling_process/2, handover/2, recv/3, bytes_received/1, close_socket/1,
          peername/1, sockname/1, setopts/2, getopts/2]).
--export([send_slice/0]).
+-export([send_slice/0, delivers_prefix/0]).
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
          shutdown/2, close/1, info/1, socket/1]).
 -export([closed_by_peer/1]).
@@ -423,6 +423,12 @@ setopts(Sock, Opts) -> ?INET:setopts(Sock, Opts).
 getopts(Sock, Names) -> ?INET:getopts(Sock, Names).
 
 %%% The connection
+
+%% @doc handshake/2 puts the `prefix' back in front of the TCP stream
+%% (gen_tcp:unrecv/2): it is the start of the TLS stream.
+-spec delivers_prefix() -> true.
+delivers_prefix() ->
+    true.
 
 %% @doc The TLS handshake, in the connection process. Bytes already read
 %% from the socket (`prefix': what followed a PROXY header) belong to the

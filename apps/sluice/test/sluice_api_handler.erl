@@ -17,7 +17,8 @@
 %% sluice:setopts/2 and getopts/2 return in the connection process;
 %% `state' answers the handler's state.
 %% Opts also take `init => close | crash' (init/2 fails, after reporting),
-%% `init => {reply_close, Bye}' (init/2 sends Bye, then closes)
+%% `init => {reply_close, Bye}' (init/2 sends Bye, then closes),
+%% `init => {close_with_state, Reason}' (init/2 returns `{close, Reason, S}')
 %% and `trap_exit => true' (init/2 sets it); `global => Name' registers
 %% the connection under Name with global (init/2; the first connection
 %% only: the others find it taken).
@@ -40,6 +41,7 @@ init(Conn, Opts = #{test := Test}) ->
         #{init := crash} -> error(init_crash);
         #{greeting := G} -> {reply, G, S};
         #{init := {reply_close, Bye}} -> {reply_close, Bye, said_goodbye, S};
+        #{init := {close_with_state, Reason}} -> {close, Reason, S};
         _ -> {ok, S}
     end.
 

@@ -13,19 +13,25 @@
 %%      then waits for its go: a suspend can then come in the middle of an
 %%      admission.</li>
 %% </ul>
+%% And, where a suite asks (prefix_to_connection/0), it is a transport
+%% that leaves the bytes read after a PROXY header to the connection (no
+%% delivers_prefix/0 of its own: its handshake does not take them),
+%% rather than inet, which puts them back in its stream.
 -module(sluice_faulty_transport).
 -behaviour(sluice_transport).
 
--export([fail_next_accept/1, data_before_next_pause/1, hold_next_handover/1, go/1, disarm/0]).
+-export([fail_next_accept/1, data_before_next_pause/1, hold_next_handover/1, go/1, disarm/0,
+         prefix_to_connection/0]).
 -export([listen/2, accept/2, listen_port/1, close_listener/1, controlling_process/2, handover/2,
          recv/3, bytes_received/1, close_socket/1, peername/1, sockname/1,
          handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1, shutdown/2,
          close/1, info/1, socket/1]).
--export([park/1, parked_event/1, unpark/1]).
+-export([park/1, parked_event/1, unpark/1, delivers_prefix/0]).
 
 -define(FAULT, {?MODULE, fault}).
 -define(PAUSE_FAULT, {?MODULE, pause_fault}).
 -define(HANDOVER_FAULT, {?MODULE, handover_fault}).
+-define(PREFIX_TO_CONN, {?MODULE, prefix_to_connection}).
 -define(INET, sluice_transport_inet).
 
 -spec fail_next_accept(term()) -> ok.
@@ -48,11 +54,27 @@ go(Held) ->
     Held ! {?MODULE, go},
     ok.
 
+%% From now on (until disarm/0) the bytes after a PROXY header are left
+%% to the connection, as by a transport without delivers_prefix/0.
+-spec prefix_to_connection() -> ok.
+prefix_to_connection() ->
+    persistent_term:put(?PREFIX_TO_CONN, true).
+
 %% No fault left armed for whatever runs next.
 -spec disarm() -> ok.
 disarm() ->
-    _ = [persistent_term:erase(F) || F <- [?FAULT, ?PAUSE_FAULT, ?HANDOVER_FAULT]],
+    _ = [persistent_term:erase(F)
+         || F <- [?FAULT, ?PAUSE_FAULT, ?HANDOVER_FAULT, ?PREFIX_TO_CONN]],
     ok.
+
+delivers_prefix() ->
+    not persistent_term:get(?PREFIX_TO_CONN, false) andalso ?INET:delivers_prefix().
+
+handshake(Sock, Opts) ->
+    case persistent_term:get(?PREFIX_TO_CONN, false) of
+        true -> ?INET:handshake(Sock, maps:remove(prefix, Opts));
+        false -> ?INET:handshake(Sock, Opts)
+    end.
 
 pause(TS) ->
     case persistent_term:get(?PAUSE_FAULT, none) of
@@ -115,7 +137,6 @@ bytes_received(Sock) -> ?INET:bytes_received(Sock).
 close_socket(Sock) -> ?INET:close_socket(Sock).
 peername(Sock) -> ?INET:peername(Sock).
 sockname(Sock) -> ?INET:sockname(Sock).
-handshake(Sock, Opts) -> ?INET:handshake(Sock, Opts).
 activate(TS, Mode) -> ?INET:activate(TS, Mode).
 classify(Msg, TS) -> ?INET:classify(Msg, TS).
 await(TS, Timeout) -> ?INET:await(TS, Timeout).

@@ -321,9 +321,27 @@ split_errors_test() ->
                      (<<C, R/binary>>) -> {ok, C, R};
                      (_) -> more end},
     ?assertEqual({[[$a, $b]], {error, no_x}}, feed(Bad, [<<"abxc">>])),
-    Silly = {split, fun(B) -> {ok, frame, B} end},
-    ?assertMatch({[[]], {error, {bad_split_result, {ok, frame, <<"a">>}}}}, feed(Silly, [<<"a">>])),
+    %% A result that is not one names the function: the handler's bug.
+    SillyFun = fun(B) -> {ok, frame, B} end,
+    ?assertMatch({[[]], {error, {bad_split_result, SillyFun, {ok, frame, <<"a">>}}}},
+                 feed({split, SillyFun}, [<<"a">>])),
     ?assertError(badarg, sluice_frame:encode(<<"a">>, Bad)).
+
+%% A frame's Rest must be a binary shorter than the buffer the function
+%% was given (a longer one, or none, would make the framer go back or
+%% loop); anything else is not a result, on one chunk's bytes and on
+%% kept bytes joined to a new one, after the frames cut before it.
+split_rest_not_a_shorter_binary_test() ->
+    Fun = fun(B) when byte_size(B) < 2 -> {more, 2};
+             (<<"L", _/binary>> = B) -> {ok, long, <<B/binary, "x">>};
+             (<<"N", _/binary>>) -> {ok, none, rest};
+             (<<C, R/binary>>) -> {ok, C, R} end,
+    ?assertEqual({[[$a, $b]], {error, {bad_split_result, Fun, {ok, long, <<"Lcx">>}}}},
+                 feed({split, Fun}, [<<"abLc">>])),
+    ?assertEqual({[[$a]], {error, {bad_split_result, Fun, {ok, none, rest}}}},
+                 feed({split, Fun}, [<<"aNc">>])),
+    ?assertEqual({[[], []], {error, {bad_split_result, Fun, {ok, long, <<"Lcx">>}}}},
+                 feed({split, Fun}, [<<"L">>, <<"c">>])).
 
 %% A function that raises (a RESP parser's binary_to_integer/1 on a
 %% client's garbage): an error that comes with the frames it cut before
@@ -353,7 +371,8 @@ split_on_joined_bytes_test() ->
             end,
     Spec = {split, Fussy, #{max => 4}},
     ?assertEqual({[[], []], {error, bang}}, feed(Spec, [<<"!a">>, <<"bc">>])),
-    ?assertEqual({[[], []], {error, {bad_split_result, what}}}, feed(Spec, [<<"?a">>, <<"bc">>])),
+    ?assertEqual({[[], []], {error, {bad_split_result, Fussy, what}}},
+                 feed(Spec, [<<"?a">>, <<"bc">>])),
     ?assertEqual({[[], []], {error, {frame_too_large, 6, 4}}}, feed(Spec, [<<"+a">>, <<"bcdef">>])),
     ?assertEqual({[[]], {error, {frame_too_large, 5, 4}}}, feed(Spec, [<<"+abcd">>])),
     ?assertEqual({[[], [$a, $b, $c, $d]], {ok, 2}}, feed(Spec, [<<"ab">>, <<"cdef">>])),

@@ -11,6 +11,7 @@
 -export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
          init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
 -export([init_reply_is_a_greeting_sent_first/1, init_reply_close_sends_then_closes/1,
+         init_close_with_state_runs_terminate_and_is_counted/1,
          send_to_a_connection_past_its_fin_fails_at_once/1,
          conn_carries_pid_listener_and_addresses/1,
          result_timeout_calls_handle_timeout_and_any_result_clears_it/1,
@@ -61,6 +62,7 @@ suite() -> [{timetrap, {seconds, 30}}].
 network_cases() ->
     [init_reply_is_a_greeting_sent_first,
      init_reply_close_sends_then_closes,
+     init_close_with_state_runs_terminate_and_is_counted,
      send_to_a_connection_past_its_fin_fails_at_once,
      conn_carries_pid_listener_and_addresses,
      result_timeout_calls_handle_timeout_and_any_result_clears_it,
@@ -183,6 +185,28 @@ init_reply_close_sends_then_closes(Config) ->
     Name = ?config(name, Config),
     ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
     ?assertMatch(#{close_reasons := #{handler := 1}}, sluice:info(Name)).
+
+%% `{close, Reason, State}' from init/2 (decide after a look at the
+%% connection, and end with terminate/2): the client gets a FIN and no
+%% byte, terminate/2 gets the reason and the state (no handle_close/1 or
+%% handle_error/2 before it), and the reason is counted as a close of the
+%% handler's from any callback: `{protocol_error, _}' as one, anything
+%% else as `handler'.
+init_close_with_state_runs_terminate_and_is_counted(Config) ->
+    Name = ?config(name, Config),
+    {S, Pid} = api(Config, #{}, #{init => {close_with_state, not_welcome}}),
+    ?assertEqual({error, closed}, gen_tcp:recv(S, 0, 2000)),
+    ?assertEqual({terminate, Pid, not_welcome}, next_report(Pid)),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
+    ?assertMatch(#{close_reasons := #{handler := 1, crashed := 0}}, sluice:info(Name)),
+    sluice_test_lib:stop_listener(Name),
+    {S2, Pid2} = api(Config, #{}, #{init => {close_with_state, {protocol_error, banned}}}),
+    ?assertEqual({error, closed}, gen_tcp:recv(S2, 0, 2000)),
+    ?assertEqual({terminate, Pid2, {protocol_error, banned}}, next_report(Pid2)),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
+    ?assertMatch(#{protocol_errors := 1,
+                   close_reasons := #{handler := 0, protocol_error := 1, crashed := 0}},
+                 sluice:info(Name)).
 
 %% conn() has the connection's pid (the process the callbacks run in),
 %% the listener's name, and addresses through peername/sockname.

@@ -24,6 +24,7 @@
          resume_on_a_port_taken_meanwhile_is_a_plain_error/1,
          suspend_lets_an_acceptor_finish_the_connection_it_counted/1,
          suspend_as_an_accept_completes_serves_that_connection/1,
+         proxy_bytes_after_the_header_reach_a_users_transport_once/1,
          crashing_handler_takes_down_only_its_connection/1,
          idle_timeout_closes_only_idle_connections/1,
          drain_calls_handle_drain/1,
@@ -42,7 +43,8 @@ suite() -> [{timetrap, {seconds, 30}}].
 all() ->
     %% (the faulty transport wraps inet: that case runs once, on its own)
     [{group, inet}, {group, socket}, suspend_lets_an_acceptor_finish_the_connection_it_counted,
-     suspend_as_an_accept_completes_serves_that_connection].
+     suspend_as_an_accept_completes_serves_that_connection,
+     proxy_bytes_after_the_header_reach_a_users_transport_once].
 
 groups() ->
     [{options, [], [bad_options_are_rejected_with_clear_errors, start_errors_are_reported,
@@ -453,6 +455,37 @@ suspend_lets_an_acceptor_finish_the_connection_it_counted(Config) ->
         ok = gen_tcp:close(S),
         ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
         ?assertMatch(#{status := suspended, accepted := 1}, sluice:info(Name))
+    after
+        sluice_faulty_transport:disarm()
+    end.
+
+%% The client's bytes that came in the PROXY header's read reach the
+%% handler once on a transport of the user's, whichever does it: one that
+%% puts them back in its stream, as inet does (sluice_transport's
+%% delivers_prefix/0, which the faulty transport has from inet), or the
+%% connection, for one that does not. (Which one did was decided by the
+%% module's name, the library's three: a transport wrapping inet had
+%% them twice, echoed "firstfirst".)
+proxy_bytes_after_the_header_reach_a_users_transport_once(Config) ->
+    Name = ?config(name, Config),
+    Header = <<"PROXY TCP4 192.0.2.1 198.51.100.7 56324 443\r\n">>,
+    Echoes = fun() ->
+                     _ = sluice_test_lib:start_listener(
+                           Name, #{transport => sluice_faulty_transport, proxy_protocol => true,
+                                   handler => {sluice_proto_echo, []}}),
+                     S = connect(sluice_test_lib:port(Name)),
+                     ok = gen_tcp:send(S, [Header, <<"first">>]),
+                     First = gen_tcp:recv(S, 5, 2000),
+                     ok = gen_tcp:send(S, <<"second">>),
+                     Second = gen_tcp:recv(S, 6, 2000),
+                     ok = gen_tcp:close(S),
+                     sluice_test_lib:stop_listener(Name),
+                     {First, Second}
+             end,
+    try
+        ?assertEqual({{ok, <<"first">>}, {ok, <<"second">>}}, Echoes()),
+        ok = sluice_faulty_transport:prefix_to_connection(),
+        ?assertEqual({{ok, <<"first">>}, {ok, <<"second">>}}, Echoes())
     after
         sluice_faulty_transport:disarm()
     end.

@@ -24,6 +24,7 @@
          slow_reader_gets_every_reply_in_order/1,
          big_replies_to_a_pipeline_are_not_held_whole/1,
          split_fun_that_raises_answers_what_came_before/1,
+         split_fun_that_returns_no_result_crashes_after_what_came_before/1,
          kept_parts_of_frames_pin_reads_unless_copied/1]).
 
 -define(MAX, 16 * 1024 * 1024).
@@ -46,8 +47,10 @@ groups() ->
      {tls, [], [{group, A} || A <- ?ACTIVE] ++ [big_replies_to_a_pipeline_are_not_held_whole]},
      {framing, [], [{group, framing_inet}, {group, framing_socket}]},
      {framing_inet, [], [split_fun_that_raises_answers_what_came_before,
+                         split_fun_that_returns_no_result_crashes_after_what_came_before,
                          kept_parts_of_frames_pin_reads_unless_copied]},
      {framing_socket, [], [split_fun_that_raises_answers_what_came_before,
+                           split_fun_that_returns_no_result_crashes_after_what_came_before,
                            kept_parts_of_frames_pin_reads_unless_copied]}
      | Modes].
 
@@ -254,6 +257,36 @@ split_fun_that_raises_answers_what_came_before(Config) ->
     end,
     sluice_test_lib:wait_until(
       fun() -> maps:get(crashed, maps:get(close_reasons, sluice:info(Name))) =:= 1 end, 2000).
+
+%% A split function that returns what is not one of its results (here a
+%% Rest that is not a binary) is the handler's bug as much as one that
+%% raises, not the client's protocol error: the requests before are
+%% answered, then the connection crashes with `{bad_return_value,
+%% {{split, Fun}, Result}}' (as a callback's bad result does), counted as
+%% `crashed'. (It was a `{protocol_error, {bad_split_result, _}}' close:
+%% counted against the client, and the handler was told nothing.)
+split_fun_that_returns_no_result_crashes_after_what_came_before(Config) ->
+    Name = ?config(name, Config),
+    Buggy = fun(<<"*1\r\n$x", _/binary>>) -> {ok, bad, not_a_rest};
+               (B) -> sluice_resp_handler:split(B)
+            end,
+    sluice_test_lib:start_listener(Name, #{transport => ?config(transport, Config),
+                                           framing => {split, Buggy, #{max => ?MAX}},
+                                           handler => {sluice_resp_handler,
+                                                       #{test_pid => self()}}}),
+    C = connect(Config, Name),
+    ok = send(C, [<<"PING\r\n">>, cmd([<<"SET">>, <<"a">>, <<"1">>]), <<"*1\r\n$x\r\n">>]),
+    ?assertEqual(<<"+PONG\r\n+OK\r\n">>, recv_until_closed(C)),
+    Bad = {bad_return_value, {{split, Buggy}, {ok, bad, not_a_rest}}},
+    receive {sluice_resp_handler, _, {handle_error, E}} -> ?assertEqual({crash, exit, Bad, []}, E)
+    after 2000 -> ct:fail(no_handle_error)
+    end,
+    receive {sluice_resp_handler, _, {terminate, R}} -> ?assertEqual(Bad, R)
+    after 2000 -> ct:fail(no_terminate)
+    end,
+    sluice_test_lib:wait_until(
+      fun() -> maps:get(crashed, maps:get(close_reasons, sluice:info(Name))) =:= 1 end, 2000),
+    ?assertMatch(#{protocol_errors := 0}, sluice:info(Name)).
 
 %% A frame is a part of the read it came in: twenty 100-byte values kept
 %% as they are, out of twenty pipelined reads of 180 KB, keep those reads

@@ -96,3 +96,16 @@ lost_connection_is_closed_once_in_either_order_test() ->
     ok = sluice_stats:sup_reset(Reset, 1),
     ?assertNot(sluice_stats:sup_unclaim(Reset, 1, Gen2)),
     ?assertEqual({2, 2, 2, 0}, Figures(Reset)).
+
+%% Bytes that never reached the kernel (sluice_transport's unsent/1) are
+%% counted apart: `bytes_out' leaves them out, `bytes_unsent' has them,
+%% and their sum, every byte queued, only goes up.
+unsent_bytes_are_counted_apart_test() ->
+    S = new(),
+    ok = sluice_stats:sent(S, 100),
+    ?assertMatch(#{bytes_out := 100, bytes_unsent := 0}, sluice_stats:read(S)),
+    ok = sluice_stats:unsent(S, 40),
+    ok = sluice_stats:unsent(S, 0),
+    ?assertMatch(#{bytes_out := 60, bytes_unsent := 40}, sluice_stats:read(S)),
+    ok = sluice_stats:sent(S, 5),
+    ?assertMatch(#{bytes_out := 65, bytes_unsent := 40}, sluice_stats:read(S)).

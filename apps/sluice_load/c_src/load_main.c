@@ -2,6 +2,7 @@
  * progress, stop) and exit codes.  See README.md. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stddef.h>
@@ -229,6 +230,8 @@ int main(int argc, char **argv)
     int sfd = signalfd(-1, &sigs, SFD_NONBLOCK | SFD_CLOEXEC);
     signal(SIGPIPE, SIG_IGN);
 
+    /* before any socket can take fd 1 (not to be watched as stdout) */
+    int stdout_open = fcntl(1, F_GETFD) != -1;
     listen_counters_read(&r.kbefore);
     if (engine_start(&r) < 0)
         return 1;
@@ -238,6 +241,13 @@ int main(int argc, char **argv)
     uint64_t next_json = r.t0 + NS_PER_S;
     uint64_t now, mstart = 0, mend = 0;
     int interrupted = 0, ramped = 0;
+    /* A stdout this run writes to that is closed under it ("| head", the
+     * reader gone) ends the run at once, with 141 and nothing more, as
+     * SIGPIPE would have (ignored here for the sockets) and as docs/cli.md
+     * says of every command: polled with the run's other fds, so a long
+     * run stops then, not at its summary's write. */
+    int watch_out = (!cfg.quiet || cfg.progress_json) && stdout_open,
+        stdout_gone = 0;
     r.go = !cfg.go_stdin;
     const char *json_phase = "ramp";
     uint32_t live_round = 0;
@@ -245,7 +255,7 @@ int main(int argc, char **argv)
         set_nonblock(0);
     for (;;) {
         now = now_ns();
-        if (atomic_load(&r.proto_error) || interrupted)
+        if (atomic_load(&r.proto_error) || interrupted || stdout_gone)
             break;
         const char *ph;
         int over = r.sc->control ? r.sc->control(&r, now, &ph)
@@ -285,12 +295,16 @@ int main(int argc, char **argv)
             until = next_prog;
         if (mstart && mend < until)
             until = mend;
-        struct pollfd pf[3] = {{.fd = r.main_wake, .events = POLLIN},
+        /* a negative fd is not polled; stdout is polled for nothing but
+         * the errors poll always reports: a pipe's POLLERR when its reader
+         * is gone, a socket's POLLHUP */
+        struct pollfd pf[4] = {{.fd = r.main_wake, .events = POLLIN},
                                {.fd = sfd, .events = POLLIN},
-                               {.fd = 0, .events = POLLIN}};
+                               {.fd = cfg.go_stdin ? 0 : -1, .events = POLLIN},
+                               {.fd = watch_out ? 1 : -1, .events = 0}};
         int ms = until > now ? (int)((until - now + NS_PER_MS - 1) / NS_PER_MS)
                              : 0;
-        if (poll(pf, cfg.go_stdin ? 3 : 2, ms) > 0) {
+        if (poll(pf, 4, ms) > 0) {
             uint64_t v;
             if (pf[0].revents && read(r.main_wake, &v, sizeof v) < 0)
                 (void)0;
@@ -306,10 +320,16 @@ int main(int argc, char **argv)
                 else if (g < 0)
                     interrupted = 1; /* the coordinator is gone */
             }
+            if (pf[3].revents & (POLLERR | POLLHUP))
+                stdout_gone = 1;
+            else if (pf[3].revents & POLLNVAL)
+                watch_out = 0; /* no stdout at all: nothing to lose */
         }
     }
     now = now_ns();
     engine_join(&r);
+    if (stdout_gone)
+        return 128 + SIGPIPE;
     listen_counters_read(&r.kafter);
     double secs = 0;
     if (mstart) {

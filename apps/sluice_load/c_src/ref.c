@@ -346,7 +346,12 @@ int main(int argc, char **argv)
         }
     snprintf(where, sizeof where, fmt, cfg.ip, port);
     printf("listening on %s\n", where);
-    fflush(stdout);
+    /* SIGPIPE is ignored (for the sockets): a stdout already closed
+     * ("| head") ends the server as SIGPIPE would have, at once and with
+     * 141, as docs/cli.md says of every command (it served on) */
+    errno = 0;
+    if (fflush(stdout) == EOF && errno == EPIPE)
+        return 128 + SIGPIPE;
 
     int sig;
     while (sigwait(&sigs, &sig) != 0)

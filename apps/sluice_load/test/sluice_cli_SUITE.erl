@@ -247,24 +247,33 @@ an_option_that_does_not_apply_exits_2_with_one_line(Config) ->
 %% with 141, as docs/cli.md says and `bench --list | true' did: a --help
 %% printed in one write, and load's summary (the engine's, which ignores
 %% SIGPIPE for its sockets, and the coordinator's), exited 0. With nothing
-%% written (a usage error) the code is the command's own.
+%% written (a usage error) the code is the command's own. The C programs
+%% ignore SIGPIPE for their sockets and see it themselves, at once: the
+%% reference server at its "listening on" line (it served on, and the
+%% command never ended), the engine while it runs (a 60 s run went on to
+%% its summary's write: the status here would be timeout's 124).
 a_closed_stdout_exits_141(Config) ->
     {Port, OsPid, _, TcpPort, _} = serve(Config, []),
     Load = ["load", "--scenario", "lockstep", "--port", integer_to_list(TcpPort),
             "--conns", "1", "--duration", "0.3"],
+    LongLoad = ["load", "--scenario", "lockstep", "--port", integer_to_list(TcpPort),
+                "--conns", "1", "--duration", "60"],
     Cases = [{["load", "--help"], 141}, {["serve", "--help"], 141},
              {["ref-server", "--help"], 141}, {Load, 141}, {Load ++ ["--engines", "1"], 141},
-             {Load ++ ["--quiet"], 0}, {["load", "--bogus"], 2}],
+             {Load ++ ["--quiet"], 0}, {["load", "--bogus"], 2},
+             {["ref-server", "--ip", "127.0.0.1", "--port", "0"], 141}, {LongLoad, 141}],
     Got = [{Args, closed_stdout_status(Config, Args)} || {Args, _} <- Cases],
     signal("TERM", OsPid),
     _ = sluice_load_test_lib:wait_exit(Port, 10000),
     ?assertEqual([{Args, Code} || {Args, Code} <- Cases], Got).
 
-%% The status of bin/sluice Args with its stdout a pipe already closed.
+%% The status of bin/sluice Args with its stdout a pipe already closed;
+%% 124 (timeout(1)'s) for a command still running after 20 s, which is
+%% then stopped (SIGTERM to it and what it started).
 closed_stdout_status(Config, Args) ->
     File = filename:join(?config(priv_dir, Config), "status"),
     P = open_port({spawn_executable, "/bin/sh"},
-                  [{args, ["-c", "{ \"$0\" \"$@\" 2>/dev/null; echo $? > '"
+                  [{args, ["-c", "{ timeout 20 \"$0\" \"$@\" 2>/dev/null; echo $? > '"
                            ++ File ++ "'; } | true", proplists:get_value(bin, Config) | Args]},
                    exit_status, hide]),
     receive {P, {exit_status, _}} -> ok after 30000 -> ct:fail({no_exit, Args}) end,

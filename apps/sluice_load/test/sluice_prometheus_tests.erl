@@ -48,6 +48,37 @@ counters_all_never_goes_down_when_a_node_is_missing_test() ->
     ?assertEqual(#{"a@h" => 1, "b@h" => 0},
                  maps:from_list([{N, V} || {{"sluice_node_up", N}, V} <- maps:to_list(OnlyA)])).
 
+%% A connection that ends with bytes it never sent (a send timeout on
+%% inet) takes them out of info/1's `bytes_out', which then goes down;
+%% the exported sluice_bytes_out_total counts what was queued and does
+%% not (it did: Prometheus took it for a counter reset and rate() and
+%% increase() counted every byte again), and sluice_bytes_unsent_total
+%% counts what was given up. Every counter of the scrape after is at
+%% least what it was in the one before.
+bytes_out_total_never_goes_down_when_bytes_go_unsent_test() ->
+    {ok, _} = application:ensure_all_started(sluice),
+    Name = {?MODULE, unsent},
+    {ok, _} = sluice:start_listener(Name, #{ip => {127, 0, 0, 1}, port => 0,
+                                            handler => {sluice_proto_echo, []}}),
+    try
+        Stats = sluice_registry:lookup(Name, stats),
+        Scrape = fun() -> samples(sluice_prometheus:format(sluice_cluster:info(Name, [node()]))) end,
+        ok = sluice_stats:sent(Stats, 100),
+        Before = Scrape(),
+        ok = sluice_stats:unsent(Stats, 40),
+        After = Scrape(),
+        Counters = [M || {M, _, counter, _} <- sluice_prometheus:series()],
+        ?assertEqual([], [{M, N} || {M, N} = K <- maps:keys(Before), lists:member(M, Counters),
+                                    maps:get(K, After) < maps:get(K, Before)]),
+        ?assertEqual({100, 0}, {maps:get({"sluice_bytes_out_total", "all"}, Before),
+                                maps:get({"sluice_bytes_unsent_total", "all"}, Before)}),
+        ?assertEqual({100, 40}, {maps:get({"sluice_bytes_out_total", "all"}, After),
+                                 maps:get({"sluice_bytes_unsent_total", "all"}, After)}),
+        ?assertMatch(#{bytes_out := 60, bytes_unsent := 40}, sluice:info(Name))
+    after
+        sluice:stop_listener(Name)
+    end.
+
 %% The kernel's figures are a host's (every node of it reads the same
 %% /proc/net/netstat): `all' counts each host once. With nodes on two
 %% hosts (`--hosts') it is the sum of the two hosts' figures, not the

@@ -17,7 +17,7 @@
 %% Figures that are summed; the rest of info/1 (ip, port, options) is
 %% taken from the first node.
 -define(SUMMED, [connections, parked, accepted, rejected, closed, protocol_errors,
-                 messages, bytes_in, bytes_out, max_connections]).
+                 messages, bytes_in, bytes_out, bytes_unsent, bytes_queued, max_connections]).
 -define(TIMEOUT, 5000).
 -define(SERVING_KEY, {?MODULE, serving_nodes}).
 
@@ -61,12 +61,16 @@ add(Values) ->
 
 %% @doc This node's figures for listener `Name': sluice:info/1 plus the
 %% node's BEAM memory (erlang:memory(total)) and resident set size in bytes
-%% (0 where there is no /proc). Called on each node by info/2.
+%% (0 where there is no /proc), and `bytes_queued': every byte queued for
+%% the clients, `bytes_out' and `bytes_unsent', which only goes up (where
+%% `bytes_out' goes down when a connection ends with bytes it never sent:
+%% no counter for Prometheus). Called on each node by info/2.
 -spec node_stats(sluice:name()) -> map() | {error, not_found}.
 node_stats(Name) ->
     case sluice:info(Name) of
-        Info = #{} ->
-            Info#{beam_memory => erlang:memory(total),
+        Info = #{bytes_out := Out} ->
+            Info#{bytes_queued => Out + maps:get(bytes_unsent, Info, 0),
+                  beam_memory => erlang:memory(total),
                   resident_memory => sluice_procfs:rss_bytes()};
         Error ->
             Error

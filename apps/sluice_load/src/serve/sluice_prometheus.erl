@@ -31,7 +31,15 @@ series() ->
       "Connections closed for a protocol error."},
      {"sluice_messages_total", messages, counter, "Chunks read from sockets and handled."},
      {"sluice_bytes_in_total", bytes_in, counter, "Bytes received."},
-     {"sluice_bytes_out_total", bytes_out, counter, "Bytes sent."},
+     %% Queued, not sent: sent is queued less unsent, which goes down when
+     %% a connection ends with bytes it never sent, and a counter that
+     %% goes down is a reset to Prometheus.
+     {"sluice_bytes_out_total", bytes_queued, counter,
+      "Bytes queued for clients: sent, or given up when their connection ended "
+      "(sluice_bytes_unsent_total); sent is the difference."},
+     {"sluice_bytes_unsent_total", bytes_unsent, counter,
+      "Bytes queued for clients and never sent: their connection ended first "
+      "(a send timeout, a failed write)."},
      {"sluice_beam_memory_bytes", beam_memory, gauge,
       "BEAM memory of the node (erlang:memory(total))."},
      {"sluice_resident_memory_bytes", resident_memory, gauge,

@@ -2,8 +2,10 @@
 %% command's figures as telemetry events: every second, for each node and
 %% for `all', event `[sluice, listener, stats]' with the measurements of
 %% sluice_prometheus:series/0 (connections, accepted, ..., beam_memory,
-%% resident_memory) plus `accept_errors' summed over reasons, and the
-%% metadata `#{listener => Name, node => Node | all}'; `all''s also has
+%% resident_memory) plus `bytes_out' (sent: info/1's, which the series
+%% give as `bytes_queued' and `bytes_unsent') and `accept_errors' summed
+%% over reasons, and the metadata `#{listener => Name, node => Node |
+%% all}'; `all''s also has
 %% `missing', the nodes that did not answer (sluice_cluster): its sums lack
 %% their share, and its counters may then be lower than the event before.
 %%
@@ -42,7 +44,7 @@ loop(Telemetry, Name) ->
     loop(Telemetry, Name).
 
 emit(Telemetry, Name, Meta, I) ->
-    M = maps:with([K || {_, K, _, _} <- sluice_prometheus:series()], I),
+    M = maps:with([bytes_out | [K || {_, K, _, _} <- sluice_prometheus:series()]], I),
     Measurements = M#{accept_errors => lists:sum(maps:values(maps:get(accept_errors, I, #{})))},
     _ = erlang:apply(Telemetry, execute, [[sluice, listener, stats], Measurements,
                                           Meta#{listener => Name}]),
