@@ -53,9 +53,10 @@
 %% What getopts/2 reads: the names of sockopt().
 -type sockopt_name() :: nodelay | keepalive | sndbuf | recbuf | priority | tos | linger.
 
-%% How long suspend/1 gives the acceptors to end by themselves beyond
-%% max_connections_wait: an accept and a handover take microseconds, so
-%% only a VM too loaded to run them comes near it.
+%% How long suspend/1 gives the acceptors to end by themselves (one
+%% waiting for a slot gives up at once, sluice_stats:set_suspended/2): an
+%% accept and a handover take microseconds, so only a VM too loaded to run
+%% them comes near it.
 -define(ACCEPTOR_STOP_MS, 5000).
 
 %% @doc Start a listener under sluice's own supervisor. Options are
@@ -232,23 +233,29 @@ wait_empty(Stats, Deadline) ->
     end.
 
 %% @doc Stop accepting: the listen sockets close (new connects are refused
-%% by the kernel once this returns), connections already open carry on.
+%% by the kernel once this returns), connections already open carry on. A
+%% connection over `max_connections' that was waiting for a slot
+%% (`max_connections_wait') is closed and counted rejected.
 -spec suspend(name()) -> ok | {error, not_found}.
 suspend(Name) ->
-    with_sup(Name, fun(Sup, #{max_connections_wait := Wait}) ->
+    with_sup(Name, fun(Sup, #{stats := Stats}) ->
                            %% The listen sockets close first, and each
                            %% acceptor ends by itself once the connection it
                            %% may be admitting is counted and handed over:
                            %% one killed in between left that connection
-                           %% counted for good (sluice_acceptor). Bounded: it
-                           %% may be waiting for a slot (max_connections_wait).
+                           %% counted for good (sluice_acceptor). One that
+                           %% waits for a slot closes that connection at
+                           %% once instead (set_suspended/2): it waited out
+                           %% max_connections_wait, up to an hour, and this
+                           %% call and every drain/2 with it.
+                           ok = sluice_stats:set_suspended(Stats, true),
                            Acceptors = [erlang:monitor(process, P) || P <- acceptors(Sup)],
                            case supervisor:terminate_child(Sup, sluice_listen_sockets) of
                                ok -> ok;
                                {error, not_found} -> ok
                            end,
                            ok = wait_down(Acceptors, erlang:monotonic_time(millisecond)
-                                          + Wait + ?ACCEPTOR_STOP_MS),
+                                          + ?ACCEPTOR_STOP_MS),
                            _ = supervisor:terminate_child(Sup, sluice_acceptors_sup),
                            ok
                    end).
@@ -280,7 +287,7 @@ wait_down([Ref | Refs], Deadline) ->
 %% and the listener stays suspended.
 -spec resume(name()) -> ok | {error, term()}.
 resume(Name) ->
-    with_sup(Name, fun(Sup, Opts) ->
+    with_sup(Name, fun(Sup, #{opts := Opts}) ->
                            ok = resume_conns_sups(Name, Opts),
                            case can_rebind(Name, Sup) of
                                ok ->
@@ -329,7 +336,7 @@ restart(Sup, Child) ->
 %% A listener that is being stopped is still in the registry for a moment
 %% after its supervisor has gone (or while it is going): calling into it
 %% then exits (noproc, shutdown), which means the listener is not there.
-%% `Fun' gets the supervisor and the options of the one row looked up:
+%% `Fun' gets the supervisor and the one row looked up (`opts', `stats'):
 %% looked up again in the middle, the row of a listener stopped meanwhile
 %% was gone and the call raised a badmatch.
 %% One call at a time per listener (suspend/1, resume/1): a resume that
@@ -341,8 +348,8 @@ with_sup(Name, Fun) ->
 
 with_sup_alone(Name, Fun) ->
     case sluice_registry:lookup(Name) of
-        {ok, #{sup := Sup, opts := Opts}} ->
-            try Fun(Sup, Opts)
+        {ok, Row = #{sup := Sup}} ->
+            try Fun(Sup, Row)
             catch exit:{Why, {_, call, _}} when Why =:= noproc; Why =:= normal;
                                                     Why =:= shutdown;
                                                     element(1, Why) =:= shutdown ->
@@ -421,7 +428,7 @@ set_handler_opts(Name, HandlerOpts) ->
     %% Under the listener's lock (with_sup/2): two calls at once each
     %% switch every connection supervisor in turn, and interleaved they
     %% could leave some on one's options and some on the other's.
-    with_sup(Name, fun(_Sup, Opts = #{handler := {H, _}, num_conns_sups := NS}) ->
+    with_sup(Name, fun(_Sup, #{opts := Opts = #{handler := {H, _}, num_conns_sups := NS}}) ->
                            New = Opts#{handler := {H, HandlerOpts}},
                            %% The registry first: a connection supervisor
                            %% that starts from now on reads it there

@@ -149,8 +149,14 @@ shed_waiting(T, LSock, Stats, N) ->
 admit(#{stats := Stats, transport := T, name := Name,
         opts := #{max_connections_wait := Wait}}, Sock, SupIndex) ->
     case sluice_stats:admit_within(Stats, Wait) of
-        admitted -> start(Name, Stats, T, Sock, SupIndex);
-        _ -> reject(Stats, T, Sock)
+        admitted ->
+            start(Name, Stats, T, Sock, SupIndex);
+        over_limit ->
+            reject(Stats, T, Sock),
+            sluice_log:over_limit(Name, Stats);
+        shedding ->
+            %% Out of descriptors: the emfile that started it is logged.
+            reject(Stats, T, Sock)
     end.
 
 reject(Stats, T, Sock) ->

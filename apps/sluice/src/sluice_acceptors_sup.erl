@@ -13,8 +13,11 @@ start_link(Listener) ->
 
 -spec init(sluice_listener_sup:listener()) ->
           {ok, {supervisor:sup_flags(), [supervisor:child_spec()]}}.
-init(Listener = #{name := Name, opts := #{num_acceptors := NA}}) ->
+init(Listener = #{name := Name, stats := Stats, opts := #{num_acceptors := NA}}) ->
     {ok, #{listen_sockets := LSocks}} = sluice_registry:lookup(Name),
+    %% The listener accepts again (started, resumed, or restarted by its
+    %% supervisor): its acceptors wait for slots as they should.
+    ok = sluice_stats:set_suspended(Stats, false),
     Tuple = list_to_tuple(LSocks),
     NL = tuple_size(Tuple),
     Children = [#{id => {sluice_acceptor, I},

@@ -9,8 +9,8 @@
 %%  <li>`atomics': live state that goes up and down or is compared:
 %%      connections (whole listener, and per connection supervisor so that
 %%      a killed one's count can be given back), parked connections per
-%%      connection supervisor, the connection limit, the shedding flag and
-%%      the accept-error log throttle.</li>
+%%      connection supervisor, the connection limit, the shedding and
+%%      suspended flags and the log throttles.</li>
 %% </ul>
 %% Acceptors, connection supervisors and connection processes update them
 %% through the functions below; sluice:info/1 reads them with read/1.
@@ -22,7 +22,7 @@
 -export([received/2, sent/2, unsent/2, ended/2, ended_by_handler/2, crashed/1]).
 %% admission (acceptors)
 -export([admit/1, admit_within/2, release/1, rejected/1, shedding/1, set_shedding/2,
-         set_max_connections/2, log_due/4]).
+         set_max_connections/2, max_connections/1, set_suspended/2, log_due/4]).
 %% connection supervisors
 -export([sup_claim/2, sup_unclaim/3, sup_reset/2, sup_gone/2, parked/3, parked_reset/2]).
 %% reading
@@ -67,13 +67,17 @@
 -define(MAX_CONNS, 2).
 -define(SHEDDING, 3).
 %% The log throttle of each kind of repeated fault (sluice_log): when its
-%% last line was written, and how many were not written since.
--define(LAST_LOG(Kind), case Kind of accept -> 4; refused -> 6 end).
+%% last line was written, and how many were not written since (the next
+%% slot): 4-5, 6-7 and 10-11.
+-define(LAST_LOG(Kind), case Kind of accept -> 4; refused -> 6; full -> 10 end).
 -define(SUPPRESSED(Kind), (?LAST_LOG(Kind) + 1)).
 %% monotonic ms since when the listener has admitted nothing over its
 %% limit (0: it is not full)
 -define(FULL_SINCE, 8).
--define(FIXED_ATOMICS, 8).
+%% 1 while the listener is suspended (or being suspended): a connection
+%% waiting for a slot is closed at once (retry_admit/2)
+-define(SUSPENDED, 9).
+-define(FIXED_ATOMICS, 11).
 -define(COUNT_BITS, 32).
 -define(COUNT_MASK, ((1 bsl ?COUNT_BITS) - 1)).
 %% atomics are signed 64-bit; `infinity' is stored as the largest.
@@ -89,7 +93,7 @@ new(NumSups, Max) ->
     ok = set_max_connections(St, Max),
     %% The first fault of each kind is always logged.
     Long = erlang:monotonic_time(millisecond) - 3600000,
-    _ = [atomics:put(St#stats.a, ?LAST_LOG(K), Long) || K <- [accept, refused]],
+    _ = [atomics:put(St#stats.a, ?LAST_LOG(K), Long) || K <- [accept, refused, full]],
     St.
 
 -spec num_conns_sups(stats()) -> pos_integer().
@@ -209,7 +213,12 @@ admit_within(St = #stats{a = A}, Wait) ->
     end.
 
 retry_admit(St = #stats{a = A}, Deadline) ->
-    case erlang:monotonic_time(millisecond) >= Deadline of
+    %% A listener that stops accepting closes the waiting connection at
+    %% once: its suspend (and a drain, which suspends first) waits for
+    %% this acceptor to end, and waited out max_connections_wait (up to an
+    %% hour) before a drain told any connection.
+    case erlang:monotonic_time(millisecond) >= Deadline
+        orelse atomics:get(A, ?SUSPENDED) =:= 1 of
         true ->
             over_limit;
         false ->
@@ -269,6 +278,15 @@ stop_shedding(A, N) ->
         Now -> stop_shedding(A, Now)
     end.
 
+%% @doc The listener stops accepting (true: sluice:suspend/1, before its
+%% listen sockets close) or accepts again (false: its acceptors start,
+%% sluice_acceptors_sup). While it is suspended, a connection that an
+%% acceptor holds waiting for a slot is closed (counted rejected) instead
+%% of waiting out max_connections_wait.
+-spec set_suspended(stats(), boolean()) -> ok.
+set_suspended(#stats{a = A}, true) -> atomics:put(A, ?SUSPENDED, 1);
+set_suspended(#stats{a = A}, false) -> atomics:put(A, ?SUSPENDED, 0).
+
 %% @doc Set the connection limit, checked as the `max_connections' option
 %% is at start (sluice_opts): sluice:set_max_connections/2 comes here, and
 %% a limit that does not fit the atomic is an error, not a badarg.
@@ -283,11 +301,19 @@ set_max_connections(St, Max) ->
 put_max_connections(#stats{a = A}, infinity) -> atomics:put(A, ?MAX_CONNS, ?INFINITY);
 put_max_connections(#stats{a = A}, Max) -> atomics:put(A, ?MAX_CONNS, Max).
 
+%% @doc The connection limit now.
+-spec max_connections(stats()) -> non_neg_integer() | infinity.
+max_connections(#stats{a = A}) ->
+    case atomics:get(A, ?MAX_CONNS) of
+        ?INFINITY -> infinity;
+        Max -> Max
+    end.
+
 %% @doc Whether a log line about a fault of `Kind' is due at `Now' (ms): at
 %% most one per `Interval' per listener however many processes see it,
 %% with the number of faults not logged since the last line. A caller told
 %% `false' has been counted among those.
--spec log_due(stats(), accept | refused, integer(), pos_integer()) ->
+-spec log_due(stats(), accept | refused | full, integer(), pos_integer()) ->
           {true, non_neg_integer()} | false.
 log_due(#stats{a = A}, Kind, Now, Interval) ->
     Last = atomics:get(A, ?LAST_LOG(Kind)),
@@ -391,10 +417,7 @@ read(St = #stats{c = C, a = A, sups = NS}) ->
     %% are never more than the queued ones read after them.
     Unsent = counters:get(C, ?BYTES_UNSENT),
     Queued = counters:get(C, ?BYTES_OUT),
-    #{max_connections => case atomics:get(A, ?MAX_CONNS) of
-                             ?INFINITY -> infinity;
-                             Max -> Max
-                         end,
+    #{max_connections => max_connections(St),
       connections => atomics:get(A, ?CONNS),
       parked => lists:sum([atomics:get(A, parked_slot(St, I)) || I <- lists:seq(1, NS)]),
       accepted => counters:get(C, ?ACCEPTED),

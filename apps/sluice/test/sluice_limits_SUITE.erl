@@ -15,6 +15,8 @@
 -export([burst_admits_exactly_max_connections/1,
          over_limit_connection_waits_for_a_slot/1,
          listener_full_for_longer_than_the_wait_closes_newcomers_at_once/1,
+         drain_of_a_full_listener_does_not_wait_for_a_slot/1,
+         connections_over_the_limit_are_logged_at_most_once_a_second/1,
          named_port_shared_by_another_socket_is_refused/1,
          set_max_connections_at_run_time/1,
          stalled_reader_is_held_back/1,
@@ -36,6 +38,8 @@ groups() ->
     [{limits, [], [burst_admits_exactly_max_connections, set_max_connections_at_run_time,
                    over_limit_connection_waits_for_a_slot,
                    listener_full_for_longer_than_the_wait_closes_newcomers_at_once,
+                   drain_of_a_full_listener_does_not_wait_for_a_slot,
+                   connections_over_the_limit_are_logged_at_most_once_a_second,
                    named_port_shared_by_another_socket_is_refused,
                    stalled_reader_is_held_back]},
      {kills, [], [killed_connections_give_their_slots_back,
@@ -228,6 +232,68 @@ listener_full_for_longer_than_the_wait_closes_newcomers_at_once(Config) ->
     ?assertMatch([{rejected, _}], ping_results(Port, 1)),
     ?assert(erlang:monotonic_time(millisecond) - T2 >= 350),
     close_all([B]).
+
+%% A drain of a full listener while a newcomer waits for a slot: the
+%% newcomer's acceptor gives up at once (the listener no longer accepts),
+%% the newcomer is closed and counted rejected, and drain/2 keeps its own
+%% deadline. The drain waited for the acceptor's whole
+%% max_connections_wait (an hour at most) before telling any connection,
+%% so that drain(Name, 0) took a minute here and a SIGTERM drain of a
+%% full server spent its deadline before it began.
+drain_of_a_full_listener_does_not_wait_for_a_slot(Config) ->
+    Name = ?config(name, Config),
+    Port = ping_listener(Name, #{max_connections => 1, max_connections_wait => 60000}),
+    [A] = admitted(ping_results(Port, 1)),
+    {ok, Waiting} = sluice_test_lib:connect(Port),
+    sluice_test_lib:wait_until(fun() -> waiting_for_a_slot(Name) end, 5000),
+    Self = self(),
+    Drainer = spawn_link(fun() -> Self ! {drained, sluice:drain(Name, 0)} end),
+    Drained = receive {drained, R} -> R after 20000 -> {still_draining, Drainer} end,
+    ct:log("drain: ~p; info ~p", [Drained, sluice:info(Name)]),
+    ?assertMatch({ok, _}, Drained),
+    sluice_test_lib:expect_closed(Waiting, 5000),
+    ?assertMatch(#{status := suspended, accepted := 1, rejected := 1}, sluice:info(Name)),
+    close_all([A]),
+    wait_info(Name, connections, 0, 5000),
+    ?assertMatch(#{accepted := 1, closed := 1}, sluice:info(Name)).
+
+%% A full listener says so in the log, as one out of descriptors does: at
+%% most one line a second however many clients it closes, naming the
+%% listener and its limit. (It closed them without a word: an operator
+%% whose clients were turned away found nothing in the log.)
+connections_over_the_limit_are_logged_at_most_once_a_second(Config) ->
+    Name = ?config(name, Config),
+    Port = ping_listener(Name, #{max_connections => 1, max_connections_wait => 0}),
+    [A] = admitted(ping_results(Port, 1)),
+    T0 = erlang:monotonic_time(millisecond),
+    ok = sluice_log_forwarder:start(self()),
+    Results = try ping_results(Port, 30)
+              after sluice_log_forwarder:stop()
+              end,
+    Elapsed = (erlang:monotonic_time(millisecond) - T0) div 1000,
+    Lines = [Text || {log, warning, Text, _} <- flush_logs(),
+                     string:find(Text, "max_connections") =/= nomatch],
+    ct:log("~b log lines in ~b s: ~p", [length(Lines), Elapsed, Lines]),
+    ?assertEqual(30, length(rejected(Results))),
+    ?assertMatch(#{rejected := 30}, sluice:info(Name)),
+    ?assert(length(Lines) >= 1),
+    ?assert(length(Lines) =< Elapsed + 2),
+    [First | _] = Lines,
+    ?assertNotEqual(nomatch, string:find(First, io_lib:format("~p", [Name]))),
+    ?assertNotEqual(nomatch, string:find(First, "(1)")),
+    close_all([A]).
+
+flush_logs() ->
+    receive {log, _, _, _} = Log -> [Log | flush_logs()]
+    after 0 -> []
+    end.
+
+%% An acceptor of the listener is in its wait for a slot.
+waiting_for_a_slot(Name) ->
+    lists:any(fun(Pid) ->
+                      process_info(Pid, current_function)
+                          =:= {current_function, {sluice_stats, retry_admit, 2}}
+              end, sluice_test_lib:acceptor_pids(Name)).
 
 %% A listener's listen sockets share their port with each other
 %% (SO_REUSEPORT, four by default), never with a socket of someone else that

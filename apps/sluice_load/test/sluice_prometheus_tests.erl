@@ -107,6 +107,29 @@ kernel_all_counts_each_host_once_test() ->
     S = samples(sluice_prometheus:format(cluster(#{'a@h1' => K(10, 12)}, ['b@h2']))),
     ?assertEqual(10, maps:get({"sluice_listen_overflows_total", "a@h1"}, S)).
 
+%% A node out of descriptors (a listener at its limits) cannot read
+%% /proc/net/netstat: its info/1 has `kernel => #{}'. Its kernel series
+%% are left out of that scrape, and so is `all' when no node of a host
+%% read them: they were written as 0, a counter that fell from its
+%% figure since boot to 0 and back, which Prometheus takes for two resets
+%% (increase/1 then counts the whole figure again, just when an operator
+%% looks at an overload).
+kernel_figures_not_read_are_left_out_test() ->
+    K = fun(O, D) -> #{accepted => 1, kernel => #{listen_overflows => O, listen_drops => D}} end,
+    Blind = #{accepted => 1, kernel => #{}},
+    Alone = samples(sluice_prometheus:format(cluster(#{'a@h1' => Blind}, []))),
+    ?assertEqual([], [Key || Key = {"sluice_listen_" ++ _, _} <- maps:keys(Alone)]),
+    %% another node of the host read them: its figure is the host's
+    Shared = samples(sluice_prometheus:format(cluster(#{'a@h1' => Blind, 'c@h1' => K(10, 12)}, []))),
+    ?assertEqual(error, maps:find({"sluice_listen_overflows_total", "a@h1"}, Shared)),
+    ?assertEqual(10, maps:get({"sluice_listen_overflows_total", "c@h1"}, Shared)),
+    ?assertEqual(10, maps:get({"sluice_listen_overflows_total", "all"}, Shared)),
+    %% no node of host h1 read them: `all' would lack its share
+    Partial = samples(sluice_prometheus:format(cluster(#{'a@h1' => Blind, 'b@h2' => K(20, 25)}, []))),
+    ?assertEqual(20, maps:get({"sluice_listen_overflows_total", "b@h2"}, Partial)),
+    ?assertEqual(error, maps:find({"sluice_listen_overflows_total", "all"}, Partial)),
+    ?assertEqual(error, maps:find({"sluice_listen_drops_total", "all"}, Partial)).
+
 %% Through sluice_cluster: a serving node that cannot be reached is
 %% missing from the scrape, and once node_down/1 took it out of the nodes
 %% asked (bin/sluice serve's loop, on nodedown) it stays missing: the

@@ -7,7 +7,8 @@
 %% per reason seen and `reason="all"' with their sum (present even at 0).
 %% `sluice_listen_overflows_total' and `sluice_listen_drops_total' are the
 %% host's kernel counters (sluice_kernel), the same on every node of a host;
-%% their `all' counts each host once (kernel_rows/2).
+%% their `all' counts each host once (kernel_rows/2), and a figure a node
+%% could not read has no sample.
 %% `sluice_node_up' is 1 for each node that answered, 0 for each that did
 %% not (sluice_cluster's `missing': down, or over the timeout); in such a
 %% scrape the counters have no `node="all"' series (see format/1).
@@ -74,10 +75,13 @@ format(All = #{nodes := PerNode}) ->
                      lists:sum(maps:values(maps:get(accept_errors, I, #{}))))]
              || {Node, I} <- Rows(counter)]]
         %% The kernel's: `all' is each host's figure once, summed over
-        %% the hosts (kernel_rows/2).
+        %% the hosts (kernel_rows/2). A figure a node could not read is
+        %% left out, not 0 (a node out of descriptors cannot open
+        %% /proc/net/netstat: 0 there read as two counter resets).
         ++ [[header(Metric, counter, Help),
-             [sample(Metric, [{"node", Node}], maps:get(Key, Kernel, 0))
-              || {Node, Kernel} <- kernel_rows(Nodes, Missing)]]
+             [sample(Metric, [{"node", Node}], V)
+              || {Node, Kernel} <- kernel_rows(Nodes, Missing),
+                 {ok, V} <- [maps:find(Key, Kernel)]]]
             || {Metric, Key, Help} <- kernel_series()]
         ++ [header("sluice_node_up", gauge,
                    "1 if the node answered this scrape, 0 if it is down or did not answer "
@@ -94,12 +98,13 @@ reason(R) -> lists:flatten(io_lib:format("~0tp", [R])).
 
 %% Each node's kernel figures, and `all': every node of a host reads the
 %% same host-wide figures, so `all' is each host's once (the largest its
-%% nodes read, the last read), summed over the hosts. (It was the first
-%% node's: with `--hosts', one host's figure, and which host's changed
-%% with the nodes that answered, so the series went down.) A host none of
-%% whose nodes answered would lack its share and the sum would go down,
-%% which Prometheus takes for a counter reset: no `all' then, as for the
-%% counters. A node's host is what follows the `@' of its name.
+%% nodes read, the last read), summed over the hosts (hosts_sum/2). (It
+%% was the first node's: with `--hosts', one host's figure, and which
+%% host's changed with the nodes that answered, so the series went down.)
+%% A host none of whose nodes answered would lack its share and the sum
+%% would go down, which Prometheus takes for a counter reset: no `all'
+%% then, as for the counters. A node's host is what follows the `@' of
+%% its name.
 kernel_rows(Nodes, Missing) ->
     Kernels = [{Node, maps:get(kernel, I, #{})} || {Node, I} <- Nodes],
     Hosts = lists:usort([host(Node) || {Node, _} <- Nodes]),
@@ -110,10 +115,19 @@ kernel_rows(Nodes, Missing) ->
 
 hosts_sum(Hosts, Kernels) ->
     maps:from_list(
-      [{Key, lists:sum([lists:max([maps:get(Key, K, 0) || {Node, K} <- Kernels,
-                                                          host(Node) =:= Host])
-                        || Host <- Hosts])}
-       || {_, Key, _} <- kernel_series()]).
+      [{Key, lists:sum(PerHost)}
+       || {_, Key, _} <- kernel_series(),
+          PerHost <- [[host_figure(Host, Key, Kernels) || Host <- Hosts]],
+          not lists:member(unread, PerHost)]).
+
+%% A host's figure: the largest its nodes read, `unread' when none of them
+%% could (out of descriptors, or no /proc): then `all' is left out, whose
+%% sum would lack that host's share and go down.
+host_figure(Host, Key, Kernels) ->
+    case [V || {Node, K} <- Kernels, host(Node) =:= Host, {ok, V} <- [maps:find(Key, K)]] of
+        [] -> unread;
+        Figures -> lists:max(Figures)
+    end.
 
 host(Node) ->
     lists:last(string:split(Node, "@")).
