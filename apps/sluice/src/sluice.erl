@@ -1,5 +1,6 @@
 %% @doc sluice's public API: start, stop, drain, suspend, inspect and change TCP
-%% listeners. A listener is an acceptor pool on one or more listen sockets,
+%% listeners (and listeners on a Unix socket: `ip => {local, Path}'). A
+%% listener is an acceptor pool on one or more listen sockets,
 %% connection processes that each drive a `sluice_handler', and counters that
 %% tell what happened to every connection.
 %%
@@ -18,7 +19,7 @@
 -export([child_spec/1, send/2, close/1, call/3, reply/2, peername/1, sockname/1,
          setopts/2, getopts/2]).
 
--export_type([conn/0, name/0, sockopt/0, sockopt_name/0, dest/0]).
+-export_type([conn/0, name/0, sockopt/0, sockopt_name/0, dest/0, address/0]).
 
 -include_lib("kernel/include/logger.hrl").
 
@@ -39,6 +40,11 @@
 %% certificate, DER, or `undefined').
 -type conn() :: #{listener := name(), pid := pid(), socket := term(), transport := module(),
                   proxy => sluice_proxy_header:header(), tls => map()}.
+
+%% A connection's end as peername/1 and sockname/1 give it: `{IP, Port}'
+%% over TCP, `{local, Path}' on a Unix socket (`ip => {local, Path}'),
+%% where a client's `Path' is `<<>>' unless it bound its socket to one.
+-type address() :: {inet:ip_address(), inet:port_number()} | {local, binary()}.
 
 %% A socket option a handler may set on its connection (setopts/2), with
 %% gen_tcp's name and value, the same on every transport. The others are
@@ -116,7 +122,7 @@ start_error({bad_return, {_, init, {stop, Reason}}}) -> start_error(Reason);
 start_error(Reason) -> Reason.
 
 %% @doc child_spec/2 with the name in the options (`name'; the default is
-%% `{sluice, Port}'), for supervisors that take a module and one argument:
+%% `{sluice, Port}', `{sluice, {local, Path}}' for a Unix socket), for supervisors that take a module and one argument:
 %% `{sluice, Opts}' in a child list, as Elixir's `{:sluice, opts}' does.
 %% Raises `error({badarg, Reason})' on bad options, as child_spec/2 does
 %% (`not_a_map' for what is neither a map nor a list).
@@ -129,11 +135,16 @@ child_spec(Opts) when is_list(Opts) ->
 child_spec(Opts) when is_map(Opts) ->
     {Name, Rest} = case maps:take(name, Opts) of
                        {N, R} -> {N, R};
-                       error -> {{sluice, maps:get(port, Opts, 0)}, Opts}
+                       error -> {default_name(Opts), Opts}
                    end,
     child_spec(Name, Rest);
 child_spec(_Opts) ->
     erlang:error({badarg, not_a_map}).
+
+%% `{sluice, Port}', or `{sluice, {local, Path}}' for a Unix socket (whose
+%% port is 0, as every listener's on a free port).
+default_name(#{ip := {local, _} = Local}) -> {sluice, Local};
+default_name(Opts) -> {sluice, maps:get(port, Opts, 0)}.
 
 %% @doc A child spec to embed a listener in the caller's own supervision
 %% tree. Raises `error({badarg, Reason})' on bad options.
@@ -668,13 +679,16 @@ request(Pid, Req, Timeout) ->
     end.
 
 %% @doc The client's address and port (under the PROXY protocol, the load
-%% balancer's: the client's are in the conn's `proxy').
--spec peername(conn()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
+%% balancer's: the client's are in the conn's `proxy'). On a Unix socket
+%% `{local, Path}', `Path' `<<>>' for a client that did not bind its
+%% socket to a path (most do not).
+-spec peername(conn()) -> {ok, address()} | {error, term()}.
 peername(#{socket := Sock, transport := T}) ->
     T:peername(Sock).
 
-%% @doc The server's address and port of the connection.
--spec sockname(conn()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
+%% @doc The server's address and port of the connection (on a Unix socket
+%% `{local, Path}', the listener's path).
+-spec sockname(conn()) -> {ok, address()} | {error, term()}.
 sockname(#{socket := Sock, transport := T}) ->
     T:sockname(Sock).
 
@@ -695,7 +709,9 @@ sockname(#{socket := Sock, transport := T}) ->
 %% </ul>
 %% Then they are set in order and the first the kernel refuses stops it
 %% with its reason (`{error, eperm}' for a priority above 6 without
-%% CAP_NET_ADMIN); on a connection that has closed, `{error, closed}'.
+%% CAP_NET_ADMIN; `{error, enotsup}' for `nodelay' or `tos' on a Unix
+%% socket, which getopts/2 answers too); on a connection that has closed,
+%% `{error, closed}'.
 %% Nothing is sent to the connection process and nothing it does
 %% changes: a refused option leaves the connection as it was. `Opts' that
 %% is not a list raises `badarg' in the caller, as send/2 does for what

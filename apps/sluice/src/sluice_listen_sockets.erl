@@ -3,13 +3,22 @@
 %% outlive any acceptor (an acceptor that dies is restarted and the port
 %% stays open), and so that stopping it closes them before
 %% supervisor:terminate_child/2 returns: once sluice:suspend/1 returns, new
-%% connects are refused, on every transport.
+%% connects are refused, on every transport. A listener on a Unix socket
+%% has its file made free before the bind and removed after the close
+%% (sluice_local_socket).
 %% @private
 -module(sluice_listen_sockets).
 -behaviour(gen_server).
 
 -export([start_link/1, try_port/3]).
 -export([init/1, handle_call/3, handle_cast/2, terminate/2]).
+
+%% The transport and its listen sockets; for a Unix socket also its path
+%% and the file bound there (removed when they close). A TCP listener's
+%% state keeps the shape it had before Unix sockets, for a process that
+%% lives through a code upgrade.
+-type state() :: {module(), [sluice_transport:lsock()]}
+               | {module(), [sluice_transport:lsock()], {binary(), sluice_local_socket:identity()}}.
 
 -spec start_link(sluice_listener_sup:listener()) -> {ok, pid()} | ignore | {error, term()}.
 start_link(Listener) ->
@@ -20,8 +29,16 @@ start_link(Listener) ->
 %% socket learns the real port when 0 was asked; the others bind that same
 %% port (SO_REUSEPORT, which the option validation turns on when there is
 %% more than one).
--spec init(sluice_listener_sup:listener()) ->
-          {ok, {module(), [sluice_transport:lsock()]}} | {stop, term()}.
+-spec init(sluice_listener_sup:listener()) -> {ok, state()} | {stop, term()}.
+init(#{name := Name, transport := T, opts := Opts = #{ip := {local, Path}}}) ->
+    process_flag(trap_exit, true),
+    case listen_local(T, Path, Opts) of
+        {ok, LSock, Identity} ->
+            ok = sluice_registry:set(Name, listen_sockets, [LSock]),
+            {ok, {T, [LSock], {Path, Identity}}};
+        {error, Reason} ->
+            {stop, Reason}
+    end;
 init(#{name := Name, transport := T, opts := Opts = #{num_listen_sockets := N}}) ->
     process_flag(trap_exit, true),
     Port0 = case sluice_registry:lookup(Name) of
@@ -61,6 +78,14 @@ open(Name, T, Port0, N, Opts) ->
 %% without a word. Port 0 is always free, but is bound too: the address
 %% may not be the host's (eaddrnotavail).
 -spec try_port(module(), inet:port_number(), sluice_opts:opts()) -> ok | {error, term()}.
+try_port(T, _Port, Opts = #{ip := {local, Path}}) ->
+    %% The path's file is made free and bound as the listener will, then
+    %% removed with the socket: left there, it would be the listener's
+    %% own stale file.
+    case listen_local(T, Path, Opts) of
+        {ok, LSock, Identity} -> close_local(T, [LSock], Path, Identity);
+        {error, _} = Error -> Error
+    end;
 try_port(T, Port, Opts) ->
     Alone = case Opts of
                 #{own_port := true} -> Opts#{reuseport := false};
@@ -90,7 +115,27 @@ handle_call(_Req, _From, State) ->
 handle_cast(_Msg, State) ->
     {noreply, State}.
 
--spec terminate(term(), {module(), [sluice_transport:lsock()]}) -> ok.
+-spec terminate(term(), state()) -> ok.
 terminate(_Reason, {T, LSocks}) ->
     _ = [T:close_listener(S) || S <- LSocks],
-    ok.
+    ok;
+terminate(_Reason, {T, LSocks, {Path, Identity}}) ->
+    close_local(T, LSocks, Path, Identity).
+
+%% The one listen socket on a Unix path (the kernel binds a path once), and
+%% which file it made there. The registry's port stays 0: info/1 names the
+%% path in `ip'.
+listen_local(T, Path, Opts) ->
+    case sluice_local_socket:prepare(Path) of
+        ok ->
+            case T:listen(0, Opts) of
+                {ok, LSock} -> {ok, LSock, sluice_local_socket:identity(Path)};
+                {error, _} = Error -> Error
+            end;
+        {error, _} = Error ->
+            Error
+    end.
+
+close_local(T, LSocks, Path, Identity) ->
+    _ = [T:close_listener(S) || S <- LSocks],
+    sluice_local_socket:remove(Path, Identity).

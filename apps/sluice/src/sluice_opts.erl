@@ -11,7 +11,7 @@
 
 -export_type([opts/0, error/0]).
 
--type opts() :: #{ip := inet:ip_address(),
+-type opts() :: #{ip := inet:ip_address() | {local, binary()},
                   port := inet:port_number(),
                   handler := {module(), term()},
                   transport := inet | socket | ssl | module(),
@@ -42,6 +42,7 @@
                | {missing_option, atom()}
                | {bad_option, atom(), term()}
                | {ssl_not_started, term()}
+               | {not_for_local, atom(), term()}
                | not_a_map.
 
 %% Descriptors kept back from the VM's limit for listen sockets, files,
@@ -105,6 +106,18 @@
 %% </ul>
 -define(SOCKET_DEFAULTS, [{buffer, 262144}, {send_timeout, 30000},
                           {send_timeout_close, true}, {nodelay, true}]).
+
+%% Socket options that are TCP's or IP's and mean nothing on a Unix
+%% socket: the socket NIF refuses them there (enotsup, which failed the
+%% listen) where the inet driver ignores `nodelay' and refuses `tos'
+%% (einval). A listener on a Unix socket leaves them out, the library's
+%% default `nodelay' included, so that one `socket_opts' serves a TCP
+%% listener and a Unix one alike.
+-define(TCP_ONLY_OPTS, [nodelay, tos]).
+
+%% The longest Unix socket path, in bytes: Linux's sun_path holds 108
+%% with the terminating NUL.
+-define(MAX_LOCAL_PATH, 107).
 
 %% The largest C `int', what setsockopt(2) takes for recbuf, sndbuf,
 %% priority, linger's seconds and a raw option's level and name, and what
@@ -265,6 +278,7 @@ validate(Opts) when is_map(Opts) ->
             try
                 Merged = nested(maps:merge(defaults(), Opts)),
                 maps:foreach(fun check/2, Merged),
+                ok = check_local(Merged),
                 ok = check_tls(Merged),
                 ok = check_watermarks(Merged),
                 ok = check_raw(Merged),
@@ -348,8 +362,24 @@ check_max_connections(Max) ->
     catch throw:Error -> {error, Error}
     end.
 
-normalize(Opts = #{socket_opts := SO, num_listen_sockets := NL, num_acceptors := NA}) ->
-    Defaults = [D || D = {K, _} <- ?SOCKET_DEFAULTS, not lists:keymember(K, 1, SO)],
+%% A Unix socket: its path made absolute (so that the file bound, the one
+%% a stop removes and the one info/1 names are the same whatever the
+%% VM's working directory is by then), one listen socket (the kernel lets
+%% one socket bind a path: num_listen_sockets is at most that, as it is
+%% at most num_acceptors) and no TCP or IP options.
+normalize(Opts = #{ip := {local, Path}, socket_opts := SO}) ->
+    Local = Opts#{ip := {local, local_path(Path)}, num_listen_sockets := 1,
+                  socket_opts := [O || O <- SO, not tcp_only(O)]},
+    normalize_tcp(Local);
+normalize(Opts) ->
+    normalize_tcp(Opts).
+
+tcp_only({K, _}) -> lists:member(K, ?TCP_ONLY_OPTS);
+tcp_only(_) -> false.
+
+normalize_tcp(Opts = #{socket_opts := SO, num_listen_sockets := NL, num_acceptors := NA}) ->
+    Defaults = [D || D = {K, _} <- ?SOCKET_DEFAULTS, not lists:keymember(K, 1, SO),
+                     not (is_local(Opts) andalso tcp_only(D))],
     Shared = maps:get(reuseport, Opts),
     %% Every listen socket needs an acceptor of its own (the kernel hands
     %% a connection to one socket of the port): no more sockets than
@@ -362,6 +392,8 @@ normalize(Opts = #{socket_opts := SO, num_listen_sockets := NL, num_acceptors :=
           reuseport := N > 1 orelse Shared,
           own_port => not Shared}.
 
+check(ip, {local, Path} = IP) ->
+    is_local_path(Path) orelse bad(ip, IP);
 check(ip, IP) ->
     is_ip(IP) orelse bad(ip, IP);
 check(port, P) ->
@@ -421,6 +453,45 @@ check(K, T) when K =:= idle_timeout; K =:= hibernate_after;
         orelse bad(K, T);
 check(K, _) ->
     throw({unknown_option, K}).
+
+%% What a Unix socket cannot do, said by the option that asks for it: a
+%% port (there is none: ranch's `port => 0' is the one taken), and
+%% reuseport (the kernel lets one socket bind a path: there is no sharing
+%% it with another listener or OS process).
+check_local(#{ip := {local, _}, port := Port}) when Port =/= 0 ->
+    throw({not_for_local, port, Port});
+check_local(#{ip := {local, _}, reuseport := true}) ->
+    throw({not_for_local, reuseport, true});
+check_local(_) ->
+    ok.
+
+is_local(#{ip := {local, _}}) -> true;
+is_local(_) -> false.
+
+%% A path the kernel can bind: not empty, no NUL (Linux's abstract
+%% namespace, a leading NUL, is not supported: there is no file to find
+%% stale or to remove), and no longer than sun_path once absolute.
+is_local_path(Path) when is_binary(Path); is_list(Path) ->
+    try local_path(Path) of
+        Abs when is_binary(Abs) ->
+            byte_size(Abs) =< ?MAX_LOCAL_PATH andalso Path =/= <<>> andalso Path =/= []
+                andalso binary:match(Abs, <<0>>) =:= nomatch;
+        _NotUnicode ->
+            false
+    catch error:_ ->
+            %% not a file name (an improper or deep list of other terms)
+            false
+    end;
+is_local_path(_) ->
+    false.
+
+%% The path as the kernel will have it: absolute, in the file name
+%% encoding's bytes.
+local_path(Path) ->
+    case filename:absname(Path) of
+        Bin when is_binary(Bin) -> Bin;
+        Chars -> unicode:characters_to_binary(Chars)
+    end.
 
 %% TLS needs a certificate and its key, and ssl reads tls_opts only at
 %% each handshake: they are checked here, at start, so that a mistake (a
@@ -579,11 +650,12 @@ check_raw(#{ip := IP, socket_opts := SO}) ->
         Raw -> probe_raw(family(IP), Raw)
     end.
 
+family({local, _}) -> local;
 family(IP) when tuple_size(IP) =:= 8 -> inet6;
 family(_) -> inet.
 
 probe_raw(Family, Raw) ->
-    try socket:open(Family, stream, tcp) of
+    try socket:open(Family, stream, default) of
         {ok, S} ->
             try
                 _ = [case socket:setopt_native(S, {L, N}, V) of
@@ -612,8 +684,12 @@ is_ip(_) ->
 bad(K, V) ->
     throw({bad_option, K, V}).
 
-%% @doc `IP:Port' as a user writes it: `[::1]:8080' for IPv6.
--spec format_address(inet:ip_address(), inet:port_number()) -> string().
+%% @doc `IP:Port' as a user writes it: `[::1]:8080' for IPv6, and
+%% `unix:Path' for a Unix socket, as nginx and haproxy write one.
+-spec format_address(inet:ip_address() | {local, binary() | string()}, inet:port_number()) ->
+          string().
+format_address({local, Path}, _Port) ->
+    lists:flatten(io_lib:format("unix:~ts", [Path]));
 format_address(IP, Port) when tuple_size(IP) =:= 8 ->
     "[" ++ inet:ntoa(IP) ++ "]:" ++ integer_to_list(Port);
 format_address(IP, Port) ->
@@ -663,6 +739,12 @@ format_error({bad_option, tls_opts, {transport, socket} = V}) ->
 format_error({bad_option, K, V}) ->
     lists:flatten(io_lib:format("bad value for option ~p: ~0p (expected ~s)",
                                 [K, V, expected(K)]));
+format_error({not_for_local, port, Port}) ->
+    lists:flatten(io_lib:format("bad value for option port: ~0p (a Unix socket, ip => "
+                                "{local, Path}, has no port: leave port out, or 0)", [Port]));
+format_error({not_for_local, reuseport, _}) ->
+    "reuseport does not apply to a Unix socket (ip => {local, Path}): a path is bound by "
+    "one socket only, and cannot be shared with another listener or process";
 format_error({ssl_not_started, Reason}) ->
     lists:flatten(io_lib:format("transport ssl needs OTP's ssl application, which could not "
                                 "be started: ~0p", [Reason]));
@@ -736,7 +818,10 @@ libraries(K) when K =:= inet; K =:= inet6; K =:= inet_backend ->
 libraries(_) ->
     false.
 
-expected(ip) -> "an IPv4 or IPv6 address tuple";
+expected(ip) -> "an IPv4 or IPv6 address tuple, or {local, Path} for a Unix socket: Path a "
+                  "non-empty string or binary without NUL bytes, at most " ++
+                  integer_to_list(?MAX_LOCAL_PATH) ++ " bytes once made absolute (Linux's "
+                  "sun_path)";
 expected(port) -> "an integer 0..65535 (0: any free port)";
 expected(handler) -> "{Module, Opts} where Module implements the sluice_handler "
                      "behaviour (init/2 and handle_data/2 exported)";

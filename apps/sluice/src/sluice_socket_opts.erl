@@ -10,7 +10,7 @@
 %% @private
 -module(sluice_socket_opts).
 
--export([set/2, get/2, address/1, sockaddr/2, steps/1]).
+-export([set/2, get/2, address/1, sockaddr/2, steps/1, not_inherited_on_local/1]).
 
 -define(DRIVER_ONLY, [high_watermark, low_watermark, high_msgq_watermark,
                       low_msgq_watermark, delay_send, send_timeout_close,
@@ -85,19 +85,38 @@ level_name(reuseport) -> {ok, {socket, reuseport}};
 level_name(tos) -> {ok, {ip, tos}};
 level_name(_) -> error.
 
-%% @doc A `socket' address map as gen_tcp gives it: `{IP, Port}'.
+%% @doc A `socket' address map as gen_tcp gives it: `{IP, Port}', or
+%% `{local, Path}' for a Unix socket.
 -spec address({ok, socket:sockaddr()} | {error, term()}) ->
-          {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
+          {ok, sluice:address()} | {error, term()}.
 address({ok, #{addr := IP, port := Port}}) -> {ok, {IP, Port}};
+address({ok, #{family := local, path := Path}}) -> {ok, {local, iolist_to_binary(Path)}};
 address({ok, Other}) -> {error, {unsupported_address, Other}};
 address({error, _} = E) -> E.
 
-%% @doc `{IP, Port}' as a `socket' address map.
--spec sockaddr(inet:ip_address() | any | loopback, inet:port_number()) -> socket:sockaddr_in() | socket:sockaddr_in6().
+%% @doc `{IP, Port}' as a `socket' address map (a Unix socket's path: no
+%% port).
+-spec sockaddr(inet:ip_address() | {local, binary()} | any | loopback, inet:port_number()) ->
+          socket:sockaddr_in() | socket:sockaddr_in6() | socket:sockaddr_un().
+sockaddr({local, Path}, _Port) -> #{family => local, path => Path};
 sockaddr(any, Port) -> #{family => inet, addr => any, port => Port};
 sockaddr(loopback, Port) -> #{family => inet, addr => loopback, port => Port};
 sockaddr(IP, Port) when tuple_size(IP) =:= 4 -> #{family => inet, addr => IP, port => Port};
 sockaddr(IP, Port) when tuple_size(IP) =:= 8 -> #{family => inet6, addr => IP, port => Port}.
+
+%% @doc The listener's socket options that a socket accepted on a Unix
+%% socket does not inherit from its listen socket (Linux copies the
+%% socket-level ones only for TCP: keepalive, linger and the buffer sizes
+%% read back as the kernel's defaults), for the transport to set on each
+%% one. `priority' is not among them: the transports set it on every
+%% accepted socket, TCP's too.
+-spec not_inherited_on_local([term()]) -> [term()].
+not_inherited_on_local(SocketOpts) ->
+    [O || O <- SocketOpts,
+          case O of
+              {K, _} -> lists:member(K, [recbuf, sndbuf, keepalive, linger]);
+              _ -> element(1, O) =:= raw
+          end].
 
 %% @doc Runs socket set-up steps in order until one fails: each returns
 %% `ok' (or `true' for a step skipped by a guard) or `{error, _}'.

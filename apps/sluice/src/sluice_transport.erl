@@ -39,7 +39,7 @@
 %% for `{active, N}'); `true' grants without end. (The listener option's
 %% `adaptive' is the connection loop's: it grants integers.)
 -type mode() :: false | once | true | pos_integer().
--type listen_opts() :: #{ip := inet:ip_address(), backlog := pos_integer(),
+-type listen_opts() :: #{ip := inet:ip_address() | {local, binary()}, backlog := pos_integer(),
                          reuseport := boolean(), socket_opts := list(),
                          tls_opts => list()}.
 %% What handshake/2 is given: the listener's options (socket_opts,
@@ -78,9 +78,10 @@
 %% the idle sweep's measure of "nothing from the client".
 -callback bytes_received(socket()) -> non_neg_integer().
 -callback close_socket(socket()) -> ok.
-%% The TCP addresses (under TLS too: the layer below it).
--callback peername(socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
--callback sockname(socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
+%% The TCP addresses (under TLS too: the layer below it), or `{local,
+%% Path}' on a Unix socket.
+-callback peername(socket()) -> {ok, sluice:address()} | {error, term()}.
+-callback sockname(socket()) -> {ok, sluice:address()} | {error, term()}.
 
 %%% The connection process.
 

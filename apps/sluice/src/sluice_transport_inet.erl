@@ -79,7 +79,7 @@ listen(Port, Opts) ->
 -spec listen_options(sluice_transport:listen_opts()) -> [gen_tcp:listen_option()].
 listen_options(#{ip := IP, backlog := Backlog, reuseport := ReusePort,
                  socket_opts := SocketOpts}) ->
-    Family = case tuple_size(IP) of 4 -> inet; 8 -> inet6 end,
+    Family = family(IP),
     Reuse = case ReusePort of
                 true -> [{raw, ?SOL_SOCKET, ?SO_REUSEPORT, <<1:32/native>>}];
                 false -> []
@@ -88,14 +88,20 @@ listen_options(#{ip := IP, backlog := Backlog, reuseport := ReusePort,
         [Family, {ip, IP}, binary, {packet, raw}, {active, false},
          {reuseaddr, true}, {backlog, Backlog}, {exit_on_close, false}].
 
+%% A Unix socket (`{local, Path}') is gen_tcp's family `local'.
+family({local, _}) -> local;
+family(IP) when tuple_size(IP) =:= 4 -> inet;
+family(IP) when tuple_size(IP) =:= 8 -> inet6.
+
 %% @doc gen_tcp:accept/2 without its option copy. gen_tcp copies ten
 %% options from the listen socket to each accepted one (a getsockopt each
 %% on the listen socket, then setsockopt on the new one, each wrapped in
 %% more calls by the driver): dozens of system calls per connection. On
-%% Linux an accepted socket inherits all of them from the listen socket
-%% but SO_PRIORITY, which handshake/2 sets when the listener has it. The
-%% driver's own settings (binary, packet, buffer, active, send_timeout...)
-%% are copied by the driver itself. What is left is gen_tcp's
+%% Linux an accepted TCP socket inherits all of them from the listen
+%% socket but SO_PRIORITY, which handshake/2 sets when the listener has it
+%% (one accepted on a Unix socket inherits less, which handshake/2 sets
+%% too). The driver's own settings (binary, packet, buffer, active,
+%% send_timeout...) are copied by the driver itself. What is left is gen_tcp's
 %% registration of the port's module, which gen_tcp and inet calls on the
 %% socket rely on.
 -spec accept(gen_tcp:socket(), timeout()) -> {ok, gen_tcp:socket()} | {error, term()}.
@@ -134,6 +140,7 @@ module_of(LSock, Sock) ->
 
 family_module(Sock) ->
     case prim_inet:sockname(Sock) of
+        {ok, {local, _}} -> local_tcp;
         {ok, {IP, _}} when tuple_size(IP) =:= 8 -> inet6_tcp;
         _ -> inet_tcp
     end.
@@ -195,24 +202,41 @@ close_port(Sock) ->
             gen_tcp:close(Sock)
     end.
 
--spec peername(gen_tcp:socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
+%% @doc The peer's address; on a Unix socket `{local, Path}', `<<>>' for
+%% a client that did not bind its socket to a path (most do not).
+-spec peername(gen_tcp:socket()) -> {ok, sluice:address()} | {error, term()}.
 peername(Sock) ->
     inet:peername(Sock).
 
--spec sockname(gen_tcp:socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
+-spec sockname(gen_tcp:socket()) -> {ok, sluice:address()} | {error, term()}.
 sockname(Sock) ->
     inet:sockname(Sock).
 
 %% @doc A handler's socket options (sluice:setopts/2, which has checked
-%% them), from any process: the driver takes them from any.
+%% them), from any process: the driver takes them from any. On a Unix
+%% socket TCP's and IP's (`nodelay', `tos') are `enotsup', as the socket
+%% backend has the kernel say: the driver set `nodelay' as `ok' without
+%% setting anything, and left it out of what getopts/2 read.
 -spec setopts(gen_tcp:socket(), [sluice:sockopt()]) -> ok | {error, term()}.
 setopts(Sock, Opts) ->
-    closed_or(Sock, inet:setopts(Sock, Opts)).
+    case tcp_only_on_local(Sock, [K || {K, _} <- Opts]) of
+        true -> {error, enotsup};
+        false -> closed_or(Sock, inet:setopts(Sock, Opts))
+    end.
 
 -spec getopts(gen_tcp:socket(), [sluice:sockopt_name()]) ->
           {ok, [sluice:sockopt()]} | {error, term()}.
 getopts(Sock, Names) ->
-    closed_or(Sock, inet:getopts(Sock, Names)).
+    case tcp_only_on_local(Sock, Names) of
+        true -> {error, enotsup};
+        false -> closed_or(Sock, inet:getopts(Sock, Names))
+    end.
+
+%% Whether the names include TCP's or IP's own and the socket is a Unix
+%% one (gen_tcp registers it with module local_tcp: no system call).
+tcp_only_on_local(Sock, Names) ->
+    lists:any(fun(K) -> K =:= nodelay orelse K =:= tos end, Names)
+        andalso inet_db:lookup_socket(Sock) =:= {ok, local_tcp}.
 
 %% The driver answers `einval' for a socket that has closed, as for a value
 %% the kernel refuses: a closed one is `closed', as on the socket backend.
@@ -240,7 +264,16 @@ delivers_prefix() ->
 %% init/2 queued for the process (its own sluice:send/2, a message to
 %% itself), as any later chunk comes.
 -spec handshake(gen_tcp:socket(), sluice_transport:conn_opts()) -> {ok, #inet{}} | {error, term()}.
-handshake(Sock, Opts = #{socket_opts := SocketOpts}) ->
+handshake(Sock, Opts = #{ip := {local, _}, socket_opts := SocketOpts}) ->
+    %% A Unix socket's accepted sockets inherit less (sluice_socket_opts).
+    case inet:setopts(Sock, sluice_socket_opts:not_inherited_on_local(SocketOpts)) of
+        ok -> handshake_tcp(Sock, Opts);
+        Error -> Error
+    end;
+handshake(Sock, Opts) ->
+    handshake_tcp(Sock, Opts).
+
+handshake_tcp(Sock, Opts = #{socket_opts := SocketOpts}) ->
     _ = case maps:get(prefix, Opts, <<>>) of
             <<>> -> ok;
             Prefix -> gen_tcp:unrecv(Sock, Prefix)

@@ -60,16 +60,17 @@
           {ok, socket:socket()} | {error, term()}.
 listen(Port, #{ip := IP, backlog := Backlog, reuseport := ReusePort,
                socket_opts := SocketOpts}) ->
-    Family = case tuple_size(IP) of 4 -> inet; 8 -> inet6 end,
-    case socket:open(Family, stream, tcp) of
+    Family = family(IP),
+    case socket:open(Family, stream, default) of
         {ok, L} ->
             %% Options set on the listen socket are inherited by accepted
-            %% sockets (by the kernel), so accept/2 sets none.
+            %% sockets (by the kernel), so accept/2 sets none. (On TCP: a
+            %% Unix socket's are set again by handshake/2.)
             Steps = [fun() -> socket:setopt(L, {socket, reuseaddr}, true) end,
                      fun() -> ReusePort =:= false orelse
                                   socket:setopt(L, {socket, reuseport}, true) end,
                      fun() -> sluice_socket_opts:set(L, SocketOpts) end,
-                     fun() -> socket:bind(L, #{family => Family, addr => IP, port => Port}) end,
+                     fun() -> socket:bind(L, sluice_socket_opts:sockaddr(IP, Port)) end,
                      fun() -> socket:listen(L, Backlog) end],
             case sluice_socket_opts:steps(Steps) of
                 ok -> {ok, L};
@@ -78,6 +79,10 @@ listen(Port, #{ip := IP, backlog := Backlog, reuseport := ReusePort,
         Error ->
             Error
     end.
+
+family({local, _}) -> local;
+family(IP) when tuple_size(IP) =:= 4 -> inet;
+family(IP) when tuple_size(IP) =:= 8 -> inet6.
 
 -spec accept(socket:socket(), timeout()) -> {ok, socket:socket()} | {error, term()}.
 accept(LSock, Timeout) ->
@@ -125,11 +130,14 @@ close_socket(Sock) ->
     _ = socket:close(Sock),
     ok.
 
--spec peername(socket:socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
+%% @doc The peer's address as gen_tcp gives it: on a Unix socket
+%% `{local, Path}', `<<>>' for a client that did not bind its socket to a
+%% path.
+-spec peername(socket:socket()) -> {ok, sluice:address()} | {error, term()}.
 peername(Sock) ->
     sluice_socket_opts:address(socket:peername(Sock)).
 
--spec sockname(socket:socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
+-spec sockname(socket:socket()) -> {ok, sluice:address()} | {error, term()}.
 sockname(Sock) ->
     sluice_socket_opts:address(socket:sockname(Sock)).
 
@@ -161,7 +169,16 @@ delivers_prefix() ->
 %% process (its own sluice:send/2, a message to itself), as any later
 %% chunk comes.
 -spec handshake(socket:socket(), sluice_transport:conn_opts()) -> {ok, #sk{}} | {error, term()}.
-handshake(Sock, Opts = #{socket_opts := SocketOpts}) ->
+handshake(Sock, Opts = #{ip := {local, _}, socket_opts := SocketOpts}) ->
+    %% A Unix socket's accepted sockets inherit less (sluice_socket_opts).
+    case sluice_socket_opts:set(Sock, sluice_socket_opts:not_inherited_on_local(SocketOpts)) of
+        ok -> handshake_tcp(Sock, Opts);
+        {error, {Reason, _Opt}} -> {error, Reason}
+    end;
+handshake(Sock, Opts) ->
+    handshake_tcp(Sock, Opts).
+
+handshake_tcp(Sock, Opts = #{socket_opts := SocketOpts}) ->
     {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
     {send_timeout, SendTimeout} = lists:keyfind(send_timeout, 1, SocketOpts),
     Reading = case maps:get(prefix, Opts, <<>>) of

@@ -405,10 +405,10 @@ bytes_received(Sock) -> ?INET:bytes_received(Sock).
 -spec close_socket(gen_tcp:socket()) -> ok.
 close_socket(Sock) -> ?INET:close_socket(Sock).
 
--spec peername(gen_tcp:socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
+-spec peername(gen_tcp:socket()) -> {ok, sluice:address()} | {error, term()}.
 peername(Sock) -> ?INET:peername(Sock).
 
--spec sockname(gen_tcp:socket()) -> {ok, {inet:ip_address(), inet:port_number()}} | {error, term()}.
+-spec sockname(gen_tcp:socket()) -> {ok, sluice:address()} | {error, term()}.
 sockname(Sock) -> ?INET:sockname(Sock).
 
 %% @doc A handler's socket options are the TCP socket's, as ssl:setopts/2
@@ -457,7 +457,7 @@ handshake(Sock, Opts = #{tls_opts := TlsOpts, handshake_timeout := Timeout,
     %% close_notify anyway: ssl ends the connection on that FIN whenever it
     %% is active.
     _ = inet:setopts(Sock, [{buffer, tls_read(Buffer, maps:get(active, Opts, adaptive))},
-                            {exit_on_close, true}]),
+                            {exit_on_close, true} | not_inherited(Opts)]),
     try ssl:handshake(Sock, quiet(TlsOpts), Timeout) of
         {ok, SslSock} -> {ok, #tls{ssl = SslSock, tcp = Sock}};
         {ok, SslSock, _Ext} -> {ok, #tls{ssl = SslSock, tcp = Sock}};
@@ -471,6 +471,13 @@ handshake(Sock, Opts = #{tls_opts := TlsOpts, handshake_timeout := Timeout,
         %% report per connection, counted as a handler's `crashed'.
         exit:{Why, {gen_statem, call, _}} -> {error, {ssl_crashed, Why}}
     end.
+
+%% A Unix socket's accepted sockets inherit less than TCP's
+%% (sluice_socket_opts): set with the options above, in the same call.
+not_inherited(#{ip := {local, _}, socket_opts := SocketOpts}) ->
+    sluice_socket_opts:not_inherited_on_local(SocketOpts);
+not_inherited(_) ->
+    [].
 
 %% The most one TCP read under TLS brings. ssl's connection process arms
 %% the TCP socket for `internal_active_n' reads at a time (100 unless the

@@ -32,11 +32,14 @@
          socket_backend_and_poll_sets_reach_the_vm/1,
          more_poll_sets_than_threads_exits_2_with_one_line/1,
          idle_memory_past_the_descriptor_limit_exits_1_with_one_line/1,
-         load_over_ipv6/1]).
+         load_over_ipv6/1,
+         serve_on_a_unix_socket/1,
+         unix_with_a_tcp_address_or_nodes_exits_2_with_one_line/1,
+         unix_path_in_a_missing_directory_exits_1_with_one_line/1]).
 
 -define(LOOPBACK, "127.0.0.1").
 %% Every option of `serve'; `serve --help' must document each (help_mentions_every_option).
--define(SERVE_OPTIONS, ["ip", "port", "protocol", "ack", "max-frame", "active", "acceptors",
+-define(SERVE_OPTIONS, ["ip", "port", "unix", "protocol", "ack", "max-frame", "active", "acceptors",
                         "listen-sockets", "max-connections", "idle-timeout", "backlog",
                         "buffer", "drain-timeout", "backend", "io-poll-threads",
                         "io-poll-sets", "scheduler-bind", "help"]).
@@ -54,7 +57,9 @@ all() ->
      load_bad_option_exits_2_with_one_line, load_unwritable_json_exits_2_before_the_run,
      socket_backend_and_poll_sets_reach_the_vm,
      more_poll_sets_than_threads_exits_2_with_one_line,
-     idle_memory_past_the_descriptor_limit_exits_1_with_one_line, load_over_ipv6].
+     idle_memory_past_the_descriptor_limit_exits_1_with_one_line, load_over_ipv6,
+     serve_on_a_unix_socket, unix_with_a_tcp_address_or_nodes_exits_2_with_one_line,
+     unix_path_in_a_missing_directory_exits_1_with_one_line].
 
 init_per_suite(Config) ->
     sluice_load_test_lib:built_bin(Config).
@@ -473,3 +478,54 @@ load_over_ipv6_run(Config) ->
                             {"::1,127.0.0.1", "mixes IPv4 and IPv6"}]],
     signal("TERM", OsPid),
     ?assertMatch({0, _}, sluice_load_test_lib:wait_exit(Port, 10000)).
+
+%% `serve --unix PATH': one line `listening on unix:PATH', the protocol
+%% served there, the metrics on loopback (a Unix listener has no IP to
+%% serve them on), and the socket file gone after the drain. (Under /tmp:
+%% priv_dir paths run past sun_path's 108 bytes.)
+serve_on_a_unix_socket(Config) ->
+    Path = "/tmp/sluice-cli-" ++ os:getpid() ++ ".sock",
+    {Port, OsPid} = sluice_load_test_lib:sluice(Config, ["serve", "--unix", Path,
+                                                         "--protocol", "ping",
+                                                         "--metrics-port", "0"]),
+    try
+        {[], Before} = sluice_load_test_lib:wait_line(Port, "^listening on unix:" ++ Path ++ "$",
+                                                      15000),
+        ?assertMatch([_], [L || L <- Before,
+                                re:run(L, "metrics at http://127\\.0\\.0\\.1:") =/= nomatch]),
+        {ok, S} = gen_tcp:connect({local, Path}, 0, [binary, {active, false}], 5000),
+        ok = gen_tcp:send(S, <<"Ping\n">>),
+        ?assertEqual({ok, <<"Pong\n">>}, gen_tcp:recv(S, 5, 5000)),
+        ok = gen_tcp:close(S),
+        signal("TERM", OsPid),
+        ?assertMatch({0, _}, sluice_load_test_lib:wait_exit(Port, 10000)),
+        ?assertEqual({error, enoent}, file:read_link_info(Path))
+    after
+        _ = file:delete(Path)
+    end.
+
+%% --unix replaces --ip and --port, and cannot be shared by --nodes: each
+%% with it is exit 2 and one line, before anything listens.
+unix_with_a_tcp_address_or_nodes_exits_2_with_one_line(Config) ->
+    Path = "/tmp/sluice-cli-" ++ os:getpid() ++ "-bad.sock",
+    [begin
+         {Status, Lines} = run(Config, ["serve", "--unix", Path | Extra]),
+         ct:log("~p -> ~p ~p", [Extra, Status, Lines]),
+         ?assertEqual(2, Status),
+         ?assertMatch([_], Lines),
+         ?assertNotEqual(nomatch, binary:match(hd(Lines), Says))
+     end || {Extra, Says} <- [{["--port", "9000"], <<"--port">>},
+                              {["--ip", ?LOOPBACK], <<"--ip">>},
+                              {["--nodes", "2"], <<"--nodes">>}]],
+    ?assertEqual({error, enoent}, file:read_link_info(Path)).
+
+%% A path the listener cannot bind is exit 1 and one line that names it
+%% (not the default --ip and --port, which --unix stands in for).
+unix_path_in_a_missing_directory_exits_1_with_one_line(Config) ->
+    Path = "/tmp/sluice-cli-" ++ os:getpid() ++ "-no-such-dir/x.sock",
+    {Status, Lines} = run(Config, ["serve", "--unix", Path]),
+    ct:log("~p ~p", [Status, Lines]),
+    ?assertEqual(1, Status),
+    ?assertEqual([list_to_binary("sluice: cannot listen on unix:" ++ Path ++
+                                     ": no such directory")],
+                 Lines).

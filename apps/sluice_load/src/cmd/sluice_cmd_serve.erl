@@ -18,6 +18,9 @@ specs() ->
     U = fun(K, Type, Help) -> (O(K, Type, undefined, Help))#{shown => shown(K)} end,
     [O(ip, ip, {0, 0, 0, 0}, "address to listen on"),
      O(port, {integer, 0, 65535}, 8000, "port to listen on (0: any free port)"),
+     (O(unix, string, undefined,
+        "listen on a Unix domain socket at this path instead of --ip and --port (a stale "
+        "socket file there is replaced; the file is removed at exit)"))#{meta => "PATH"},
      O(protocol, {enum, [ack, ping, echo]}, ack, "protocol to serve"),
      U(ack, {enum, [each, last, counted]},
        "ack protocol: one ack per frame (each), one per read (last), or one per read with a count (counted)"),
@@ -81,7 +84,8 @@ run(Args) ->
     sluice_cli_args:with_options("serve", ?ABOUT, specs(), Args,
                                  fun(Opts) ->
                                          Checks = [sluice_vm_flags:check(Opts), check_tls(Opts),
-                                                   check_hosts(Opts), check_applies(Opts),
+                                                   check_hosts(Opts), check_unix(Opts),
+                                                   check_applies(Opts),
                                                    check_listener(Opts)],
                                          case [Msg || {error, Msg} <- Checks] of
                                              [] -> serve(Opts, Args);
@@ -108,6 +112,18 @@ check_tls(_) ->
 check_hosts(#{nodes := 0, hosts := H}) when H =/= "local" ->
     {error, "--hosts is for --nodes N (the nodes to start on those hosts)"};
 check_hosts(_) ->
+    ok.
+
+%% --unix replaces the TCP address: an --ip or --port other than the
+%% default would be ignored in silence, and the nodes of --nodes share a
+%% port, which a path cannot be (one socket binds it).
+check_unix(#{unix := undefined}) ->
+    ok;
+check_unix(#{nodes := N}) when N > 0 ->
+    {error, "--unix is for one node: a socket path cannot be shared by --nodes"};
+check_unix(#{ip := IP, port := Port}) when IP =/= {0, 0, 0, 0}; Port =/= 8000 ->
+    {error, "--unix listens on a path: leave out --ip and --port"};
+check_unix(_) ->
     ok.
 
 %% Options that apply only with another are refused without it, as `load'
@@ -193,7 +209,11 @@ listener_opts(O) ->
                      0 -> [];
                      B -> [{buffer, B}]
                  end,
-    #{ip => maps:get(ip, O), port => maps:get(port, O), handler => Handler,
+    {IP, Port} = case maps:get(unix, O) of
+                     undefined -> {maps:get(ip, O), maps:get(port, O)};
+                     Path -> {{local, Path}, 0}
+                 end,
+    #{ip => IP, port => Port, handler => Handler,
       active => maps:get(active, O), num_acceptors => maps:get(acceptors, O),
       num_listen_sockets => maps:get(listen_sockets, O),
       max_connections => maps:get(max_connections, O),

@@ -27,9 +27,11 @@ run(O, ListenerOpts) ->
                 {error, _, _} = E -> E
             end;
         {error, Reason} ->
-            {error, 1, lists:flatten(io_lib:format("cannot listen on ~s: ~s",
-                                                   [sluice_opts:format_address(maps:get(ip, O),
-                                                                               maps:get(port, O)),
+            %% (the listener's address: --unix stands for ip and port)
+            {error, 1, lists:flatten(io_lib:format("cannot listen on ~ts: ~s",
+                                                   [sluice_opts:format_address(
+                                                      maps:get(ip, ListenerOpts),
+                                                      maps:get(port, ListenerOpts)),
                                                     describe_error(Reason)]))}
     end.
 
@@ -73,7 +75,7 @@ serve(O, IP, Port) ->
 %% @doc Once the listener accepts (on every node), before the listening
 %% line: the telemetry events where telemetry is present, and the /metrics
 %% endpoint if --metrics-port asks for it (where it is said on stderr).
--spec start_metrics(map(), inet:ip_address(), sluice:name()) -> ok | {error, 1, string()}.
+-spec start_metrics(map(), inet:ip_address() | {local, binary()}, sluice:name()) -> ok | {error, 1, string()}.
 start_metrics(O, IP, Name) ->
     _ = sluice_serve_telemetry:start(Name),
     case maps:get(metrics_port, O) of
@@ -83,12 +85,13 @@ start_metrics(O, IP, Name) ->
             %% as for the listener: a port in use is one line, not
             %% inets' supervisor reports and its nested start error
             ok = logger:add_primary_filter(sluice_cli_metrics, {fun drop_start_errors/2, []}),
-            Started = sluice_prometheus_httpd:start(IP, Port, Name),
+            Started = sluice_prometheus_httpd:start(metrics_ip(IP), Port, Name),
             ok = logger:remove_primary_filter(sluice_cli_metrics),
             case Started of
                 {ok, Pid} ->
                     io:format(standard_error, "sluice: metrics at http://~s/metrics~n",
-                              [sluice_opts:format_address(IP, sluice_prometheus_httpd:port(Pid))]);
+                              [sluice_opts:format_address(metrics_ip(IP),
+                                                          sluice_prometheus_httpd:port(Pid))]);
                 {error, Reason} ->
                     {error, 1, lists:flatten(io_lib:format("cannot serve metrics on port ~b: ~s",
                                                            [Port, httpd_error(Reason)]))}
@@ -119,18 +122,25 @@ drop_start_errors(Event, _) -> Event.
 
 %% @doc A server reachable from every network the host is on, where the
 %% user may have meant loopback: said once on stderr.
--spec warn_if_open(inet:ip_address()) -> ok.
+-spec warn_if_open(inet:ip_address() | {local, binary()}) -> ok.
 warn_if_open(IP) when IP =:= {0, 0, 0, 0}; IP =:= {0, 0, 0, 0, 0, 0, 0, 0} ->
     io:format(standard_error, "sluice: listening on all interfaces (--ip 127.0.0.1 for "
               "this host only)~n", []);
 warn_if_open(_IP) ->
     ok.
 
+%% The metrics are served over HTTP on the listener's address; a
+%% listener on a Unix socket has none: this host only.
+metrics_ip({local, _}) -> {127, 0, 0, 1};
+metrics_ip(IP) -> IP.
+
 %% @doc A listen error in words.
 -spec describe_error(term()) -> string().
 describe_error(eaddrinuse) -> "address in use";
 describe_error(eacces) -> "permission denied";
 describe_error(eaddrnotavail) -> "address not available";
+describe_error(eexist) -> "the path holds a file that is not a socket";
+describe_error(enoent) -> "no such directory";
 describe_error(Reason) -> sluice:format_error(Reason).
 
 wait_signal() ->
