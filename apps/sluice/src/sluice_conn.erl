@@ -621,11 +621,16 @@ park(S) ->
 %% A connection upgraded by STARTTLS is on the `ssl' transport, which
 %% cannot hold a socket armed for its supervisor: its state is ssl's
 %% connection process, not the socket (and the supervisor would arm it as
-%% its listener's plain socket).
+%% its listener's plain socket). It hibernates instead, without reporting
+%% itself awake: the sweep then leaves it as one told to park until a
+%% message wakes it (wake/1 reports that). Reported awake (stay/1), it was
+%% told to park again at every tick of a quiet spell, each time woken and
+%% kept out of hibernation: with `park_after' no longer than
+%% `hibernate_after' it never hibernated.
 parks(S = #s{t = T}) ->
     case erlang:function_exported(T, park, 1) of
         true -> hand_over(S);
-        false -> stay(S)
+        false -> proc_lib:hibernate(?MODULE, wake, [S])
     end.
 
 %% Not parking: awake, as the sweep is told.

@@ -76,6 +76,11 @@ release(Owed, Reply, Pipelined, ReadPending, Opts, S) ->
                 false -> go_ahead(Sock, [Owed, Reply], ReadPending, Opts, S)
             end;
         {error, closed} ->
+            %% The client closed after STARTTLS: no upgrade. It may have
+            %% closed only its side (the inet listener keeps half-closed
+            %% connections open) and still read: the replies owed to the
+            %% frames before STARTTLS go out, as they would without it.
+            ok = sluice_conn_handler:owed(Owed, S),
             {stop, closed, S};
         {error, Reason} ->
             {stop, {error, Reason}, S}

@@ -26,6 +26,7 @@
          partial_line_after_starttls_is_refused/1,
          plaintext_in_the_mailbox_is_refused/1,
          plaintext_written_before_the_reply_never_reaches_the_handler/1,
+         half_close_after_starttls_gets_the_replies_owed/1,
          silent_client_is_closed_at_handshake_timeout/1,
          garbage_instead_of_client_hello_is_a_handshake_error/1,
          client_certificate_reaches_the_handler/1,
@@ -33,7 +34,9 @@
          proxy_header_then_plain_then_starttls/1,
          drain_of_an_upgraded_connection_is_graceful/1,
          upgraded_connection_does_not_park/1,
+         upgraded_connection_told_to_park_hibernates/1,
          send_from_another_process_goes_over_tls/1,
+         own_send_before_starttls_goes_over_tls/1,
          tls_opts_on_inet_are_checked_at_start/1,
          tls_opts_on_socket_are_refused/1,
          starttls_without_tls_opts_crashes/1,
@@ -57,7 +60,8 @@ groups() ->
      {injection, [], [pipelined_in_the_same_write_is_refused,
                       partial_line_after_starttls_is_refused,
                       plaintext_in_the_mailbox_is_refused,
-                      plaintext_written_before_the_reply_never_reaches_the_handler]},
+                      plaintext_written_before_the_reply_never_reaches_the_handler,
+                      half_close_after_starttls_gets_the_replies_owed]},
      {handshake, [], [silent_client_is_closed_at_handshake_timeout,
                       garbage_instead_of_client_hello_is_a_handshake_error,
                       client_certificate_reaches_the_handler,
@@ -65,7 +69,9 @@ groups() ->
                       proxy_header_then_plain_then_starttls]},
      {after_upgrade, [], [drain_of_an_upgraded_connection_is_graceful,
                           upgraded_connection_does_not_park,
-                          send_from_another_process_goes_over_tls]},
+                          upgraded_connection_told_to_park_hibernates,
+                          send_from_another_process_goes_over_tls,
+                          own_send_before_starttls_goes_over_tls]},
      {unavailable, [], [tls_opts_on_inet_are_checked_at_start,
                         tls_opts_on_socket_are_refused,
                         starttls_without_tls_opts_crashes,
@@ -270,6 +276,28 @@ plaintext_written_before_the_reply_never_reaches_the_handler(Config) ->
     ?assertEqual([{<<"STARTTLS">>, false}], lines(Pid)),
     ?assertEqual(1, reason_count(Name, protocol_error) + reason_count(Name, handshake_error)).
 
+%% A client that sends EHLO and STARTTLS in one write, then closes its
+%% side, gets the reply owed to EHLO (not the "go ahead") before the
+%% close, as it would without STARTTLS; its FIN already in the mailbox
+%% when the upgrade starts, the reply was lost.
+half_close_after_starttls_gets_the_replies_owed(Config) ->
+    Name = ?config(name, Config),
+    Port = listener([{active, 10} | Config], #{hopts => #{hold => true}}),
+    {C, Pid} = plain_client(Port),
+    ok = gen_tcp:send(C, <<"EHLO me\r\nSTARTTLS\r\n">>),
+    receive {holding, Pid} -> ok after 5000 -> error(no_hold) end,
+    ok = gen_tcp:shutdown(C, write),
+    sluice_test_lib:wait_until(
+      fun() ->
+              {messages, Msgs} = process_info(Pid, messages),
+              lists:any(fun(M) -> element(1, M) =:= tcp_closed end, Msgs)
+      end, 5000),
+    Pid ! proceed,
+    ?assertEqual({ok, <<"250 EHLO me\r\n">>}, recv_line(C)),
+    expect_closed(C),
+    ?assertEqual(closed, terminated(Pid)),
+    ?assertEqual(1, reason_count(Name, peer_closed)).
+
 %%% ------------------------------------------------------------------
 %%% The handshake
 %%% ------------------------------------------------------------------
@@ -383,6 +411,35 @@ upgraded_connection_does_not_park(Config) ->
     [{<<"still here">>, true}] = [L || L = {<<"still here">>, _} <- lines(Pid)],
     _ = ssl:close(S).
 
+%% Told to park, an upgraded connection hibernates in its place, and is
+%% not told again until something wakes it: reported awake, it was told
+%% at every tick and, with park_after shorter than hibernate_after, never
+%% hibernated at all. Hibernated so, it still answers, and is still
+%% closed at its idle timeout. (Asked every 100 ms, more than the sweep's
+%% tick: process_info/2 is a signal the process handles, which the sweep
+%% takes for activity until it has told the connection to park.)
+upgraded_connection_told_to_park_hibernates(Config) ->
+    Name = ?config(name, Config),
+    Port = listener(Config, #{park_after => 50, hibernate_after => 60000,
+                              idle_timeout => 4000}),
+    {C, Pid} = plain_client(Port),
+    {ok, S} = starttls(Config, C, []),
+    receive {starttls, Pid, _} -> ok after 5000 -> error(no_starttls) end,
+    hibernated(Pid),
+    ?assertEqual({ok, <<"250 awake\r\n">>}, tls_command(S, <<"awake">>)),
+    hibernated(Pid),
+    ?assertEqual({<<>>, closed}, sluice_tls_test_lib:recv_until_closed(S, 10000)),
+    ?assertEqual(idle_timeout, terminated(Pid)),
+    ?assertEqual(0, maps:get(parked, sluice:info(Name))),
+    ?assertEqual(1, reason_count(Name, idle_timeout)),
+    _ = ssl:close(S).
+
+hibernated(Pid) ->
+    sluice_test_lib:wait_until(
+      fun() ->
+              process_info(Pid, current_function) =:= {current_function, {erlang, hibernate, 3}}
+      end, 3000, 100).
+
 %% sluice:send/2 from another process goes out over TLS.
 send_from_another_process_goes_over_tls(Config) ->
     Port = listener(Config, #{}),
@@ -391,6 +448,20 @@ send_from_another_process_goes_over_tls(Config) ->
     receive {starttls, Pid, _} -> ok after 5000 -> error(no_starttls) end,
     ?assertEqual(ok, sluice:send(Pid, <<"pushed\r\n">>)),
     ?assertEqual({ok, <<"pushed\r\n">>}, ssl:recv(S, 8, 5000)),
+    _ = ssl:close(S).
+
+%% The handler's own sluice:send/2 in the callback that returns starttls
+%% goes out after the reply, as after any callback's: that is after the
+%% upgrade, over TLS (docs/handler.md says so: what must go out in
+%% plaintext belongs in the reply).
+own_send_before_starttls_goes_over_tls(Config) ->
+    Port = listener(Config, #{}),
+    {C, Pid} = plain_client(Port),
+    ok = gen_tcp:send(C, <<"SEND STARTTLS\r\n">>),
+    ?assertEqual({ok, <<"220 go ahead\r\n">>}, recv_line(C)),
+    {ok, S} = handshake(Config, C, []),
+    receive {starttls, Pid, _} -> ok after 5000 -> error(no_starttls) end,
+    ?assertEqual({ok, <<"250 sent\r\n">>}, ssl:recv(S, 10, 5000)),
     _ = ssl:close(S).
 
 %%% ------------------------------------------------------------------

@@ -6,6 +6,8 @@
 %%      `hold => true' in the options it first tells the test
 %%      `{holding, Pid}' and waits for `proceed', so that the test can
 %%      put bytes in the connection's mailbox meanwhile;</li>
+%%  <li>`SEND STARTTLS': as `STARTTLS', after a sluice:send/2 of "250
+%%      sent" of its own;</li>
 %%  <li>`TLS?': "TLS Protocol" once handle_starttls/2 has run, else
 %%      "PLAIN";</li>
 %%  <li>`PEER?': "CERT" when the client's certificate came, else "NOCERT";</li>
@@ -23,7 +25,8 @@
 
 init(Conn, Opts = #{test := Test}) ->
     Test ! {init, self(), Conn},
-    State = #{test => Test, tls => undefined, hold => maps:get(hold, Opts, false)},
+    State = #{test => Test, tls => undefined, hold => maps:get(hold, Opts, false),
+              conn => Conn},
     case maps:get(init_starttls, Opts, false) of
         true -> {starttls, <<"220 tls now\r\n">>, State};
         false -> {reply, <<"220 ready\r\n">>, State}
@@ -38,6 +41,9 @@ command(<<"STARTTLS">>, S = #{hold := true, test := Test}) ->
     receive proceed -> ok end,
     {starttls, <<"220 go ahead\r\n">>, S};
 command(<<"STARTTLS">>, S) ->
+    {starttls, <<"220 go ahead\r\n">>, S};
+command(<<"SEND STARTTLS">>, S = #{conn := Conn}) ->
+    ok = sluice:send(Conn, <<"250 sent\r\n">>),
     {starttls, <<"220 go ahead\r\n">>, S};
 command(<<"TLS?">>, S = #{tls := undefined}) ->
     {reply, <<"PLAIN\r\n">>, S};

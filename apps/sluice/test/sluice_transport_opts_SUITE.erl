@@ -22,6 +22,7 @@
          options_that_cannot_change_are_refused/1,
          given_back_whole_changes_nothing/1,
          port_stays_the_listeners_own/1,
+         own_port_is_not_an_option/1,
          connects_racing_the_switch_get_old_or_new_whole/1,
          calls_at_once_leave_every_conns_sup_on_the_last/1,
          kept_over_suspend_resume_drain_and_conns_sup_restart/1,
@@ -43,6 +44,7 @@ all() ->
      options_that_cannot_change_are_refused,
      given_back_whole_changes_nothing,
      port_stays_the_listeners_own,
+     own_port_is_not_an_option,
      connects_racing_the_switch_get_old_or_new_whole,
      calls_at_once_leave_every_conns_sup_on_the_last,
      kept_over_suspend_resume_drain_and_conns_sup_restart,
@@ -256,6 +258,10 @@ options_that_cannot_change_are_refused(Config) ->
                                              handler => {sluice_proto_echo, []}}),
     ?assertEqual({error, {not_changeable, handshake_timeout}},
                  sluice:set_transport_opts(Socket, #{handshake_timeout => 10})),
+    %% tls_opts there are refused as at start (docs/listener-options.md)
+    {_, Files} = cert(Config, "socket"),
+    ?assertEqual({error, {bad_option, tls_opts, {transport, socket}}},
+                 sluice:set_transport_opts(Socket, #{tls_opts => Files})),
     ok = sluice:stop_listener(Socket),
     %% Every listener option is in the list but max_connections (which
     %% changes), the TLS ones (above) and the handler's own
@@ -314,6 +320,22 @@ port_stays_the_listeners_own(Config) ->
 
 logged() ->
     receive {log, _, _, _} = L -> [L | logged()] after 0 -> [] end.
+
+%% `own_port' is the library's (validation sets it), not an option:
+%% refused as start_listener/2 refuses it, where it was accepted and
+%% ignored; and the listener keeps its own port.
+own_port_is_not_an_option(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{transport => inet, handler => {sluice_proto_echo, []}}),
+    {ok, Before} = sluice:get_transport_opts(Name),
+    ?assertEqual({error, {unknown_option, own_port}},
+                 sluice:start_listener({Name, 2}, #{own_port => false, port => 0,
+                                                    handler => {sluice_proto_echo, []}})),
+    ?assertEqual({error, {unknown_option, own_port}},
+                 sluice:set_transport_opts(Name, #{own_port => false})),
+    ?assertEqual({error, {unknown_option, own_port}},
+                 sluice:set_transport_opts(Name, [{handshake_timeout, 1000}, {own_port, false}])),
+    ?assertEqual({ok, Before}, sluice:get_transport_opts(Name)).
 
 %% Connects in a loop from two processes while the certificate changes
 %% eight times: every handshake succeeds (never the certificate of one
