@@ -88,8 +88,14 @@ defmodule KVTest do
 
   # Nested options are a keyword list or a map (docs/elixir.md): tls_opts
   # as a map used to be refused, where socket_opts and framing took one.
+  # They are checked at start (for STARTTLS on the default transport), so
+  # they need a certificate and its key: one made in memory.
   test "tls_opts can be a map" do
-    spec = :sluice.child_spec(name: :kv_tls, handler: {KV, nil}, tls_opts: %{verify: :verify_none})
-    assert %{start: {_, _, [:kv_tls, %{tls_opts: [verify: :verify_none]}]}} = spec
+    %{cert: cert, key: key} = :public_key.pkix_test_root_cert('kv test', [])
+    type = elem(key, 0)
+    tls = %{verify: :verify_none, cert: cert, key: {type, :public_key.der_encode(type, key)}}
+    spec = :sluice.child_spec(name: :kv_tls, handler: {KV, nil}, tls_opts: tls)
+    assert %{start: {_, _, [:kv_tls, %{tls_opts: got}]}} = spec
+    assert Enum.sort(got) == Enum.sort(Map.to_list(tls))
   end
 end
