@@ -202,8 +202,11 @@ check_drain_ms(Name, DrainMs) ->
 
 %% @doc Suspend the listener and ask every connection to drain; returns when
 %% none is left or after `DrainMs', with the number still open. Works on
-%% embedded listeners too (their owner then stops them). `DrainMs' is an
-%% integer 0..2^32 - 1 (about 49.7 days); anything else raises `badarg'.
+%% embedded listeners too (their owner then stops them). A connection
+%% still before its handler at the deadline (waiting for its PROXY header
+%% or in its TLS handshake) is closed then, counted `drained', and is not
+%% among those still open. `DrainMs' is an integer 0..2^32 - 1 (about
+%% 49.7 days); anything else raises `badarg'.
 -spec drain(name(), non_neg_integer()) -> {ok, non_neg_integer()} | {error, not_found}.
 drain(Name, DrainMs) ->
     check_drain_ms(Name, DrainMs),
@@ -226,11 +229,24 @@ drain(Name, DrainMs) ->
                                    end
                            end),
             case Told of
-                ok -> {ok, wait_empty(Stats, Deadline)};
+                ok -> {ok, left(Name, NS, Stats, Deadline)};
                 Error -> Error
             end;
         error ->
             {error, not_found}
+    end.
+
+%% The connections still open after the drain's deadline. Those it found
+%% before their handler are cut off at the deadline by their supervisors
+%% (sluice_conns_sup:cut/1), who are asked to have done it first: on
+%% their own timer it could come a moment after this count.
+left(Name, NS, Stats, Deadline) ->
+    case wait_empty(Stats, Deadline) of
+        0 ->
+            0;
+        _ ->
+            _ = [sluice_conns_sup:cut(Sup) || Sup <- conns_sups(Name, NS)],
+            sluice_stats:live(Stats)
     end.
 
 wait_empty(Stats, Deadline) ->

@@ -40,7 +40,7 @@
 %% On every read (next/3).
 -compile({inline, [uncollected/2]}).
 
--export([template/2, template_opts/2, init/3, wake/1, unpark/5,
+-export([template/3, template_opts/2, init/3, wake/1, unpark/5,
          code_change_parked/4]).
 %% STARTTLS (sluice_conn_starttls)
 -export([on_tls/2]).
@@ -49,19 +49,21 @@
 
 -export_type([template/0]).
 
-%% What every connection of a listener starts from (template/2).
--opaque template() :: {#s{}, sluice_listener_sup:listener()}.
+%% What every connection of a listener starts from (template/3).
+-opaque template() :: {#s{}, sluice_listener_sup:listener(), sluice_conns_sup:gate()}.
 -export([system_continue/3, system_terminate/4, system_code_change/4,
          system_get_state/1, system_replace_state/2]).
 
 %% @doc What every connection of `Listener' starts from, made once by its
 %% connection supervisor: the parts of the state that do not depend on the
-%% connection (which optional callbacks the handler has, and so on), and
-%% the supervisor's table for wake reports.
--spec template(sluice_listener_sup:listener(), sluice_sweep:woke_table()) -> template().
+%% connection (which optional callbacks the handler has, and so on), the
+%% supervisor's table for wake reports, and its gate between a
+%% connection's start and its handler (sluice_conns_sup:pass_gate/1).
+-spec template(sluice_listener_sup:listener(), sluice_sweep:woke_table(),
+               sluice_conns_sup:gate()) -> template().
 template(L = #{name := Name, transport := T, stats := Stats,
                opts := #{handler := {H, _}, active := Active, socket_opts := SocketOpts,
-                         gc_after_bytes := GcAfter}}, Woke) ->
+                         gc_after_bytes := GcAfter}}, Woke, Gate) ->
     {module, H} = code:ensure_loaded(H),
     {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
     {Min, Max} = grant_bounds(Active, Buffer),
@@ -72,18 +74,18 @@ template(L = #{name := Name, transport := T, stats := Stats,
         send_slice = sluice_transport:optional(T, send_slice, [], infinity),
         gc_after_bytes = GcAfter, timer_tag = make_ref(),
         has = sluice_conn_handler:optional(H)},
-     L}.
+     L, Gate}.
 
 %% @doc `Template' with other values for listener options that a
 %% connection reads as it starts (init/3): the handler's options
 %% (sluice:set_handler_opts/2; the module stays) and those
 %% sluice_opts_change:per_connection/0 names
 %% (sluice:set_transport_opts/2). None of them is in the state made from
-%% the options (template/2), which stays as it is. A woken parked
+%% the options (template/3), which stays as it is. A woken parked
 %% connection does not start again: unpark/5 reads none of them.
 -spec template_opts(template(), map()) -> template().
-template_opts({S0, L = #{opts := Opts}}, Changes) ->
-    {S0, L#{opts := maps:merge(Opts, Changes)}}.
+template_opts({S0, L = #{opts := Opts}, Gate}, Changes) ->
+    {S0, L#{opts := maps:merge(Opts, Changes)}, Gate}.
 
 %% `adaptive' (the default) starts where the mailbox of a client that
 %% outruns its handler is small, and may grow while the client reads its
@@ -110,30 +112,55 @@ small_read(_T, Buffer) -> Buffer div 4.
 %%
 %% Before the handler sees anything: the PROXY header (if the listener
 %% expects one), then the transport's handshake (TLS). Either failing ends
-%% the connection with a counted reason.
+%% the connection with a counted reason. Either may wait for the client
+%% (up to `proxy_timeout', `handshake_timeout'), blocked where a drain's
+%% message cannot reach it: whatever came of them, the connection goes on
+%% only through its supervisor's gate, which a drain closes at its
+%% deadline on the connections still waiting (it kills them: they have no
+%% handler to tell). Once through, the connection is its own, and a
+%% drain reaches its handler as any other's.
 -spec init(pid(), sluice_transport:socket(), template()) -> no_return().
-init(Parent, Sock, {S0, L = #{transport := T, opts := Opts}}) ->
+init(Parent, Sock, {S0, L = #{transport := T, opts := Opts}, Gate}) ->
     receive
         {sluice_go, Sock} -> ok
     end,
+    Before = before_handler(T, Sock, Opts),
+    case sluice_conns_sup:pass_gate(Gate) of
+        true -> through_gate(Before, Parent, Sock, S0, L);
+        %% Cut by a drain, whose kill is on its way: the supervisor
+        %% counts it (`drained').
+        false -> exit(normal)
+    end.
+
+%% The PROXY header, then the handshake. A client that closes before
+%% sending a byte (a load balancer's TCP health check) is the client's
+%% close, `peer_closed' from either, not a failure of theirs.
+before_handler(T, Sock, Opts) ->
     case sluice_proxy:read(T, Sock, Opts) of
         {ok, Proxy, Prefix} ->
             case T:handshake(Sock, Opts#{prefix => Prefix}) of
-                {ok, TS} ->
-                    S = S0#s{parent = Parent, ts = TS, frame = frame(Opts),
-                             sent_ack = sent_ack(T, TS), data_tag = data_tag(S0, TS),
-                             %% Read again, not the template's: a handler
-                             %% reloaded since the listener started may
-                             %% have gained or lost one (l(Mod), a release
-                             %% upgrade), as a gen_server's would
-                             has = sluice_conn_handler:optional(S0#s.handler)},
-                    start(S, L, conn(L, Sock, Proxy, TS), prefix(T, Prefix));
-                {error, Reason} ->
-                    refuse(Sock, L, {handshake_error, Reason})
+                {ok, TS} -> {ok, Proxy, Prefix, TS};
+                {error, peer_closed} -> {error, peer_closed};
+                {error, Reason} -> {error, {handshake_error, Reason}}
             end;
+        {error, peer_closed} ->
+            {error, peer_closed};
         {error, Reason} ->
-            refuse(Sock, L, {proxy_error, Reason})
+            {error, {proxy_error, Reason}}
     end.
+
+through_gate({ok, Proxy, Prefix, TS}, Parent, Sock, S0, L = #{transport := T, opts := Opts}) ->
+    S = S0#s{parent = Parent, ts = TS, frame = frame(Opts),
+             sent_ack = sent_ack(T, TS), data_tag = data_tag(S0, TS),
+             %% Read again, not the template's: a handler reloaded since
+             %% the listener started may have gained or lost one (l(Mod),
+             %% a release upgrade), as a gen_server's would
+             has = sluice_conn_handler:optional(S0#s.handler)},
+    start(S, L, conn(L, Sock, Proxy, TS), prefix(T, Prefix));
+through_gate({error, peer_closed}, _Parent, Sock, _S0, L) ->
+    probed(Sock, L);
+through_gate({error, Reason}, _Parent, Sock, _S0, L) ->
+    refuse(Sock, L, Reason).
 
 %% The shapes the loop's receive takes without classifying (see loop/1):
 %% the transport's name for them, or a fresh reference as the tag, which
@@ -177,6 +204,16 @@ prefix(T, Prefix) ->
         true -> <<>>;
         false -> Prefix
     end.
+
+%% A client that connected and closed without a byte: what a load
+%% balancer's TCP health check does every few seconds. Counted as the
+%% client's close and not logged: it is no fault, and logged it drowned
+%% the notices of real ones.
+-spec probed(sluice_transport:socket(), sluice_listener_sup:listener()) -> no_return().
+probed(Sock, #{transport := T, stats := Stats}) ->
+    T:close_socket(Sock),
+    sluice_stats:ended(Stats, peer_closed),
+    exit(normal).
 
 %% A connection that never reached its handler: counted and, because the
 %% same fault can come from every client, logged at most once a second.
@@ -244,7 +281,7 @@ frame(_) -> none.
 %% parked in `once' mode, and is passive if the event is data.
 -spec unpark(pid(), sluice_transport:socket(), term(), sluice_transport:tstate(),
              template()) -> no_return().
-unpark(Parent, Sock, {HState, Frame, Started, LoggerMeta}, TS, {S0 = #s{t = T}, _L}) ->
+unpark(Parent, Sock, {HState, Frame, Started, LoggerMeta}, TS, {S0 = #s{t = T}, _L, _Gate}) ->
     %% The process's logger metadata (the PROXY header's addresses,
     %% sluice_proxy:label/1) is the woken process's too.
     _ = LoggerMeta =:= undefined orelse logger:set_process_metadata(LoggerMeta),
@@ -424,7 +461,7 @@ upgraded({starttls, Owed, Reply, Pipelined, S}) -> starttls(Owed, Reply, Pipelin
 
 %% @doc The connection's state once it is on TLS (sluice_conn_starttls),
 %% `TS' the ssl transport's: the calls it makes through its transport and
-%% the shapes of its messages, as template/2 and init/3 set them for a
+%% the shapes of its messages, as template/3 and init/3 set them for a
 %% connection of an `ssl' listener. Nothing is armed.
 -spec on_tls(sluice_transport:tstate(), #s{}) -> #s{}.
 on_tls(TS, S) ->

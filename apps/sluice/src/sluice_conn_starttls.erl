@@ -131,6 +131,11 @@ handshake(Sock, Prefix, Deadline, Opts, S) ->
         {ok, TS} ->
             #{tls := Tls} = sluice_transport_ssl:info(TS),
             {ok, Tls, sluice_conn:on_tls(TS, S)};
+        {error, peer_closed} ->
+            %% No health check here: the client asked for TLS and closed
+            %% before its ClientHello, a failed handshake as ssl names it
+            %% (what terminate/2 gets).
+            {stop, {handshake_error, closed}, S};
         {error, Reason} ->
             {stop, {handshake_error, Reason}, S}
     end.

@@ -18,14 +18,31 @@
 %%      here instead of one per connection;</li>
 %%  <li>holds the connections that parked (sluice_parking) and starts a new
 %%      process for one when its socket has an event;</li>
-%%  <li>passes a drain on to every connection, parked ones included.</li>
+%%  <li>passes a drain on to every connection, parked ones included, and
+%%      at its deadline closes those still before their handler (the gate,
+%%      pass_gate/1).</li>
 %% </ul>
 %% @private
 -module(sluice_conns_sup).
 
--export([start_link/2, start_connection/3, drain/2, resume/1, set_opts/2]).
+-export([start_link/2, start_connection/3, drain/2, cut/1, resume/1, set_opts/2]).
+%% a connection process, before its handler
+-export([pass_gate/1]).
 -export([init/3]).
 -export([system_continue/3, system_terminate/4, system_code_change/4, format_status/2]).
+
+-export_type([gate/0]).
+
+%% Between a connection's start and its handler, on a listener where a
+%% connection may wait for its client there (the PROXY header, a TLS
+%% handshake): a table of the connections that have passed (`{Pid}'),
+%% put there by themselves, or that a drain cut off at its deadline
+%% (`{Pid, cut}'), put there by this supervisor. Whichever puts a
+%% connection's entry first decides (ets:insert_new/2), so that a drain
+%% never kills a connection whose handler has started, and a connection it
+%% cut never starts its handler. `none': the listener's connections go
+%% straight to their handler.
+-opaque gate() :: none | ets:tid().
 
 -record(st, {parent :: pid(),
              index :: pos_integer(),
@@ -44,6 +61,8 @@
              %% comes after it was accepted before) until the listener
              %% accepts again (resume/1)
              drain_new = false :: boolean(),
+             %% the gate before the handler (pass_gate/1)
+             gate = none :: gate(),
              tick :: pos_integer() | infinity,
              sweep :: sluice_sweep:config(),
              %% a tick in progress, done in slices between messages
@@ -90,6 +109,31 @@ start_connection(Sup, T, Sock) ->
 drain(Sup, Deadline) ->
     Sup ! {sluice_drain, Deadline},
     ok.
+
+%% @doc At a drain's deadline: close the connections it was sent to that
+%% are still before their handler (the PROXY header, the TLS handshake:
+%% blocked there, they cannot see the drain), counted `drained', and
+%% return once they are gone. The supervisor does so itself at the
+%% deadline; drain/2 asks too, so that what it returns does not count
+%% them whichever comes first.
+-spec cut(pid()) -> ok.
+cut(Sup) ->
+    try gen:call(Sup, '$gen_call', sluice_cut, infinity) of
+        {ok, ok} -> ok
+    catch
+        %% Gone: its connections went with it.
+        exit:_ -> ok
+    end.
+
+%% @doc Called by a connection process once it is ready for its handler
+%% (or has failed before it): `false' if a drain has cut it off meanwhile
+%% (it must then end without a word: this supervisor counts it), `true'
+%% if it goes on as its own, which no drain cuts any more.
+-spec pass_gate(gate()) -> boolean().
+pass_gate(none) ->
+    true;
+pass_gate(Gate) ->
+    ets:insert_new(Gate, {self()}).
 
 %% @doc The listener accepts again (sluice:resume/1): connections started
 %% from now on are not drained (those told before still are). A call, made
@@ -144,9 +188,20 @@ init(Parent, Listener0 = #{name := Name, transport := T, stats := Stats}, Index)
     Tick = sluice_sweep:tick(Sweep),
     ok = schedule_sweep(Tick),
     Woke = sluice_sweep:woke_table(),
+    Gate = gate(Listener),
     loop(#st{parent = Parent, index = Index, listener = Listener, stats = Stats,
              tick = Tick, sweep = Sweep, parked = sluice_parking:new(T), woke = Woke,
-             template = sluice_conn:template(Listener, Woke)}).
+             gate = Gate, template = sluice_conn:template(Listener, Woke, Gate)}).
+
+%% Only where a connection can wait for its client before its handler:
+%% the PROXY header, a handshake (TLS, or a transport of the user's, which
+%% may wait too). inet's and socket's handshakes return at once.
+gate(#{transport := T, opts := Opts}) ->
+    case maps:get(proxy_protocol, Opts, false) orelse
+        not lists:member(T, [sluice_transport_inet, sluice_transport_socket]) of
+        true -> ets:new(sluice_gate, [set, public, {write_concurrency, true}]);
+        false -> none
+    end.
 
 %% The options that change while the listener runs as the registry has
 %% them: those of the last sluice:set_handler_opts/2 and
@@ -208,16 +263,18 @@ handle({sluice_start, Sock}, St = #st{children = Children}) ->
         {Deadline, Drained} when St#st.drain_new ->
             %% Accepted just before the listener stopped accepting.
             Pid ! {sluice_drain, Deadline},
+            ok = schedule_cut(Deadline, [Pid], St),
             St#st{children = Children#{Pid => Entry}, drain = {Deadline, Drained#{Pid => Entry}}};
         _ ->
             St#st{children = Children#{Pid => Entry}}
     end;
 handle({'EXIT', Pid, Reason}, St0 = #st{children = Children}) ->
     St = undrained(Pid, St0),
+    Gated = gated(Pid, St),
     case maps:take(Pid, Children) of
         {_Entry, Rest} ->
             gone(St),
-            Reason =:= normal orelse sluice_stats:crashed(St#st.stats),
+            ended(Gated, Reason, St),
             St#st{children = Rest};
         error ->
             St
@@ -228,11 +285,23 @@ handle({timeout, _TRef, sluice_sweep}, St = #st{children = Children}) ->
     %% A tick still in progress is replaced: what it had not looked at is
     %% looked at by this one.
     slice(St#st{sweeping = {sluice_sweep:start(Children), now_ms()}, handled = 0});
+handle({timeout, _TRef, {sluice_cut, Pids}}, St) ->
+    _ = cut_off(Pids, St),
+    St;
 handle({sluice_drain, Deadline}, St = #st{children = Children}) ->
     _ = [Pid ! {sluice_drain, Deadline} || Pid <- maps:keys(Children)],
+    ok = schedule_cut(Deadline, waiting(St), St),
     lists:foldl(fun(Sock, Acc) -> unpark(Sock, {sluice_drain, Deadline}, Acc) end,
                 St#st{drain = {Deadline, Children}, drain_new = true},
                 sluice_parking:sockets(St#st.parked));
+handle({'$gen_call', From, sluice_cut}, St) ->
+    Cut = case St#st.drain of
+              {_, Drained} -> cut_off(maps:keys(Drained), St);
+              none -> []
+          end,
+    St2 = lists:foldl(fun wait_cut/2, St, Cut),
+    gen:reply(From, ok),
+    St2;
 handle({'$gen_call', From, sluice_resume}, St) ->
     gen:reply(From, ok),
     St#st{drain_new = false};
@@ -251,6 +320,78 @@ handle(Msg, St = #st{listener = #{transport := T}}) ->
     case sluice_transport:optional(T, parked_event, [Msg], false) of
         {Sock, Event} -> unpark(Sock, Event, St);
         _ -> St
+    end.
+
+%% How a connection process that exited with `Reason' is counted: one a
+%% drain cut off before its handler, `drained' whatever it died of (the
+%% kill, mostly); any other only if it did not end normally, having
+%% counted its own reason.
+ended(cut, _Reason, #st{stats = Stats}) ->
+    sluice_stats:ended(Stats, drained);
+ended(_Gated, normal, _St) ->
+    ok;
+ended(_Gated, _Reason, #st{stats = Stats}) ->
+    sluice_stats:crashed(Stats).
+
+%% A connection process's entry in the gate, taken out as it is gone:
+%% `cut' (a drain cut it off), `passed', or `none'.
+gated(_Pid, #st{gate = none}) ->
+    none;
+gated(Pid, #st{gate = Gate}) ->
+    case ets:take(Gate, Pid) of
+        [{Pid, cut}] -> cut;
+        [{Pid}] -> passed;
+        [] -> none
+    end.
+
+%% A woken parked connection resumes its handler: it is past the gate,
+%% which its new process never goes through (sluice_conn:unpark/5), and a
+%% drain must not take it for one still before its handler.
+passed(_Pid, #st{gate = none}) ->
+    ok;
+passed(Pid, #st{gate = Gate}) ->
+    true = ets:insert(Gate, {Pid}),
+    ok.
+
+%% The connections a drain finds before their handler: those that have
+%% not passed the gate (usually few: a handshake takes milliseconds).
+waiting(#st{gate = none}) ->
+    [];
+waiting(#st{gate = Gate, children = Children}) ->
+    [Pid || Pid <- maps:keys(Children), not ets:member(Gate, Pid)].
+
+%% The cut at a drain's deadline (cut/1) of the connections it found
+%% before their handler, on this supervisor's own timer: drain/2's caller
+%% may be gone by then, and with `infinity' for proxy_timeout or
+%% handshake_timeout nothing else would ever close them. Each drain's
+%% timer cuts the connections that drain found: of two drains, the
+%% earlier deadline stands, as for handlers, and one after a resume does
+%% not cut the connections accepted since at the first one's.
+schedule_cut(_Deadline, [], _St) ->
+    ok;
+schedule_cut(_Deadline, _Pids, #st{gate = none}) ->
+    ok;
+schedule_cut(Deadline, Pids, _St) ->
+    _ = erlang:start_timer(Deadline, self(), {sluice_cut, Pids}, [{abs, true}]),
+    ok.
+
+%% Kill those of `Pids' that are still here and have not passed the gate,
+%% having closed it on them first; returns them. Killed: blocked in a
+%% receive of their transport's, they see no message, and a `shutdown'
+%% might be trapped by a transport of the user's. The socket closes with
+%% the process (ssl's connection process ends when its owner does). One
+%% that passed is left to its handler, which the drain reached as it went
+%% through (and which closes at the same deadline, by its own timer).
+cut_off(_Pids, #st{gate = none}) ->
+    [];
+cut_off(Pids, #st{gate = Gate, children = Children}) ->
+    Cut = [Pid || Pid <- Pids, is_map_key(Pid, Children), ets:insert_new(Gate, {Pid, cut})],
+    _ = [exit(Pid, kill) || Pid <- Cut],
+    Cut.
+
+wait_cut(Pid, St) ->
+    receive
+        {'EXIT', Pid, Reason} -> handle({'EXIT', Pid, Reason}, St)
     end.
 
 %% A connection process is gone (closed, or parked: its socket is woken
@@ -331,6 +472,7 @@ unpark(Sock, Event, St = #st{children = Children, listener = L, parked = Tab}) -
                          {error, Reason} -> T:close_socket(Sock), {error, Reason}
                      end,
             Pid ! {sluice_go, Sock, Event2},
+            ok = passed(Pid, St),
             Now = now_ms(),
             Entry = case Event of
                         {data, _} ->
@@ -421,6 +563,7 @@ terminate_child(Pid, St = #st{listener = #{opts := #{shutdown_timeout := Timeout
                      exit(Pid, kill),
                      receive {'EXIT', Pid, R} -> R end
              end,
+    _ = gated(Pid, St),
     shut_down(Reason, St),
     St#st{children = maps:remove(Pid, St#st.children)}.
 

@@ -6,13 +6,17 @@
 %% The header must arrive whole within `proxy_timeout' and be no larger
 %% than `proxy_max_size' (a v2 header announcing more is refused as soon as
 %% its length is read). Whatever the read brought after the header is the
-%% client's: it is returned as the prefix of the stream.
+%% client's: it is returned as the prefix of the stream. A client that
+%% closes before its first byte is `peer_closed': a load balancer's TCP
+%% health check, not a bad header.
 %% @private
 -module(sluice_proxy).
 
 -export([read/3]).
 
-%% @doc `{ok, none, <<>>}' when the listener expects no header.
+%% @doc `{ok, none, <<>>}' when the listener expects no header;
+%% `{error, peer_closed}' when the client closed (or reset) the
+%% connection without sending a byte.
 -spec read(module(), sluice_transport:socket(), map()) ->
           {ok, none | sluice_proxy_header:header(), binary()} | {error, term()}.
 read(_T, _Sock, #{proxy_protocol := false}) ->
@@ -36,12 +40,20 @@ read(T, Sock, Buf, Deadline, Opts) ->
                 Left ->
                     case T:recv(Sock, 0, Left) of
                         {ok, Data} -> read(T, Sock, <<Buf/binary, Data/binary>>, Deadline, Opts);
+                        {error, Reason} when Buf =:= <<>> -> {error, nothing_sent(Reason)};
                         {error, Reason} -> {error, Reason}
                     end
             end;
         {error, Reason} ->
             {error, Reason}
     end.
+
+%% A connection that ended before its first byte was closed by its client
+%% (gen_tcp and socket say `closed' for a reset too, unless asked for
+%% `econnreset'; haproxy closes its checks with one).
+nothing_sent(closed) -> peer_closed;
+nothing_sent(econnreset) -> peer_closed;
+nothing_sent(Reason) -> Reason.
 
 %% What is left of the header's time: the timeout is for the whole header,
 %% not for each read, so a client trickling it is cut off in time too.

@@ -87,7 +87,10 @@
 
 %% Called once by the connection process, which owns the socket: set up
 %% what the transport needs (for TLS: the handshake, bounded by the
-%% options' handshake_timeout). Nothing is armed yet.
+%% options' handshake_timeout). Nothing is armed yet. `{error,
+%% peer_closed}' says the client closed without sending a byte (a load
+%% balancer's TCP health check): counted as the client's close and not
+%% logged; any other error is a failed handshake (`handshake_error').
 -callback handshake(socket(), conn_opts()) -> {ok, tstate()} | {error, term()}.
 -callback activate(tstate(), mode()) -> {ok, tstate()} | {error, term()}.
 -callback classify(Msg :: term(), tstate()) -> classified().

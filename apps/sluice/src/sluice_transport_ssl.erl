@@ -432,15 +432,13 @@ delivers_prefix() ->
 
 %% @doc The TLS handshake, in the connection process. Bytes already read
 %% from the socket (`prefix': what followed a PROXY header) belong to the
-%% TLS stream and are put back in front of it first.
+%% TLS stream and are put back in front of it first. `{error,
+%% peer_closed}' if the client closed without sending a byte of it.
 -spec handshake(gen_tcp:socket(), sluice_transport:conn_opts()) ->
           {ok, #tls{}} | {error, term()}.
 handshake(Sock, Opts = #{tls_opts := TlsOpts, handshake_timeout := Timeout,
                          socket_opts := SocketOpts}) ->
-    _ = case maps:get(prefix, Opts, <<>>) of
-            <<>> -> ok;
-            Prefix -> gen_tcp:unrecv(Sock, Prefix)
-        end,
+    Deadline = deadline(Timeout),
     {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
     %% exit_on_close goes back to gen_tcp's default under TLS (the listen
     %% socket, the inet transport's, has it false, for plain TCP's half-close).
@@ -458,6 +456,37 @@ handshake(Sock, Opts = #{tls_opts := TlsOpts, handshake_timeout := Timeout,
     %% is active.
     _ = inet:setopts(Sock, [{buffer, tls_read(Buffer, maps:get(active, Opts, adaptive))},
                             {exit_on_close, true} | not_inherited(Opts)]),
+    case first_bytes(Sock, maps:get(prefix, Opts, <<>>), Timeout) of
+        {ok, First} ->
+            ok = gen_tcp:unrecv(Sock, First),
+            tls_handshake(Sock, TlsOpts, left(Deadline));
+        {error, closed} ->
+            {error, peer_closed};
+        {error, econnreset} ->
+            {error, peer_closed};
+        {error, Reason} ->
+            {error, Reason}
+    end.
+
+%% The stream's first bytes, read here rather than by ssl: ssl says
+%% `closed' for a client that closes before its first byte (a load
+%% balancer's TCP health check: no fault) as for one that closes
+%% mid-handshake (a fault), and by then the socket it closed can no
+%% longer say how much it received. They go back in front of the stream
+%% (put back by the caller), as a PROXY header's prefix does; a stalled
+%% client's `timeout' is the handshake's, as ssl would have said.
+first_bytes(Sock, <<>>, Timeout) ->
+    ?INET:recv(Sock, 0, Timeout);
+first_bytes(_Sock, Prefix, _Timeout) ->
+    {ok, Prefix}.
+
+deadline(infinity) -> infinity;
+deadline(Timeout) -> erlang:monotonic_time(millisecond) + Timeout.
+
+left(infinity) -> infinity;
+left(Deadline) -> max(0, Deadline - erlang:monotonic_time(millisecond)).
+
+tls_handshake(Sock, TlsOpts, Timeout) ->
     try ssl:handshake(Sock, quiet(TlsOpts), Timeout) of
         {ok, SslSock} -> {ok, #tls{ssl = SslSock, tcp = Sock}};
         {ok, SslSock, _Ext} -> {ok, #tls{ssl = SslSock, tcp = Sock}};

@@ -31,6 +31,10 @@
          drain_sends_pending_acks_then_fin/1,
          drain_flushes_mailbox_then_fin/1,
          drain_closes_what_is_left_at_the_deadline/1,
+         drain_closes_connections_waiting_for_their_proxy_header/1,
+         drain_closes_connections_in_their_tls_handshake/1,
+         drain_at_a_handler_starting_drains_it/1,
+         drain_of_a_woken_parked_connection_reaches_its_handler/1,
          resume_after_drain_serves_new_connections/1,
          drain_leaves_nothing_held_once_its_connections_are_gone/1,
          port_can_be_bound_again_right_after_stop/1,
@@ -44,7 +48,9 @@ all() ->
     %% (the faulty transport wraps inet: that case runs once, on its own)
     [{group, inet}, {group, socket}, suspend_lets_an_acceptor_finish_the_connection_it_counted,
      suspend_as_an_accept_completes_serves_that_connection,
-     proxy_bytes_after_the_header_reach_a_users_transport_once].
+     proxy_bytes_after_the_header_reach_a_users_transport_once,
+     drain_closes_connections_in_their_tls_handshake,
+     drain_of_a_woken_parked_connection_reaches_its_handler].
 
 groups() ->
     [{options, [], [bad_options_are_rejected_with_clear_errors, start_errors_are_reported,
@@ -59,6 +65,8 @@ groups() ->
                   drain_sends_pending_acks_then_fin,
                   {group, drain_modes},
                   drain_closes_what_is_left_at_the_deadline,
+                  drain_closes_connections_waiting_for_their_proxy_header,
+                  drain_at_a_handler_starting_drains_it,
                   resume_after_drain_serves_new_connections,
                   drain_leaves_nothing_held_once_its_connections_are_gone,
                   port_can_be_bound_again_right_after_stop]},
@@ -829,6 +837,118 @@ drain_closes_what_is_left_at_the_deadline(Config) ->
     after
         sluice_test_lib:stop_listener(Stays)
     end.
+
+%% Connections that have not reached their handler when a drain comes,
+%% waiting for their PROXY header (proxy_timeout infinity: nothing else
+%% would ever close them), one that sent nothing and one half a header,
+%% are closed at the drain's deadline: drain/2 returns then with none
+%% left, counted `drained' (not `proxy_error'), and no handler starts.
+%% (They stayed open until their own timeout, with `infinity' for good,
+%% and drain/2 counted them still open.)
+drain_closes_connections_waiting_for_their_proxy_header(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{proxy_protocol => true, proxy_timeout => infinity,
+                                           handler => {sluice_test_handler,
+                                                       #{test_pid => self()}}}),
+    Port = sluice_test_lib:port(Name),
+    Silent = connect(Port),
+    Half = connect(Port),
+    ok = gen_tcp:send(Half, <<"PROXY TCP4 192.0.2.1 ">>),
+    ok = sluice_test_lib:wait_info(Name, connections, 2, 2000),
+    drains_before_the_handler(Name, [Silent, Half], proxy_error).
+
+%% The same for connections in their TLS handshake (handshake_timeout
+%% infinity): one that sent nothing yet, one half a ClientHello.
+drain_closes_connections_in_their_tls_handshake(Config) ->
+    Name = ?config(name, Config),
+    Tls = [{certs, sluice_tls_test_lib:certs()}],
+    sluice_test_lib:start_listener(Name, #{transport => ssl, handshake_timeout => infinity,
+                                           tls_opts => sluice_tls_test_lib:server_opts(Tls),
+                                           handler => {sluice_test_handler,
+                                                       #{test_pid => self()}}}),
+    Port = sluice_test_lib:port(Name),
+    Hello = sluice_tls_test_lib:client_hello(Tls, []),
+    Silent = connect(Port),
+    Half = connect(Port),
+    ok = gen_tcp:send(Half, binary:part(Hello, 0, byte_size(Hello) div 2)),
+    ok = sluice_test_lib:wait_info(Name, connections, 2, 2000),
+    drains_before_the_handler(Name, [Silent, Half], handshake_error).
+
+%% A drain of 300 ms with Socks waiting before their handler: all closed
+%% by the deadline, drain/2 returns then with none left, each counted
+%% `drained' and none as the Failure their own timeout would have been.
+drains_before_the_handler(Name, Socks, Failure) ->
+    T0 = erlang:monotonic_time(millisecond),
+    Result = sluice:drain(Name, 300),
+    Ms = erlang:monotonic_time(millisecond) - T0,
+    ct:log("drain/2 with ~b connections before their handler: ~p after ~b ms",
+           [length(Socks), Result, Ms]),
+    ?assertEqual({ok, 0}, Result),
+    ?assert(Ms >= 250 andalso Ms < 2000, Ms),
+    [sluice_test_lib:expect_closed(S, 2000) || S <- Socks],
+    N = length(Socks),
+    ?assertMatch(#{connections := 0, closed := N}, sluice:info(Name)),
+    #{close_reasons := Reasons} = sluice:info(Name),
+    ?assertEqual({N, 0, 0}, {maps:get(drained, Reasons), maps:get(Failure, Reasons),
+                             maps:get(crashed, Reasons)}),
+    receive {sluice_test_handler, Msg} -> error({handler_called, Msg})
+    after 0 -> ok
+    end.
+
+%% A connection whose handler starts as the drain's deadline passes (its
+%% init/2 still running then) is not cut off as one before its handler:
+%% it is drained as any other, handle_drain/1, then terminate(drained).
+%% Its PROXY header arrived before the drain; its init/2 is held until
+%% drain/2 has returned (at the deadline, counting it still open).
+drain_at_a_handler_starting_drains_it(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{proxy_protocol => true, proxy_timeout => infinity,
+                                           handler => {sluice_test_handler,
+                                                       #{test_pid => self(),
+                                                         hold_init => true}}}),
+    S = connect(sluice_test_lib:port(Name)),
+    ok = gen_tcp:send(S, <<"PROXY TCP4 192.0.2.1 198.51.100.7 56324 443\r\n">>),
+    Pid = receive {sluice_test_handler, {init, P}} -> P after 2000 -> error(no_init) end,
+    ?assertEqual({ok, 1}, sluice:drain(Name, 100)),
+    Pid ! sluice_test_go,
+    receive {sluice_test_handler, {drain, Pid}} -> ok after 2000 -> error(not_drained) end,
+    receive {sluice_test_handler, {terminate, Pid, R}} -> ?assertEqual(drained, R)
+    after 2000 -> error(no_terminate)
+    end,
+    sluice_test_lib:expect_closed(S, 2000),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
+    ?assertMatch(#{close_reasons := #{drained := 1, crashed := 0}}, sluice:info(Name)).
+
+%% A parked connection woken by its client's data runs in a new process
+%% that never went through the start (and its PROXY header): a drain after
+%% that reaches its handler, which carries on until the deadline and is
+%% then closed with terminate(drained); it is not taken for a connection
+%% still before its handler and killed at the deadline without a word.
+%% (Should it park again before the drain, the drain wakes it, as
+%% correctly drained.) On inet: socket connections do not park.
+drain_of_a_woken_parked_connection_reaches_its_handler(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{transport => inet, proxy_protocol => true,
+                                           park_after => 500,
+                                           handler => {sluice_park_drain_handler,
+                                                       #{test => self()}}}),
+    S = connect(sluice_test_lib:port(Name)),
+    ok = gen_tcp:send(S, <<"PROXY TCP4 192.0.2.1 198.51.100.7 56324 443\r\nping">>),
+    ?assertEqual({ok, <<"ping">>}, gen_tcp:recv(S, 4, 2000)),
+    receive {init, _} -> ok after 2000 -> error(no_init) end,
+    ok = sluice_test_lib:wait_info(Name, parked, 1, 5000),
+    ok = gen_tcp:send(S, <<"pong">>),
+    ?assertEqual({ok, <<"pong">>}, gen_tcp:recv(S, 4, 2000)),
+    [Woken] = sluice_test_lib:conn_pids(Name),
+    {ok, _} = sluice:drain(Name, 300),
+    Drained = receive {drain, P} -> P after 2000 -> error(not_drained) end,
+    ct:log("woken ~p, drained ~p", [Woken, Drained]),
+    receive {terminate, Drained, R} -> ?assertEqual(drained, R)
+    after 2000 -> error(no_terminate)
+    end,
+    sluice_test_lib:expect_closed(S, 2000),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 2000),
+    ?assertMatch(#{close_reasons := #{drained := 1, crashed := 0}}, sluice:info(Name)).
 
 %% After a draining stop the port is free at once: a new listener binds the
 %% same port right away, even though the old one just closed connections

@@ -20,6 +20,7 @@
 
 -export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
          init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
+-export([health_check_is_the_clients_close_and_not_logged/1]).
 -export([v1_tcp4_reaches_the_handler/1,
          v1_tcp6_reaches_the_handler/1, v1_tcp6_ipv4_mapped_reaches_the_handler/1,
          v1_unknown_reaches_the_handler/1,
@@ -53,7 +54,8 @@ cases() ->
      missing_header_is_refused, malformed_headers_are_refused,
      v2_huge_length_is_refused_when_read, slow_header_is_closed_at_proxy_timeout,
      proxy_timeout_infinity_waits_for_the_header,
-     without_proxy_protocol_a_header_is_data].
+     without_proxy_protocol_a_header_is_data,
+     health_check_is_the_clients_close_and_not_logged].
 
 groups() ->
     [{T, [], cases()} || T <- [inet, socket, ssl]].
@@ -326,6 +328,42 @@ own_send_in_init_goes_before_the_reply_to_data_in_the_header_write(Config) ->
 %%% ------------------------------------------------------------------
 %%% Headers that are refused
 %%% ------------------------------------------------------------------
+
+%% A load balancer's TCP health check, a connect and a close (FIN or
+%% reset) without a byte, is the client's close: counted `peer_closed',
+%% not `proxy_error', and not logged; on `ssl' so is one that sends its
+%% PROXY header and closes before a byte of TLS (haproxy's
+%% check-send-proxy). A client that sends something else, or closes
+%% mid-header, is still a `proxy_error', and the first is logged (at once:
+%% no health check took the second's line). (Every check was a logged
+%% `{proxy_error, closed}' before.)
+health_check_is_the_clients_close_and_not_logged(Config) ->
+    Name = ?config(name, Config),
+    Port = listener(Config, #{}),
+    Header = <<"PROXY TCP4 192.0.2.1 198.51.100.7 56324 443\r\n">>,
+    Checks = [fin, rst, fin, rst] ++ [{send, Header} || ?config(transport, Config) =:= ssl],
+    N = length(Checks),
+    ok = sluice_log_forwarder:start(self()),
+    try
+        [ok = sluice_tls_test_lib:health_check(Port, How) || How <- Checks],
+        ok = sluice_test_lib:wait_info(Name, closed, N, 5000),
+        ?assertEqual({N, 0, 0}, {reason_count(Config, peer_closed),
+                                 reason_count(Config, proxy_error),
+                                 reason_count(Config, handshake_error)}),
+        {_, End} = raw_until_closed(Port, [<<"GET / HTTP/1.1\r\n\r\n">>]),
+        closed_by_server(End),
+        ok = sluice_tls_test_lib:health_check(Port, {send, <<"PROXY TCP4 192.0.2.1 ">>}),
+        ok = sluice_test_lib:wait_info(Name, closed, N + 2, 5000),
+        ?assertEqual({N, 2}, {reason_count(Config, peer_closed),
+                              reason_count(Config, proxy_error)}),
+        Notices = sluice_tls_test_lib:refused_notices(2000),
+        ct:log("notices: ~p", [Notices]),
+        ?assertMatch([_], Notices),
+        ?assertNotEqual(nomatch, string:find(hd(Notices), "not_proxy_header"))
+    after
+        sluice_log_forwarder:stop()
+    end,
+    no_handler_called().
 
 %% No header: a client that starts with its own bytes (an HTTP request;
 %% under TLS also a real TLS client) is closed at once, counted as

@@ -3,6 +3,8 @@
 %% `own_timer' starts a timer of its own named like the library's.
 %% `on_drain': `close' (the default drain: finish and FIN) or
 %% `{reply, Bin}' (say Bin and keep going until the deadline).
+%% `hold_init': init/2 waits for the message `sluice_test_go' after
+%% telling the test process.
 -module(sluice_test_handler).
 -behaviour(sluice_handler).
 
@@ -10,6 +12,7 @@
 
 init(_Conn, Opts) when is_map(Opts) ->
     notify(Opts, {init, self()}),
+    _ = maps:get(hold_init, Opts, false) andalso receive sluice_test_go -> true end,
     {ok, Opts}.
 
 handle_data(<<"crash", _/binary>>, _State) ->

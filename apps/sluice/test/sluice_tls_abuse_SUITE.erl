@@ -18,6 +18,7 @@
 -export([trickled_client_hello_is_cut_by_handshake_timeout/1,
          client_stalled_mid_handshake_is_cut_by_handshake_timeout/1,
          garbage_client_hellos_close_only_their_connections/1,
+         health_check_is_the_clients_close_and_not_logged/1,
          proxy_headers_split_across_reads_are_served/1,
          v2_headers_with_huge_lengths_are_refused/1,
          thousand_unfinished_handshakes_leave_bystanders_served/1]).
@@ -31,6 +32,7 @@ all() ->
     [trickled_client_hello_is_cut_by_handshake_timeout,
      client_stalled_mid_handshake_is_cut_by_handshake_timeout,
      garbage_client_hellos_close_only_their_connections,
+     health_check_is_the_clients_close_and_not_logged,
      proxy_headers_split_across_reads_are_served,
      v2_headers_with_huge_lengths_are_refused,
      thousand_unfinished_handshakes_leave_bystanders_served].
@@ -240,6 +242,40 @@ garbage_client_hellos_close_only_their_connections(Config) ->
     ?assert(Ms < ?HANDSHAKE_TIMEOUT, Ms),
     ?assertMatch(#{accepted := 200, close_reasons := #{handshake_error := 200}}, Delta),
     back_to_baseline(VM0, VM1).
+
+%% A load balancer's TCP health check, a connect and a close (FIN or
+%% reset) without a byte, is the client's close: counted `peer_closed',
+%% not `handshake_error', and not logged. A client that sends garbage, or
+%% closes mid-handshake (half a ClientHello), is still a
+%% `handshake_error', and the first is logged (at once: no health check
+%% took the line). (A stalled one: client_stalled_mid_handshake_...)
+%% (Every check was a logged `{handshake_error, closed}' before.)
+health_check_is_the_clients_close_and_not_logged(Config) ->
+    Name = ?config(name, Config),
+    Port = listener(Config, #{}),
+    Hello = sluice_tls_test_lib:client_hello(Config, []),
+    ok = sluice_log_forwarder:start(self()),
+    try
+        [ok = sluice_tls_test_lib:health_check(Port, How) || How <- [fin, rst, fin, rst]],
+        ok = sluice_test_lib:wait_info(Name, closed, 4, 5000),
+        ?assertMatch(#{close_reasons := #{peer_closed := 4, handshake_error := 0}},
+                     sluice:info(Name)),
+        {ok, Garbage} = sluice_tls_test_lib:tcp_connect(Port),
+        ok = gen_tcp:send(Garbage, <<"GET / HTTP/1.1\r\n\r\n">>),
+        {_, End} = sluice_abuse_client:recv_until_end(Garbage, 3000),
+        ?assert(End =:= closed orelse End =:= econnreset, End),
+        Half = binary:part(Hello, 0, byte_size(Hello) div 2),
+        ok = sluice_tls_test_lib:health_check(Port, {send, Half}),
+        ok = sluice_test_lib:wait_info(Name, closed, 6, 5000),
+        ?assertMatch(#{close_reasons := #{peer_closed := 4, handshake_error := 2}},
+                     sluice:info(Name)),
+        Notices = sluice_tls_test_lib:refused_notices(2000),
+        ct:log("notices: ~p", [Notices]),
+        ?assertMatch([_], Notices),
+        ?assertEqual(nomatch, string:find(hd(Notices), "{handshake_error,closed}"))
+    after
+        sluice_log_forwarder:stop()
+    end.
 
 %%% ------------------------------------------------------------------
 %%% The PROXY header

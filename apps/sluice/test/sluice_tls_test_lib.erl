@@ -15,6 +15,7 @@
 -export([start_lb/3]).
 -export([capture_all_logs/0, captured/0, stop_capture/0, log/2]).
 -export([vm_snapshot/0, settle/0]).
+-export([health_check/2, refused_notices/1]).
 
 -define(LOOPBACK, {127, 0, 0, 1}).
 
@@ -95,6 +96,32 @@ reset(SslSock) ->
     _ = inet:setopts(Port, [{linger, {true, 0}}]),
     _ = catch erlang:port_close(Port),
     ok.
+
+%% A load balancer's TCP health check: connect, then close without a byte,
+%% with a FIN (`fin') or a reset (`rst', as haproxy ends its checks); or
+%% `{send, Bytes}' first (haproxy's check-send-proxy: a PROXY header).
+health_check(Port, How) ->
+    {ok, S} = tcp_connect(Port),
+    case How of
+        fin -> ok;
+        rst -> ok = inet:setopts(S, [{linger, {true, 0}}]);
+        {send, Bytes} -> ok = gen_tcp:send(S, Bytes)
+    end,
+    gen_tcp:close(S).
+
+%% The texts of the notices of connections closed before their handler
+%% (sluice_log:refused/3) that sluice_log_forwarder has sent this process:
+%% those that came until the first one, waited for up to Timeout, and
+%% those after it up to a moment later.
+refused_notices(Timeout) ->
+    receive
+        {log, notice, Text, _} ->
+            case string:find(Text, "closed before its handler") of
+                nomatch -> refused_notices(Timeout);
+                _ -> [Text | refused_notices(100)]
+            end
+    after Timeout -> []
+    end.
 
 tcp_connect(Port) ->
     gen_tcp:connect(?LOOPBACK, Port, [binary, {active, false}, {packet, raw},

@@ -1,7 +1,7 @@
 %% EUnit tests of `serve --metrics-port': the text sluice_prometheus makes
 %% of an info map whatever reasons its accept errors have or whichever
-%% nodes did not answer, and how sluice_prometheus_httpd answers methods
-%% other than GET.
+%% nodes did not answer, its max_connections and close reasons, and how
+%% sluice_prometheus_httpd answers methods other than GET.
 -module(sluice_prometheus_tests).
 
 -include_lib("eunit/include/eunit.hrl").
@@ -39,6 +39,9 @@ counters_all_never_goes_down_when_a_node_is_missing_test() ->
         ++ ["sluice_accept_errors_total"],
     [?assert(maps:get({M, "all"}, OnlyA, infinity) >= maps:get({M, "all"}, Both), M)
      || M <- Counters],
+    ?assertEqual([], [K || K = {_, "all", _} <- maps:keys(by_reason(
+                                                           sluice_prometheus:format(
+                                                             cluster(#{'a@h' => A}, ['b@h']))))]),
     ?assertEqual(error, maps:find({"sluice_accepted_total", "all"}, OnlyA)),
     ?assertEqual(error, maps:find({"sluice_accept_errors_total", "all"}, OnlyA)),
     ?assertEqual(9, maps:get({"sluice_accepted_total", "a@h"}, OnlyA)),
@@ -78,6 +81,99 @@ bytes_out_total_never_goes_down_when_bytes_go_unsent_test() ->
     after
         sluice:stop_listener(Name)
     end.
+
+%% sluice_max_connections, the gauge sluice_connections is graphed
+%% against at a limit: each node's, and their sum, +Inf where a node has
+%% none (`infinity'); with a node missing, the sum over those that
+%% answered, as the other gauges.
+max_connections_gauge_test() ->
+    A = #{connections => 2, max_connections => 100},
+    B = #{connections => 3, max_connections => 50},
+    Unbounded = #{connections => 1, max_connections => infinity},
+    Max = fun(PerNode, Missing) ->
+                  S = samples(sluice_prometheus:format(
+                                (cluster(PerNode, Missing))#{max_connections =>
+                                                                 sum_max(PerNode)})),
+                  maps:from_list([{N, V} || {{"sluice_max_connections", N}, V} <- maps:to_list(S)])
+          end,
+    ?assertEqual(#{"a@h" => 100, "b@h" => 50, "all" => 150},
+                 Max(#{'a@h' => A, 'b@h' => B}, [])),
+    ?assertEqual(#{"a@h" => 100, "c@h" => infinity, "all" => infinity},
+                 Max(#{'a@h' => A, 'c@h' => Unbounded}, [])),
+    ?assertEqual(#{"a@h" => 100, "all" => 100}, Max(#{'a@h' => A}, ['b@h'])),
+    Text = iolist_to_binary(sluice_prometheus:format(
+                              (cluster(#{'c@h' => Unbounded}, []))#{max_connections => infinity})),
+    ?assertNotEqual(nomatch, binary:match(Text, <<"# TYPE sluice_max_connections gauge\n">>)),
+    ?assertNotEqual(nomatch, binary:match(Text, <<"sluice_max_connections{node=\"all\"} +Inf\n">>)).
+
+sum_max(PerNode) ->
+    Values = [maps:get(max_connections, I) || I <- maps:values(PerNode)],
+    case lists:member(infinity, Values) of
+        true -> infinity;
+        false -> lists:sum(Values)
+    end.
+
+%% sluice_close_reasons_total: info/1's close_reasons, per node and summed
+%% (node="all"), one series a reason with a `reason' label, 0s included;
+%% left out of `all' when a node is missing, as every counter. The
+%% unlabelled-by-reason sluice_closed_total stays as it was, their sum.
+%% Through a real listener: its reasons add up to its closed.
+close_reasons_by_reason_test() ->
+    R = fun(Peer, Drained) -> #{peer_closed => Peer, drained => Drained, crashed => 0} end,
+    A = #{closed => 3, close_reasons => R(1, 2)},
+    B = #{closed => 4, close_reasons => R(4, 0)},
+    Both = (cluster(#{'a@h' => A, 'b@h' => B}, []))#{closed => 7, close_reasons => R(5, 2)},
+    ByReason = by_reason(sluice_prometheus:format(Both)),
+    ?assertEqual(#{{"a@h", "peer_closed"} => 1, {"a@h", "drained"} => 2, {"a@h", "crashed"} => 0,
+                   {"b@h", "peer_closed"} => 4, {"b@h", "drained"} => 0, {"b@h", "crashed"} => 0,
+                   {"all", "peer_closed"} => 5, {"all", "drained"} => 2, {"all", "crashed"} => 0},
+                 maps:from_list([{{N, Why}, V}
+                                 || {{"sluice_close_reasons_total", N, Why}, V}
+                                        <- maps:to_list(ByReason)])),
+    ?assertEqual(7, maps:get({"sluice_closed_total", "all"}, samples(sluice_prometheus:format(Both)))),
+    Text = iolist_to_binary(sluice_prometheus:format(Both)),
+    ?assertNotEqual(nomatch, binary:match(Text, <<"# TYPE sluice_close_reasons_total counter\n">>)),
+    ?assertNotEqual(nomatch, binary:match(Text, <<"sluice_closed_total{node=\"all\"} 7\n">>)),
+    OnlyA = by_reason(sluice_prometheus:format(
+                        (cluster(#{'a@h' => A}, ['b@h']))#{close_reasons => R(1, 2)})),
+    ?assertEqual([], [K || K = {_, "all", _} <- maps:keys(OnlyA)]),
+    ?assertEqual(2, maps:get({"sluice_close_reasons_total", "a@h", "drained"}, OnlyA)),
+    {ok, _} = application:ensure_all_started(sluice),
+    Name = {?MODULE, reasons},
+    {ok, _} = sluice:start_listener(Name, #{ip => {127, 0, 0, 1}, port => 0,
+                                            handler => {sluice_proto_echo, []}}),
+    try
+        #{port := Port} = sluice:info(Name),
+        {ok, C} = gen_tcp:connect({127, 0, 0, 1}, Port, [binary, {active, false}]),
+        ok = gen_tcp:close(C),
+        ok = closed(Name, 1, 500),
+        Real = sluice_cluster:info(Name, [node()]),
+        Text2 = sluice_prometheus:format(Real),
+        Reasons = [V || {{"sluice_close_reasons_total", "all", _}, V}
+                            <- maps:to_list(by_reason(Text2))],
+        ?assertEqual(length(maps:keys(maps:get(close_reasons, sluice:info(Name)))),
+                     length(Reasons)),
+        ?assertEqual(1, lists:sum(Reasons)),
+        ?assertEqual(1, maps:get({"sluice_closed_total", "all"}, samples(Text2)))
+    after
+        sluice:stop_listener(Name)
+    end.
+
+%% Wait (Tries times 10 ms at most) for listener Name to count N closed.
+closed(Name, N, Tries) ->
+    case sluice:info(Name) of
+        #{closed := N} -> ok;
+        _ when Tries > 0 -> receive after 10 -> closed(Name, N, Tries - 1) end;
+        Info -> {not_closed, Info}
+    end.
+
+%% {Metric, Node, Reason} => value of a text's samples that have a reason
+%% other than "all".
+by_reason(Text) ->
+    maps:from_list(
+      [{{Metric, proplists:get_value("node", Labels), Why}, list_to_integer(V)}
+       || {Metric, Labels, V} <- parsed(Text),
+          Why <- [proplists:get_value("reason", Labels, "all")], Why =/= "all"]).
 
 %% The kernel's figures are a host's (every node of it reads the same
 %% /proc/net/netstat): `all' counts each host once. With nodes on two
@@ -169,17 +265,26 @@ cluster(PerNode, Missing) ->
                                                    || I <- maps:values(All)])},
            nodes => PerNode, missing => Missing}.
 
-%% {Metric, Node} => value of a text's samples (accept errors: reason="all").
+%% {Metric, Node} => value of a text's samples (those with a reason:
+%% reason="all"); +Inf is `infinity'.
 samples(Text) ->
-    Lines = string:lexemes(unicode:characters_to_list(iolist_to_binary(Text)), "\n"),
     maps:from_list(
-      [{{Metric, proplists:get_value("node", Labels)}, list_to_integer(V)}
-       || L <- Lines, hd(L) =/= $#,
-          [Series, V] <- [string:split(L, " ", trailing)],
-          [Metric, LabelText] <- [string:split(string:trim(Series, trailing, "}"), "{")],
-          Labels <- [[list_to_tuple(string:split(string:trim(KV, both, "\""), "=\""))
-                      || KV <- string:lexemes(LabelText, ",")]],
+      [{{Metric, proplists:get_value("node", Labels)}, value(V)}
+       || {Metric, Labels, V} <- parsed(Text),
           proplists:get_value("reason", Labels, "all") =:= "all"]).
+
+value("+Inf") -> infinity;
+value(V) -> list_to_integer(V).
+
+%% [{Metric, Labels, Value}] of a text's samples.
+parsed(Text) ->
+    Lines = string:lexemes(unicode:characters_to_list(iolist_to_binary(Text)), "\n"),
+    [{Metric, Labels, V}
+     || L <- Lines, hd(L) =/= $#,
+        [Series, V] <- [string:split(L, " ", trailing)],
+        [Metric, LabelText] <- [string:split(string:trim(Series, trailing, "}"), "{")],
+        Labels <- [[list_to_tuple(string:split(string:trim(KV, both, "\""), "=\""))
+                    || KV <- string:lexemes(LabelText, ",")]]].
 
 %% HEAD /metrics is GET's status and headers with no body (it was a 404,
 %% with a body, which a client on a kept-alive connection reads as the

@@ -5,6 +5,10 @@
 %% Every series carries `node="<node name>"', and once more `node="all"'
 %% with the sum. `sluice_accept_errors_total' also has `reason': one series
 %% per reason seen and `reason="all"' with their sum (present even at 0).
+%% `sluice_close_reasons_total' has `reason' too, one series for each of
+%% info/1's `close_reasons' (every one, at 0 too), and no `reason="all"':
+%% their sum is `sluice_closed_total', which keeps its labels, so that the
+%% queries on it stay as they were.
 %% `sluice_listen_overflows_total' and `sluice_listen_drops_total' are the
 %% host's kernel counters (sluice_kernel), the same on every node of a host;
 %% their `all' counts each host once (kernel_rows/2), and a figure a node
@@ -21,6 +25,10 @@
 -spec series() -> [{string(), atom(), gauge | counter, string()}].
 series() ->
     [{"sluice_connections", connections, gauge, "Open connections."},
+     %% What sluice_connections is graphed against at a limit. The sum is
+     %% +Inf if one node's is.
+     {"sluice_max_connections", max_connections, gauge,
+      "The listener's max_connections (+Inf: none)."},
      {"sluice_parked_connections", parked, gauge,
       "Open connections parked while idle (no process of their own)."},
      {"sluice_accepted_total", accepted, counter, "Connections accepted and admitted."},
@@ -68,6 +76,7 @@ format(All = #{nodes := PerNode}) ->
     [[header(Metric, Type, Help),
       [sample(Metric, [{"node", Node}], maps:get(Key, I, 0)) || {Node, I} <- Rows(Type)]]
      || {Metric, Key, Type, Help} <- series()]
+        ++ close_reasons(Rows(counter))
         ++ [header("sluice_accept_errors_total", counter, "Failed accept calls, by reason."),
             [[[sample("sluice_accept_errors_total", [{"node", Node}, {"reason", reason(R)}], C)
                || {R, C} <- lists:sort(maps:to_list(maps:get(accept_errors, I, #{})))],
@@ -88,6 +97,16 @@ format(All = #{nodes := PerNode}) ->
                    "in time (then the counters have no node=\"all\" series)."),
             [sample("sluice_node_up", [{"node", N}], 1) || {N, _} <- Nodes],
             [sample("sluice_node_up", [{"node", atom_to_list(N)}], 0) || N <- Missing]].
+
+%% Why connections ended, one series per reason of info/1's
+%% `close_reasons' (sorted, for a stable text).
+close_reasons(Rows) ->
+    [header("sluice_close_reasons_total", counter,
+            "Connections that ended, by why (info/1's close_reasons: peer_closed, "
+            "idle_timeout, drained, handshake_error...); they add up to sluice_closed_total."),
+     [[sample("sluice_close_reasons_total", [{"node", Node}, {"reason", atom_to_list(R)}], C)
+       || {R, C} <- lists:sort(maps:to_list(maps:get(close_reasons, I, #{})))]
+      || {Node, I} <- Rows]].
 
 %% A reason label: accept(2)'s errno, or whatever else a transport's
 %% accept/2 returned (its callback allows any term: `{invalid, What}' from

@@ -44,7 +44,10 @@ loop(Telemetry, Name) ->
     loop(Telemetry, Name).
 
 emit(Telemetry, Name, Meta, I) ->
-    M = maps:with([bytes_out | [K || {_, K, _, _} <- sluice_prometheus:series()]], I),
+    %% Not max_connections: a setting, and `infinity' where there is none,
+    %% where a measurement is a number.
+    M = maps:with([bytes_out | [K || {_, K, _, _} <- sluice_prometheus:series(),
+                                     K =/= max_connections]], I),
     Measurements = M#{accept_errors => lists:sum(maps:values(maps:get(accept_errors, I, #{})))},
     _ = erlang:apply(Telemetry, execute, [[sluice, listener, stats], Measurements,
                                           Meta#{listener => Name}]),
