@@ -620,7 +620,9 @@ format_error(Reason) ->
 %% gone. A connection's own handler does not wait, whichever connection it
 %% sends to: `ok' at once, and the data goes out after the target's
 %% current callback (two connections sending to each other would otherwise
-%% wait for each other for ever).
+%% wait for each other for ever). Data that is not iodata raises `badarg'
+%% here, and that includes a file: `{sendfile, File, Offset, Length}'
+%% pieces go in a handler's reply (sluice_handler, "Sending a file").
 -spec send(dest(), iodata()) -> ok | {error, term()}.
 send(#{pid := Pid}, Data) ->
     send(Pid, Data);

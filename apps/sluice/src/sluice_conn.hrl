@@ -86,5 +86,5 @@
 %% STARTTLS frame in the same read.
 -type outcome() :: {continue, #s{}}
                  | {stop, term(), #s{}}
-                 | {stop_after, iodata(), term(), #s{}}
-                 | {starttls, iodata(), iodata(), boolean(), #s{}}.
+                 | {stop_after, sluice_handler:reply(), term(), #s{}}
+                 | {starttls, sluice_handler:reply(), iodata(), boolean(), #s{}}.

@@ -61,7 +61,7 @@ flush(Reason, Deadline, S = #s{t = T, ts = TS}) ->
 
 %% @doc Send Out, then close gracefully, giving the peer a moment to take
 %% it: nothing more is handed to the handler.
--spec linger_close(iodata(), term(), #s{}) -> no_return().
+-spec linger_close(sluice_handler:reply(), term(), #s{}) -> no_return().
 linger_close(Out, Reason, S) ->
     case sluice_conn_handler:send(Out, S) of
         ok -> fin_then_discard(Reason, erlang:monotonic_time(millisecond) + ?CLOSE_LINGER_MS, S);

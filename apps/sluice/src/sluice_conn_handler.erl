@@ -254,21 +254,25 @@ quietly(Fun) ->
 
 %% @doc Queue Out on the socket; what was queued counts as written. A list
 %% longer than the transport's send_slice/0 goes out a slice at a time
-%% (send_slices/2).
--spec send(iodata(), #s{}) -> ok | {error, term()}.
-send(Out, S = #s{send = Send, ts = TS, stats = Stats}) when is_binary(Out) ->
+%% (send_slices/2); one with files in it (`{sendfile, File, Offset,
+%% Length}' pieces) goes out in parts, files from the kernel
+%% (sluice_conn_sendfile).
+-spec send(sluice_handler:reply(), #s{}) -> ok | {error, term()}.
+send(Out, #s{send = Send, ts = TS, stats = Stats}) when is_binary(Out) ->
     case Send(TS, Out) of
         ok -> sluice_stats:sent(Stats, byte_size(Out));
-        Error -> unsent(Out, Error, S)
+        Error -> Error
     end;
 send(Out, S) ->
     %% The size the count needs anyway, taken before the send rather than
-    %% after it.
+    %% after it. A list it refuses is not iodata: a reply with files, or
+    %% one sluice_conn_sendfile refuses in turn (a crash, bad_iodata), so
+    %% that a reply without files pays nothing for them.
     try iolist_size(Out) of
         Size when Size > S#s.send_slice ->
             send_slices(erlang:iolist_to_iovec(Out), S);
         Size -> send_whole(Out, Size, S)
-    catch error:badarg -> unsent(Out, {error, badarg}, S)
+    catch error:badarg -> sluice_conn_sendfile:send(Out, S)
     end.
 
 send_whole(Out, Size, #s{send = Send, ts = TS, stats = Stats}) ->
@@ -301,18 +305,8 @@ slice([Bin | Bins], Acc, Size, Max) when Size < Max ->
 slice(Bins, Acc, Size, _Max) ->
     {lists:reverse(Acc), Size, Bins}.
 
-%% A send failed: the socket's error, unless what was to be sent is not
-%% iodata (a list in a handler's reply with something else in it; other
-%% terms are refused by read/4): then the handler's fault, not the
-%% socket's. (A binary is not walked: only when its send failed.)
-unsent(Out, Error, S) ->
-    try iolist_size(Out) of
-        _ -> Error
-    catch error:badarg -> sluice_conn_close:crash(exit, {bad_iodata, Out}, [], S)
-    end.
-
 %% @doc Send the replies owed before a crash, whatever becomes of them.
--spec owed(iodata(), #s{}) -> ok.
+-spec owed(sluice_handler:reply(), #s{}) -> ok.
 owed([], _S) -> ok;
 owed(Out, S) -> _ = send(Out, S), ok.
 

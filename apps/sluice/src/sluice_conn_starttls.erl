@@ -42,7 +42,7 @@
 %% handler; otherwise the outcome that ends it. A transport that cannot
 %% upgrade, or a listener without `tls_opts', is the handler's mistake: it
 %% crashes, as for a result it may not return.
--spec upgrade(iodata(), iodata(), boolean(), boolean(), #s{}) ->
+-spec upgrade(sluice_handler:reply(), iodata(), boolean(), boolean(), #s{}) ->
           {ok, map(), #s{}} | sluice_conn_handler:outcome().
 upgrade(Owed, Reply, Pipelined, ReadPending, S) ->
     case listener_opts(S) of
@@ -73,7 +73,11 @@ release(Owed, Reply, Pipelined, ReadPending, Opts, S) ->
         {ok, Sock, Unread} ->
             case Pipelined orelse Unread =/= [] orelse framed(S) of
                 true -> {stop_after, Owed, {protocol_error, starttls_pipelined}, S};
-                false -> go_ahead(Sock, [Owed, Reply], ReadPending, Opts, S)
+                false ->
+                    case send_files(Owed, Sock, S) of
+                        {ok, Owed2} -> go_ahead(Sock, [Owed2, Reply], ReadPending, Opts, S);
+                        {error, Reason} -> {stop, {error, Reason}, S}
+                    end
             end;
         {error, closed} ->
             %% The client closed after STARTTLS: no upgrade. It may have
@@ -84,6 +88,30 @@ release(Owed, Reply, Pipelined, ReadPending, Opts, S) ->
             {stop, closed, S};
         {error, Reason} ->
             {stop, {error, Reason}, S}
+    end.
+
+%% Replies owed with files in them (`sendfile' pieces, a request before
+%% STARTTLS in the same read) go out here, through the connection's own
+%% send (the kernel sends the files), since the go-ahead's
+%% gen_tcp:send/2 takes only iodata: what it sends is then `Reply' alone.
+%% The driver's acknowledgements of those sends (each sent as the driver
+%% takes the data) are taken out, as release/1 took those of earlier
+%% replies: the handshake would move them to ssl's connection process
+%% (gen_tcp:controlling_process/2), which logs each as a message it did
+%% not expect.
+send_files(Owed, Sock, S) ->
+    try iolist_size(Owed) of
+        _ -> {ok, Owed}
+    catch error:badarg ->
+            case sluice_conn_handler:send(Owed, S) of
+                ok -> ok = acknowledged(Sock), {ok, []};
+                Error -> Error
+            end
+    end.
+
+acknowledged(Sock) ->
+    receive {inet_reply, Sock, _} -> acknowledged(Sock)
+    after 0 -> ok
     end.
 
 %% A frame begun after the STARTTLS one.

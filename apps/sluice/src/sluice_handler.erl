@@ -53,6 +53,19 @@
 %% terminate/2). Both closes count Reason as any other close of the
 %% handler's.
 %%
+%% == Sending a file ==
+%% A reply list (of `reply' or `reply_close', from any callback) may hold
+%% `{sendfile, File, Offset, Length}' pieces: `Length' bytes of `File' (a
+%% filename, or a raw file the handler opened and keeps open until the
+%% reply is out) from `Offset', `Length' 0 for the rest of the file, sent
+%% in order with the bytes around them, e.g. `[Headers, {sendfile, Path,
+%% 0, Size}]'. The connection never holds the file: the kernel sends it
+%% (sendfile(2)) on `inet' and `socket', and on `ssl' it is read and sent
+%% 64 KiB at a time. Each MiB of it must be taken within the listener's
+%% `send_timeout', or the connection closes as a socket error. A file
+%% that cannot be opened or read, or that ends before `Offset + Length',
+%% crashes the connection with `{sendfile_failed, Why, Piece}'.
+%%
 %% == Ending ==
 %% Close reasons the library counts by name in info/1's `close_reasons':
 %% `{protocol_error, _}', `frame_timeout', `idle_timeout', `drained',
@@ -64,25 +77,33 @@
 -module(sluice_handler).
 
 -type timeout_ms() :: non_neg_integer() | infinity.
+%% What a `reply' or `reply_close' sends: iodata, or a list that also
+%% holds files (see Sending a file above).
+-type reply() :: iodata() | reply_list().
+-type reply_list() :: maybe_improper_list(byte() | binary() | reply_list() | sendfile(),
+                                          binary() | []).
+%% `Length' 0: from `Offset' to the file's end.
+-type sendfile() :: {sendfile, File :: file:name_all() | file:fd(),
+                     Offset :: non_neg_integer(), Length :: non_neg_integer()}.
 -type result(State) :: {ok, State}
                      | {ok, State, timeout_ms()}
-                     | {reply, iodata(), State}
-                     | {reply, iodata(), State, timeout_ms()}
+                     | {reply, reply(), State}
+                     | {reply, reply(), State, timeout_ms()}
                      | {close, term(), State}
-                     | {reply_close, iodata(), term(), State}
+                     | {reply_close, reply(), term(), State}
                      | {starttls, iodata(), State}
                      | {starttls, iodata(), State, timeout_ms()}.
 -type init_result(State) :: {ok, State}
                           | {ok, State, timeout_ms()}
-                          | {reply, iodata(), State}
-                          | {reply, iodata(), State, timeout_ms()}
-                          | {reply_close, iodata(), term(), State}
+                          | {reply, reply(), State}
+                          | {reply, reply(), State, timeout_ms()}
+                          | {reply_close, reply(), term(), State}
                           | {close, term(), State}
                           | {starttls, iodata(), State}
                           | {starttls, iodata(), State, timeout_ms()}
                           | {close, term()}.
 -type from() :: gen_server:from().
--export_type([result/1, init_result/1, from/0, timeout_ms/0]).
+-export_type([result/1, init_result/1, from/0, timeout_ms/0, reply/0, sendfile/0]).
 
 -callback init(sluice:conn(), Opts :: term()) -> init_result(State :: term()).
 %% A chunk as read from the socket or, with the listener's `framing'

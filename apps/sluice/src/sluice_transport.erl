@@ -163,6 +163,16 @@
 %% queues references to the binaries).
 -callback send_slice() -> pos_integer().
 
+%% Send Bytes (more than 0) of the raw file Fd from Offset, behind
+%% everything sent before, without the caller holding them (the kernel's
+%% sendfile(2)): `{ok, Sent}', fewer than Bytes only at the file's end.
+%% Must not leave the caller waiting longer than the listener's
+%% send_timeout (`{error, timeout}'). Optional: without it, a file in a
+%% reply is read and given to send/2 64 KiB at a time
+%% (sluice_conn_sendfile).
+-callback sendfile(tstate(), file:fd(), Offset :: non_neg_integer(), Bytes :: pos_integer()) ->
+    {ok, non_neg_integer()} | {error, term()}.
+
 %% Whether handshake/2 puts the bytes its options' `prefix' holds (read
 %% after a PROXY header, before the handshake) back in front of the
 %% socket's stream itself, for the first grant to deliver them as any
@@ -188,8 +198,8 @@
     {ok, [sluice:sockopt()]} | {error, term()}.
 
 -optional_callbacks([park/1, parked_event/1, unpark/1, sent_ack/1, data_tag/1, unsent/1,
-                     closed_by_peer/1, send_slice/0, delivers_prefix/0, setopts/2,
-                     getopts/2]).
+                     closed_by_peer/1, send_slice/0, sendfile/4, delivers_prefix/0,
+                     setopts/2, getopts/2]).
 
 %% @doc The callback module for a transport name or module.
 -spec module(inet | socket | ssl | module()) -> module().

@@ -22,6 +22,7 @@
          peername/1, sockname/1, setopts/2, getopts/2]).
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
          unsent/1, shutdown/2, close/1, info/1, socket/1]).
+-export([sendfile/4]).
 -export([queued/1]).
 -export([release/1]).
 -export([handover/2, park/1, parked_event/1, unpark/1]).
@@ -36,6 +37,10 @@
 -define(ARM_BUFFER, 512).
 %% The read buffer of a parked socket: only the read that wakes it.
 -define(PARK_BUFFER, 64).
+
+%% The reason of the message that ends a wait for the driver's sendfile
+%% at send_timeout (sendfile/4): no driver's.
+-define(SENDFILE_TIMED_OUT, '$sluice_send_timeout').
 
 %% The inet driver's default high_watermark: from this many bytes queued
 %% it marks the port busy.
@@ -432,6 +437,39 @@ send(#inet{sock = Sock}, Data) ->
     try erlang:port_command(Sock, Data) of
         true -> ok
     catch error:_ -> {error, closed}
+    end.
+
+%% @doc The kernel sends from the file (file:sendfile/5 on the port),
+%% after what the driver still queues (it writes that first: replies
+%% keep their order). file:sendfile/5 waits for the driver's answer
+%% without a timeout, and the driver has none for it (its send_timeout is
+%% for sends that find the port busy): a client that reads nothing would
+%% keep the connection there for good. A timer of the socket's
+%% send_timeout ends the wait with a message of the answer's shape,
+%% `{sendfile, Sock, {error, ?SENDFILE_TIMED_OUT}}', which no driver
+%% sends; the connection then ends, and closing the port stops the
+%% driver's sendfile.
+-spec sendfile(#inet{}, file:fd(), non_neg_integer(), pos_integer()) ->
+          {ok, non_neg_integer()} | {error, term()}.
+sendfile(#inet{sock = Sock}, Fd, Offset, Bytes) ->
+    case inet:getopts(Sock, [send_timeout]) of
+        {ok, [{send_timeout, Timeout}]} -> sendfile(Sock, Fd, Offset, Bytes, Timeout);
+        {error, _} -> {error, closed}
+    end.
+
+sendfile(Sock, Fd, Offset, Bytes, infinity) ->
+    file:sendfile(Fd, Sock, Offset, Bytes, []);
+sendfile(Sock, Fd, Offset, Bytes, Timeout) ->
+    TimedOut = {sendfile, Sock, {error, ?SENDFILE_TIMED_OUT}},
+    Timer = erlang:send_after(Timeout, self(), TimedOut),
+    case file:sendfile(Fd, Sock, Offset, Bytes, []) of
+        {error, ?SENDFILE_TIMED_OUT} ->
+            {error, timeout};
+        Result ->
+            %% A timer that fired as the driver answered has sent its
+            %% message, which must not reach the handler as a stray one.
+            _ = erlang:cancel_timer(Timer) =:= false andalso receive TimedOut -> true end,
+            Result
     end.
 
 %% @doc Every port_command/2 (send/2) is answered with `{inet_reply, Sock,

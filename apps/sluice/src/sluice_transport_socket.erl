@@ -30,6 +30,7 @@
 -export([send_slice/0, delivers_prefix/0]).
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
          shutdown/2, close/1, info/1, socket/1]).
+-export([sendfile/4]).
 
 %% A short read asks for no more than this next time: a socket that
 %% delivers small chunks then costs small buffers.
@@ -322,6 +323,18 @@ send(#sk{sock = Sock, send_timeout = Timeout}, Data) ->
         %% data when a send fails), rather than an exception in it.
         error:badarg -> {error, badarg};
         error:{invalid, {data, _}} -> {error, badarg}
+    end.
+
+%% @doc The kernel sends from the file (socket:sendfile/5), waiting while
+%% the kernel's send buffer is full, for at most the send timeout, as
+%% send/2. (Sends wait for the kernel: nothing queued here goes before.)
+-spec sendfile(#sk{}, file:fd(), non_neg_integer(), pos_integer()) ->
+          {ok, non_neg_integer()} | {error, term()}.
+sendfile(#sk{sock = Sock, send_timeout = Timeout}, Fd, Offset, Bytes) ->
+    case socket:sendfile(Sock, Fd, Offset, Bytes, Timeout) of
+        {ok, Sent} -> {ok, Sent};
+        {error, {Reason, _Sent}} -> send_error(Reason);
+        {error, Reason} -> send_error(Reason)
     end.
 
 %% A send to a peer that reset the connection fails with `closed', as on
