@@ -130,7 +130,7 @@ go_ahead(Sock, Out, ReadPending, Opts = #{handshake_timeout := Timeout}, S) ->
                     ok = sluice_stats:sent(S#s.stats, Size),
                     Deadline = deadline(Timeout),
                     case first_bytes(ReadPending, Deadline, S) of
-                        {ok, Prefix} -> handshake(Sock, Prefix, Deadline, Opts, S);
+                        {ok, Prefix, Drain} -> handshake(Sock, Prefix, Deadline, Drain, Opts, S);
                         Stop -> Stop
                     end;
                 {error, Reason} ->
@@ -140,33 +140,78 @@ go_ahead(Sock, Out, ReadPending, Opts = #{handshake_timeout := Timeout}, S) ->
             sluice_conn_close:crash(exit, {bad_iodata, Out}, [], S)
     end.
 
-%% A read of mode `false' that is pending cannot be called back: it takes
-%% the first bytes the client sends after the reply, the start of its
-%% ClientHello, which go back in front of the stream for ssl.
-first_bytes(false, _Deadline, _S) ->
-    {ok, <<>>};
-first_bytes(true, Deadline, S) ->
-    case sluice_transport_inet:await(S#s.ts, left(Deadline)) of
-        {data, Data, _} -> {ok, Data};
-        {timeout, _} -> {stop, {handshake_error, timeout}, S};
-        {closed, _} -> {stop, {handshake_error, closed}, S};
-        {error, Reason, _} -> {stop, {handshake_error, Reason}, S}
+%% The first bytes the client sends after the reply, the start of its
+%% ClientHello, which go back in front of the stream for ssl: waited for
+%% here, where a drain's message is seen, rather than in ssl's handshake,
+%% blocked where none is. Its handler has started, so no gate of its
+%% supervisor's cuts such a connection at a drain's deadline
+%% (sluice_conns_sup), and with an `infinity' handshake_timeout nothing
+%% else ever closed a client that never starts its handshake. A drain
+%% seen here, or one the handler carried on through before, closes the
+%% connection at its deadline (`drained', with terminate/2); if the
+%% ClientHello comes first, it bounds the handshake too, and one seen
+%% here reaches the handler once on TLS (handshake/6). A read of mode
+%% `false' that is pending cannot be called back: its answer is these
+%% bytes; in any other mode the socket is armed once.
+first_bytes(ReadPending, Deadline, S = #s{ts = TS}) ->
+    Drain = {running_drain(S), none},
+    case ReadPending orelse sluice_transport_inet:activate(TS, once) of
+        true -> client_hello(Deadline, Drain, S);
+        {ok, TS2} -> client_hello(Deadline, Drain, S#s{ts = TS2});
+        {error, Reason} -> {stop, {handshake_error, Reason}, S}
     end.
 
-handshake(Sock, Prefix, Deadline, Opts, S) ->
+%% `{Bound, Seen}': the earliest deadline of the drains the connection is
+%% under (one its handler carried on through, whose timer's message would
+%% wait behind the handshake too, and those seen here), and the deadline
+%% of the drains seen here, whose message was taken out; `none' for none.
+client_hello(Deadline, Drain = {Bound, Seen}, S = #s{ts = TS}) ->
+    Sock = sluice_transport_inet:socket(TS),
+    receive
+        {sluice_drain, D} ->
+            client_hello(Deadline, {earliest(D, Bound), earliest(D, Seen)}, S);
+        Msg when element(2, Msg) =:= Sock ->
+            case sluice_transport_inet:classify(Msg, TS) of
+                {data, Data, _} -> {ok, Data, Drain};
+                {closed, _} -> {stop, {handshake_error, closed}, S};
+                {error, Reason, _} -> {stop, {handshake_error, Reason}, S};
+                _AckOrPassive -> client_hello(Deadline, Drain, S)
+            end
+    after left(earliest(Deadline, Bound)) ->
+            {stop, waited_out(Deadline, Bound), S}
+    end.
+
+running_drain(#s{drain = {_Timer, Deadline}}) -> Deadline;
+running_drain(#s{drain = undefined}) -> none.
+
+%% Why a wait bounded by both ended: the drain's deadline, if it came
+%% first (or with the handshake's), else the handshake's timeout.
+waited_out(Deadline, Bound) when Bound =/= none, Bound =< Deadline -> drained;
+waited_out(_Deadline, _Bound) -> {handshake_error, timeout}.
+
+earliest(A, none) -> A;
+earliest(infinity, B) -> B;
+earliest(A, B) -> min(A, B).
+
+%% The handshake proper, bounded by the drains too; done, the connection
+%% gets a drain seen meanwhile as any other does (its message, taken out
+%% above, sent again).
+handshake(Sock, Prefix, Deadline, {Bound, Seen}, Opts, S) ->
+    End = earliest(Deadline, Bound),
     case sluice_transport_ssl:handshake(Sock, Opts#{prefix => Prefix,
-                                                    handshake_timeout := left(Deadline)}) of
+                                                    handshake_timeout := left(End)}) of
         {ok, TS} ->
+            ok = drain_again(Seen),
             #{tls := Tls} = sluice_transport_ssl:info(TS),
             {ok, Tls, sluice_conn:on_tls(TS, S)};
-        {error, peer_closed} ->
-            %% No health check here: the client asked for TLS and closed
-            %% before its ClientHello, a failed handshake as ssl names it
-            %% (what terminate/2 gets).
-            {stop, {handshake_error, closed}, S};
+        {error, timeout} ->
+            {stop, waited_out(Deadline, Bound), S};
         {error, Reason} ->
             {stop, {handshake_error, Reason}, S}
     end.
+
+drain_again(none) -> ok;
+drain_again(Deadline) -> self() ! {sluice_drain, Deadline}, ok.
 
 deadline(infinity) -> infinity;
 deadline(Timeout) -> erlang:monotonic_time(millisecond) + Timeout.

@@ -26,8 +26,9 @@
 %%      one.</li>
 %% </ul>
 %% handle_data/2, handle_info/2, handle_call/3, handle_timeout/1 (and
-%% init/2, and handle_starttls/2) may also return `{starttls, IoData,
-%% State}' on a listener with `transport => inet' and `tls_opts': send
+%% init/2) may also return `{starttls, IoData, State}' on a listener with
+%% `transport => inet' and `tls_opts' (not handle_drain/1, and not
+%% handle_starttls/2: the connection is on TLS already): send
 %% IoData in plaintext (the protocol's "go ahead"), then upgrade the
 %% connection to TLS on the same socket, as an `ssl' listener's handshake
 %% (`handshake_timeout'; a failure closes it as `handshake_error', with

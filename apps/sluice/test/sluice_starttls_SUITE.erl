@@ -6,7 +6,10 @@
 %% command injection of CVE-2011-0411) never reaches the handler: in the
 %% same write, as a partial line, or already in the connection's mailbox
 %% under a running grant; a client that never handshakes, or sends
-%% garbage, ends as `handshake_error' with terminate/2; after the upgrade
+%% garbage, ends as `handshake_error' with terminate/2, and a drain
+%% closes one still waiting for its ClientHello at its deadline; on a Unix
+%% socket it upgrades as over TCP, and with the tls_opts of the last
+%% sluice:set_transport_opts/2; after the upgrade
 %% the connection drains over TLS, does not park as a plain socket,
 %% takes sluice:send/2 from elsewhere, and counts plaintext; a PROXY
 %% header may come first. Where no upgrade can happen (`socket', `ssl',
@@ -33,6 +36,11 @@
          starttls_from_init/1,
          proxy_header_then_plain_then_starttls/1,
          drain_of_an_upgraded_connection_is_graceful/1,
+         drain_closes_a_connection_waiting_for_its_client_hello/1,
+         drain_during_the_wait_reaches_the_handler_after_the_upgrade/1,
+         starttls_while_draining_is_closed_at_the_drains_deadline/1,
+         starttls_over_a_unix_socket/1,
+         upgrade_after_set_transport_opts_uses_the_new_tls_opts/1,
          upgraded_connection_does_not_park/1,
          upgraded_connection_told_to_park_hibernates/1,
          send_from_another_process_goes_over_tls/1,
@@ -49,7 +57,7 @@ suite() -> [{timetrap, {seconds, 60}}].
 
 all() ->
     [{group, modes}, {group, injection}, {group, handshake}, {group, after_upgrade},
-     {group, unavailable}].
+     {group, other_features}, {group, unavailable}].
 
 groups() ->
     [{modes, [], [{group, G} || G <- [active_once, active_10, active_adaptive, active_false]]},
@@ -68,10 +76,15 @@ groups() ->
                       starttls_from_init,
                       proxy_header_then_plain_then_starttls]},
      {after_upgrade, [], [drain_of_an_upgraded_connection_is_graceful,
+                          drain_closes_a_connection_waiting_for_its_client_hello,
+                          drain_during_the_wait_reaches_the_handler_after_the_upgrade,
+                          starttls_while_draining_is_closed_at_the_drains_deadline,
                           upgraded_connection_does_not_park,
                           upgraded_connection_told_to_park_hibernates,
                           send_from_another_process_goes_over_tls,
                           own_send_before_starttls_goes_over_tls]},
+     {other_features, [], [starttls_over_a_unix_socket,
+                           upgrade_after_set_transport_opts_uses_the_new_tls_opts]},
      {unavailable, [], [tls_opts_on_inet_are_checked_at_start,
                         tls_opts_on_socket_are_refused,
                         starttls_without_tls_opts_crashes,
@@ -391,6 +404,104 @@ drain_of_an_upgraded_connection_is_graceful(Config) ->
     receive {drained, R} -> ?assertEqual({ok, 0}, R) after 5000 -> error(drain_stuck) end,
     ?assertEqual(drained, terminated(Pid)),
     ?assertEqual(1, reason_count(Name, drained)).
+
+%% A drain while the connection waits for the client's ClientHello after
+%% "go ahead" (its handler started: no gate of the connection supervisor
+%% covers it): closed at the drain's deadline as `drained', with
+%% terminate/2, however long handshake_timeout is (as a handler that
+%% carries on is closed at the deadline: drain/2 may or may not have
+%% counted it open by then).
+drain_closes_a_connection_waiting_for_its_client_hello(Config) ->
+    Name = ?config(name, Config),
+    Port = listener(Config, #{handshake_timeout => infinity}),
+    {C, Pid} = plain_client(Port),
+    ok = gen_tcp:send(C, <<"STARTTLS\r\n">>),
+    ?assertEqual({ok, <<"220 go ahead\r\n">>}, recv_line(C)),
+    {ok, Open} = sluice:drain(Name, 200),
+    ?assert(Open =< 1),
+    ?assertEqual(drained, terminated(Pid)),
+    expect_closed(C),
+    ?assertEqual(1, reason_count(Name, drained)).
+
+%% A drain that comes while the connection waits for the ClientHello, and
+%% a client that handshakes before its deadline: the handler is told of
+%% the drain once on TLS (without handle_drain/1, it closes `drained'
+%% gracefully, over TLS).
+drain_during_the_wait_reaches_the_handler_after_the_upgrade(Config) ->
+    Name = ?config(name, Config),
+    Port = listener(Config, #{handshake_timeout => infinity}),
+    {C, Pid} = plain_client(Port),
+    ok = gen_tcp:send(C, <<"STARTTLS\r\n">>),
+    ?assertEqual({ok, <<"220 go ahead\r\n">>}, recv_line(C)),
+    erlang:trace(Pid, true, ['receive']),
+    Self = self(),
+    spawn_link(fun() -> Self ! {drained, sluice:drain(Name, 10000)} end),
+    receive {trace, Pid, 'receive', {sluice_drain, _}} -> ok
+    after 5000 -> error(drain_not_sent)
+    end,
+    {ok, S} = handshake(Config, C, []),
+    ?assertEqual({<<>>, closed}, sluice_tls_test_lib:recv_until_closed(S, 5000)),
+    _ = ssl:close(S),
+    receive {drained, R} -> ?assertEqual({ok, 0}, R) after 5000 -> error(drain_stuck) end,
+    ?assertEqual(drained, terminated(Pid)),
+    ?assertEqual(1, reason_count(Name, drained)).
+
+%% A handler that carried on through a drain, then asked for STARTTLS:
+%% a client that never sends its ClientHello is closed at the drain's
+%% deadline all the same (its timer's message waits behind the wait).
+starttls_while_draining_is_closed_at_the_drains_deadline(Config) ->
+    Name = ?config(name, Config),
+    Port = listener(Config, #{handshake_timeout => infinity, hopts => #{carry_on => true}}),
+    {C, Pid} = plain_client(Port),
+    Self = self(),
+    spawn_link(fun() -> Self ! {drained, sluice:drain(Name, 500)} end),
+    receive {drain, Pid} -> ok after 5000 -> error(no_drain) end,
+    ok = gen_tcp:send(C, <<"STARTTLS\r\n">>),
+    ?assertEqual({ok, <<"220 go ahead\r\n">>}, recv_line(C)),
+    ?assertEqual(drained, terminated(Pid)),
+    expect_closed(C),
+    receive {drained, {ok, _}} -> ok after 5000 -> error(drain_stuck) end,
+    ?assertEqual(1, reason_count(Name, drained)).
+
+%%% ------------------------------------------------------------------
+%%% With the other features of a listener
+%%% ------------------------------------------------------------------
+
+%% An `inet' listener on a Unix socket upgrades as over TCP (ssl runs
+%% over the driver's Unix socket; the accepted socket's options that
+%% handshake/2 sets again, keepalive here, are kept).
+starttls_over_a_unix_socket(Config) ->
+    %% not under priv_dir: the path must fit sun_path (107 bytes)
+    Path = "/tmp/sluice-starttls-" ++ os:getpid() ++ ".sock",
+    listener(Config, #{ip => {local, Path}, socket_opts => [{keepalive, true}]}),
+    {ok, C} = gen_tcp:connect({local, Path}, 0, [binary, {active, false}], 5000),
+    {Pid, Conn} = receive {init, P, Cn} -> {P, Cn} after 5000 -> error(no_init) end,
+    ?assertEqual({ok, <<"220 ready\r\n">>}, recv_line(C)),
+    {ok, S} = starttls(Config, C, []),
+    receive {starttls, Pid, _} -> ok after 5000 -> error(no_starttls) end,
+    {ok, <<"TLS ", _/binary>>} = tls_command(S, <<"TLS?">>),
+    ?assertEqual({ok, {local, <<>>}}, sluice:peername(Conn)),
+    ?assertEqual({ok, [{keepalive, true}]}, sluice:getopts(Conn, [keepalive])),
+    ?assertEqual({ok, <<"221 bye\r\n">>}, tls_command(S, <<"QUIT">>)),
+    ?assertEqual(quit, terminated(Pid)),
+    %% the listener's stop (end_per_testcase) removes the file
+    _ = ssl:close(S).
+
+%% sluice:set_transport_opts/2 on an `inet' listener: a connection
+%% accepted before the call that upgrades after it uses the new tls_opts
+%% (docs/listener-options.md: "on inet: upgraded after the call"), seen
+%% here by the ALPN protocol each set prefers.
+upgrade_after_set_transport_opts_uses_the_new_tls_opts(Config) ->
+    Name = ?config(name, Config),
+    Base = sluice_tls_test_lib:server_opts(Config),
+    Port = listener(Config, #{tls_opts => [{alpn_preferred_protocols, [<<"old">>]} | Base]}),
+    {C, Pid} = plain_client(Port),
+    ok = sluice:set_transport_opts(Name, #{tls_opts => [{alpn_preferred_protocols, [<<"new">>]}
+                                                        | Base]}),
+    {ok, S} = starttls(Config, C, [{alpn_advertised_protocols, [<<"old">>, <<"new">>]}]),
+    Tls = receive {starttls, Pid, T} -> T after 5000 -> error(no_starttls) end,
+    ?assertEqual(<<"new">>, maps:get(alpn, Tls)),
+    _ = ssl:close(S).
 
 %% A listener that parks its quiet connections: a plain one parks (its
 %% pid changes), an upgraded one is told to park and stays, and carries

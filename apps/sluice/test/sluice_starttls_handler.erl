@@ -16,17 +16,19 @@
 %% </ul>
 %% Every line is reported to the test as `{line, Pid, Line, Tls}' (Tls:
 %% whether the connection was on TLS), the TLS facts as `{starttls, Pid,
-%% Tls}', the end as `{terminate, Pid, Reason}'. No handle_info/2 and no
+%% Tls}', a drain as `{drain, Pid}', the end as `{terminate, Pid,
+%% Reason}'. A drain closes the connection (`drained', as without
+%% handle_drain/1) unless the options say `carry_on => true'. No handle_info/2 and no
 %% handle_call/3: a listener with park_after parks it.
 -module(sluice_starttls_handler).
 -behaviour(sluice_handler).
 
--export([init/2, handle_data/2, handle_starttls/2, terminate/2]).
+-export([init/2, handle_data/2, handle_starttls/2, handle_drain/1, terminate/2]).
 
 init(Conn, Opts = #{test := Test}) ->
     Test ! {init, self(), Conn},
     State = #{test => Test, tls => undefined, hold => maps:get(hold, Opts, false),
-              conn => Conn},
+              carry_on => maps:get(carry_on, Opts, false), conn => Conn},
     case maps:get(init_starttls, Opts, false) of
         true -> {starttls, <<"220 tls now\r\n">>, State};
         false -> {reply, <<"220 ready\r\n">>, State}
@@ -61,6 +63,13 @@ command(Line, S) ->
 handle_starttls(Tls, S = #{test := Test}) ->
     Test ! {starttls, self(), Tls},
     {ok, S#{tls := Tls}}.
+
+handle_drain(S = #{test := Test, carry_on := CarryOn}) ->
+    Test ! {drain, self()},
+    case CarryOn of
+        true -> {ok, S};
+        false -> {close, drained, S}
+    end.
 
 terminate(Reason, #{test := Test}) ->
     Test ! {terminate, self(), Reason}.
