@@ -154,6 +154,10 @@ admit(#{stats := Stats, transport := T, name := Name,
         over_limit ->
             reject(Stats, T, Sock),
             sluice_log:over_limit(Name, Stats);
+        suspended ->
+            %% Waiting for a slot as the listener stopped accepting: no
+            %% limit's doing, and not logged as one.
+            reject(Stats, T, Sock);
         shedding ->
             %% Out of descriptors: the emfile that started it is logged.
             reject(Stats, T, Sock)

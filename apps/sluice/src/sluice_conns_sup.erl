@@ -175,7 +175,8 @@ init(Parent, Listener0 = #{name := Name, transport := T, stats := Stats}, Index)
     %% and every connection dies with undef.
     _ = [{module, M} = code:ensure_loaded(M)
          || M <- [sluice_conn, sluice_conn_handler, sluice_conn_close, sluice_proxy,
-                  sluice_telemetry, sluice_log, sluice_stats, sluice_frame, T]],
+                  sluice_telemetry, sluice_log, sluice_stats, sluice_frame, T]
+                 ++ starttls_modules(Listener0)],
     _ = sluice_telemetry:refresh(),
     ok = sluice_stats:sup_reset(Stats, Index),
     ok = sluice_registry:set_conns_sup(Name, Index, self()),
@@ -193,12 +194,19 @@ init(Parent, Listener0 = #{name := Name, transport := T, stats := Stats}, Index)
              tick = Tick, sweep = Sweep, parked = sluice_parking:new(T), woke = Woke,
              gate = Gate, template = sluice_conn:template(Listener, Woke, Gate)}).
 
+%% What an upgrade runs (STARTTLS: an inet listener with tls_opts), loaded
+%% with the rest for the same reason.
+starttls_modules(#{transport := sluice_transport_inet, opts := #{tls_opts := [_ | _]}}) ->
+    [sluice_conn_starttls, sluice_transport_ssl];
+starttls_modules(_) ->
+    [].
+
 %% Only where a connection can wait for its client before its handler:
-%% the PROXY header, a handshake (TLS, or a transport of the user's, which
-%% may wait too). inet's and socket's handshakes return at once.
+%% the PROXY header, a handshake that waits (the transport's
+%% handshake_waits/0: TLS's; a transport of the user's without it may).
 gate(#{transport := T, opts := Opts}) ->
     case maps:get(proxy_protocol, Opts, false) orelse
-        not lists:member(T, [sluice_transport_inet, sluice_transport_socket]) of
+        sluice_transport:optional(T, handshake_waits, [], true) of
         true -> ets:new(sluice_gate, [set, public, {write_concurrency, true}]);
         false -> none
     end.

@@ -205,7 +205,8 @@ admit(#stats{a = A, c = C}) ->
 %% this side, and a slot frees within moments. A listener that has stayed
 %% full for longer than Wait closes newcomers at once again (so a
 %% sustained overload costs no waiting acceptors); any admission ends it.
--spec admit_within(stats(), non_neg_integer()) -> admitted | over_limit | shedding.
+-spec admit_within(stats(), non_neg_integer()) ->
+          admitted | over_limit | shedding | suspended.
 admit_within(St = #stats{a = A}, Wait) ->
     case admit(St) of
         over_limit when Wait > 0 -> retry_admit(St, full_since(A) + Wait);
@@ -216,9 +217,12 @@ retry_admit(St = #stats{a = A}, Deadline) ->
     %% A listener that stops accepting closes the waiting connection at
     %% once: its suspend (and a drain, which suspends first) waits for
     %% this acceptor to end, and waited out max_connections_wait (up to an
-    %% hour) before a drain told any connection.
-    case erlang:monotonic_time(millisecond) >= Deadline
-        orelse atomics:get(A, ?SUSPENDED) =:= 1 of
+    %% hour) before a drain told any connection. Said apart from the limit
+    %% (`suspended'): the acceptor logs only the limit's.
+    Suspended = atomics:get(A, ?SUSPENDED) =:= 1,
+    case Suspended orelse erlang:monotonic_time(millisecond) >= Deadline of
+        true when Suspended ->
+            suspended;
         true ->
             over_limit;
         false ->

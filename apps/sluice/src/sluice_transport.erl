@@ -182,6 +182,14 @@
 %% handler as the first chunk, before the first grant.
 -callback delivers_prefix() -> boolean().
 
+%% Whether handshake/2 may wait for the client (a TLS handshake does: up to
+%% the options' handshake_timeout), blocked where a drain's message cannot
+%% reach the connection: its connection supervisor then closes such
+%% connections at a drain's deadline itself (sluice_conns_sup's gate).
+%% Optional: without it, `true' (a gate costs a connection two ETS
+%% operations; a missing one leaves a drain waiting).
+-callback handshake_waits() -> boolean().
+
 %%% A handler's socket options (optional).
 
 %% Set socket options on a connection's raw socket (sluice:setopts/2),
@@ -199,7 +207,7 @@
 
 -optional_callbacks([park/1, parked_event/1, unpark/1, sent_ack/1, data_tag/1, unsent/1,
                      closed_by_peer/1, send_slice/0, sendfile/4, delivers_prefix/0,
-                     setopts/2, getopts/2]).
+                     handshake_waits/0, setopts/2, getopts/2]).
 
 %% @doc The callback module for a transport name or module.
 -spec module(inet | socket | ssl | module()) -> module().

@@ -26,7 +26,7 @@
 -export([queued/1]).
 -export([release/1]).
 -export([handover/2, park/1, parked_event/1, unpark/1]).
--export([delivers_prefix/0]).
+-export([delivers_prefix/0, handshake_waits/0]).
 -export([listen_options/1, sent_ack/1, data_tag/1]).
 
 %% SOL_SOCKET / SO_REUSEPORT on Linux; OTP 25's gen_tcp has no option for it.
@@ -260,6 +260,11 @@ closed_or(_Sock, Result) ->
 -spec delivers_prefix() -> true.
 delivers_prefix() ->
     true.
+
+%% @doc handshake/2 returns at once: it reads nothing from the client.
+-spec handshake_waits() -> false.
+handshake_waits() ->
+    false.
 
 %% @doc Nothing to negotiate; the one option an accepted socket does not
 %% inherit from its listen socket (see accept/2) is set here, in the

@@ -247,11 +247,17 @@ drain_of_a_full_listener_does_not_wait_for_a_slot(Config) ->
     {ok, Waiting} = sluice_test_lib:connect(Port),
     sluice_test_lib:wait_until(fun() -> waiting_for_a_slot(Name) end, 5000),
     Self = self(),
+    ok = sluice_log_forwarder:start(self()),
     Drainer = spawn_link(fun() -> Self ! {drained, sluice:drain(Name, 0)} end),
     Drained = receive {drained, R} -> R after 20000 -> {still_draining, Drainer} end,
     ct:log("drain: ~p; info ~p", [Drained, sluice:info(Name)]),
     ?assertMatch({ok, _}, Drained),
     sluice_test_lib:expect_closed(Waiting, 5000),
+    sluice_log_forwarder:stop(),
+    %% Closed because the listener stopped accepting, not for its limit:
+    %% no "max_connections reached" line.
+    ?assertEqual([], [Text || {log, warning, Text, _} <- flush_logs(),
+                              string:find(Text, "max_connections") =/= nomatch]),
     ?assertMatch(#{status := suspended, accepted := 1, rejected := 1}, sluice:info(Name)),
     close_all([A]),
     wait_info(Name, connections, 0, 5000),
