@@ -1,7 +1,7 @@
 #!/bin/sh
 # sluice's defaults against ranch 2.2 and thousand_island 1.5 (neither is a
 # Debian package, so neither is in `make bench`): rotating rounds of
-# bench/ab.escript on PEERS.md's three cells, each library with a careful
+# bench/ab.escript on the planners' three cells (lock-step, pipelined, 200 connections), each library with a careful
 # handler of the ack protocol (ranch_peer.erl, ti_peer.ex; the parsing is
 # sluice_peer_gen_tcp's, so only the libraries' loops differ).
 #
