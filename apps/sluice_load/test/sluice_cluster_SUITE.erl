@@ -32,7 +32,7 @@
                  "sluice_closed_total", "sluice_protocol_errors_total",
                  "sluice_accept_errors_total", "sluice_messages_total",
                  "sluice_bytes_in_total", "sluice_bytes_out_total",
-                 "sluice_bytes_unsent_total",
+                 "sluice_bytes_unsent_total", "sluice_max_connections",
                  "sluice_beam_memory_bytes", "sluice_resident_memory_bytes"]).
 
 suite() -> [{timetrap, {seconds, 60}}].
