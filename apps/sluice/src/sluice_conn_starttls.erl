@@ -128,7 +128,7 @@ go_ahead(Sock, Out, ReadPending, Opts = #{handshake_timeout := Timeout}, S) ->
             case gen_tcp:send(Sock, Out) of
                 ok ->
                     ok = sluice_stats:sent(S#s.stats, Size),
-                    Deadline = deadline(Timeout),
+                    Deadline = sluice_deadline:at(Timeout),
                     case first_bytes(ReadPending, Deadline, S) of
                         {ok, Prefix, Drain} -> handshake(Sock, Prefix, Deadline, Drain, Opts, S);
                         Stop -> Stop
@@ -177,7 +177,7 @@ client_hello(Deadline, Drain = {Bound, Seen}, S = #s{ts = TS}) ->
                 {error, Reason, _} -> {stop, {handshake_error, Reason}, S};
                 _AckOrPassive -> client_hello(Deadline, Drain, S)
             end
-    after left(earliest(Deadline, Bound)) ->
+    after sluice_deadline:left(earliest(Deadline, Bound)) ->
             {stop, waited_out(Deadline, Bound), S}
     end.
 
@@ -199,7 +199,7 @@ earliest(A, B) -> min(A, B).
 handshake(Sock, Prefix, Deadline, {Bound, Seen}, Opts, S) ->
     End = earliest(Deadline, Bound),
     case sluice_transport_ssl:handshake(Sock, Opts#{prefix => Prefix,
-                                                    handshake_timeout := left(End)}) of
+                                                    handshake_timeout := sluice_deadline:left(End)}) of
         {ok, TS} ->
             ok = drain_again(Seen),
             #{tls := Tls} = sluice_transport_ssl:info(TS),
@@ -213,8 +213,3 @@ handshake(Sock, Prefix, Deadline, {Bound, Seen}, Opts, S) ->
 drain_again(none) -> ok;
 drain_again(Deadline) -> self() ! {sluice_drain, Deadline}, ok.
 
-deadline(infinity) -> infinity;
-deadline(Timeout) -> erlang:monotonic_time(millisecond) + Timeout.
-
-left(infinity) -> infinity;
-left(Deadline) -> max(0, Deadline - erlang:monotonic_time(millisecond)).

@@ -22,11 +22,9 @@
 read(_T, _Sock, #{proxy_protocol := false}) ->
     {ok, none, <<>>};
 read(T, Sock, #{proxy_protocol := true, proxy_timeout := Timeout, proxy_max_size := Max}) ->
-    Deadline = case Timeout of
-                   infinity -> infinity;
-                   _ -> erlang:monotonic_time(millisecond) + Timeout
-               end,
-    read(T, Sock, <<>>, Deadline, #{max_size => Max}).
+    %% The timeout is for the whole header, not for each read, so a client
+    %% trickling it is cut off in time too.
+    read(T, Sock, <<>>, sluice_deadline:at(Timeout), #{max_size => Max}).
 
 read(T, Sock, Buf, Deadline, Opts) ->
     case sluice_proxy_header:parse(Buf, Opts) of
@@ -34,7 +32,7 @@ read(T, Sock, Buf, Deadline, Opts) ->
             label(Header),
             {ok, Header, Rest};
         {more, _} ->
-            case left(Deadline) of
+            case sluice_deadline:left(Deadline) of
                 0 ->
                     {error, timeout};
                 Left ->
@@ -54,11 +52,6 @@ read(T, Sock, Buf, Deadline, Opts) ->
 nothing_sent(closed) -> peer_closed;
 nothing_sent(econnreset) -> peer_closed;
 nothing_sent(Reason) -> Reason.
-
-%% What is left of the header's time: the timeout is for the whole header,
-%% not for each read, so a client trickling it is cut off in time too.
-left(infinity) -> infinity;
-left(Deadline) -> max(0, Deadline - erlang:monotonic_time(millisecond)).
 
 %% The client's real addresses go into this process's logger metadata, so
 %% that whatever the connection logs (a handler's lines, a crash report)

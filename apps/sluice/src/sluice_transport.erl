@@ -26,7 +26,7 @@
 %% themselves; the socket transport counts in its state).
 -module(sluice_transport).
 
--export([module/1, name/1, is_transport/1, optional/4]).
+-export([module/1, name/1, is_transport/1, optional/4, family/1]).
 
 -export_type([socket/0, lsock/0, tstate/0, mode/0, listen_opts/0, conn_opts/0,
               classified/0, awaited/0]).
@@ -208,6 +208,13 @@
 -optional_callbacks([park/1, parked_event/1, unpark/1, sent_ack/1, data_tag/1, unsent/1,
                      closed_by_peer/1, send_slice/0, sendfile/4, delivers_prefix/0,
                      handshake_waits/0, setopts/2, getopts/2]).
+
+%% @doc The address family of a listener's `ip' as gen_tcp and socket name
+%% it: a Unix socket (`{local, Path}') is `local'.
+-spec family(inet:ip_address() | {local, binary() | string()}) -> inet | inet6 | local.
+family({local, _}) -> local;
+family(IP) when tuple_size(IP) =:= 4 -> inet;
+family(IP) when tuple_size(IP) =:= 8 -> inet6.
 
 %% @doc The callback module for a transport name or module.
 -spec module(inet | socket | ssl | module()) -> module().

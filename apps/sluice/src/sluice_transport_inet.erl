@@ -84,7 +84,7 @@ listen(Port, Opts) ->
 -spec listen_options(sluice_transport:listen_opts()) -> [gen_tcp:listen_option()].
 listen_options(#{ip := IP, backlog := Backlog, reuseport := ReusePort,
                  socket_opts := SocketOpts}) ->
-    Family = family(IP),
+    Family = sluice_transport:family(IP),
     Reuse = case ReusePort of
                 true -> [{raw, ?SOL_SOCKET, ?SO_REUSEPORT, <<1:32/native>>}];
                 false -> []
@@ -92,11 +92,6 @@ listen_options(#{ip := IP, backlog := Backlog, reuseport := ReusePort,
     SocketOpts ++ Reuse ++
         [Family, {ip, IP}, binary, {packet, raw}, {active, false},
          {reuseaddr, true}, {backlog, Backlog}, {exit_on_close, false}].
-
-%% A Unix socket (`{local, Path}') is gen_tcp's family `local'.
-family({local, _}) -> local;
-family(IP) when tuple_size(IP) =:= 4 -> inet;
-family(IP) when tuple_size(IP) =:= 8 -> inet6.
 
 %% @doc gen_tcp:accept/2 without its option copy. gen_tcp copies ten
 %% options from the listen socket to each accepted one (a getsockopt each

@@ -61,7 +61,7 @@
           {ok, socket:socket()} | {error, term()}.
 listen(Port, #{ip := IP, backlog := Backlog, reuseport := ReusePort,
                socket_opts := SocketOpts}) ->
-    Family = family(IP),
+    Family = sluice_transport:family(IP),
     case socket:open(Family, stream, default) of
         {ok, L} ->
             %% Options set on the listen socket are inherited by accepted
@@ -80,10 +80,6 @@ listen(Port, #{ip := IP, backlog := Backlog, reuseport := ReusePort,
         Error ->
             Error
     end.
-
-family({local, _}) -> local;
-family(IP) when tuple_size(IP) =:= 4 -> inet;
-family(IP) when tuple_size(IP) =:= 8 -> inet6.
 
 -spec accept(socket:socket(), timeout()) -> {ok, socket:socket()} | {error, term()}.
 accept(LSock, Timeout) ->
@@ -286,7 +282,7 @@ ended(Reason, T) -> {error, Reason, T}.
 
 -spec await(#sk{}, timeout()) -> sluice_transport:awaited().
 await(T = #sk{sock = Sock}, Timeout) ->
-    Deadline = deadline(Timeout),
+    Deadline = sluice_deadline:at(Timeout),
     receive
         {'$socket', Sock, _, _} = Msg -> awaited(classify(Msg, T), Deadline);
         {?MODULE, Sock, _} = Msg -> awaited(classify(Msg, T), Deadline);
@@ -318,8 +314,8 @@ send_slice() ->
 send(#sk{sock = Sock, send_timeout = Timeout}, Data) ->
     try socket:send(Sock, Data, nowait) of
         ok -> ok;
-        {select, {SelectInfo, Rest}} -> wait_writable(Sock, Rest, SelectInfo, deadline(Timeout));
-        {select, SelectInfo} -> wait_writable(Sock, Data, SelectInfo, deadline(Timeout));
+        {select, {SelectInfo, Rest}} -> wait_writable(Sock, Rest, SelectInfo, sluice_deadline:at(Timeout));
+        {select, SelectInfo} -> wait_writable(Sock, Data, SelectInfo, sluice_deadline:at(Timeout));
         {error, {Reason, _Rest}} -> send_error(Reason);
         {error, Reason} -> send_error(Reason)
     catch
@@ -348,8 +344,6 @@ sendfile(#sk{sock = Sock, send_timeout = Timeout}, Fd, Offset, Bytes) ->
 send_error(Reason) when Reason =:= econnreset; Reason =:= epipe -> {error, closed};
 send_error(Reason) -> {error, Reason}.
 
-deadline(infinity) -> infinity;
-deadline(Ms) -> erlang:monotonic_time(millisecond) + Ms.
 
 remaining(infinity) -> infinity;
 remaining(Deadline) -> max(0, Deadline - erlang:monotonic_time(millisecond)).

@@ -438,7 +438,7 @@ delivers_prefix() ->
           {ok, #tls{}} | {error, term()}.
 handshake(Sock, Opts = #{tls_opts := TlsOpts, handshake_timeout := Timeout,
                          socket_opts := SocketOpts}) ->
-    Deadline = deadline(Timeout),
+    Deadline = sluice_deadline:at(Timeout),
     {buffer, Buffer} = lists:keyfind(buffer, 1, SocketOpts),
     %% exit_on_close goes back to gen_tcp's default under TLS (the listen
     %% socket, the inet transport's, has it false, for plain TCP's half-close).
@@ -459,7 +459,7 @@ handshake(Sock, Opts = #{tls_opts := TlsOpts, handshake_timeout := Timeout,
     case first_bytes(Sock, maps:get(prefix, Opts, <<>>), Timeout) of
         {ok, First} ->
             ok = gen_tcp:unrecv(Sock, First),
-            tls_handshake(Sock, TlsOpts, left(Deadline));
+            tls_handshake(Sock, TlsOpts, sluice_deadline:left(Deadline));
         {error, closed} ->
             {error, peer_closed};
         {error, econnreset} ->
@@ -480,11 +480,6 @@ first_bytes(Sock, <<>>, Timeout) ->
 first_bytes(_Sock, Prefix, _Timeout) ->
     {ok, Prefix}.
 
-deadline(infinity) -> infinity;
-deadline(Timeout) -> erlang:monotonic_time(millisecond) + Timeout.
-
-left(infinity) -> infinity;
-left(Deadline) -> max(0, Deadline - erlang:monotonic_time(millisecond)).
 
 tls_handshake(Sock, TlsOpts, Timeout) ->
     try ssl:handshake(Sock, quiet(TlsOpts), Timeout) of

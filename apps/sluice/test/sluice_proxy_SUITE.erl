@@ -61,9 +61,7 @@ groups() ->
     [{T, [], cases()} || T <- [inet, socket, ssl]].
 
 init_per_suite(Config) ->
-    {ok, _} = application:ensure_all_started(sluice),
-    {ok, _} = application:ensure_all_started(ssl),
-    [{certs, sluice_tls_test_lib:certs()} | Config].
+    sluice_tls_test_lib:init_per_suite(Config).
 
 end_per_suite(_Config) ->
     ok.

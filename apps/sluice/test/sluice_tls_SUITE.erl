@@ -73,9 +73,7 @@ groups() ->
                     certificate_out_of_its_validity_is_warned_at_start]}].
 
 init_per_suite(Config) ->
-    {ok, _} = application:ensure_all_started(sluice),
-    {ok, _} = application:ensure_all_started(ssl),
-    [{certs, sluice_tls_test_lib:certs()} | Config].
+    sluice_tls_test_lib:init_per_suite(Config).
 
 end_per_suite(_Config) ->
     ok.

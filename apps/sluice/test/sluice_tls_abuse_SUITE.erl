@@ -38,9 +38,7 @@ all() ->
      thousand_unfinished_handshakes_leave_bystanders_served].
 
 init_per_suite(Config) ->
-    {ok, _} = application:ensure_all_started(sluice),
-    {ok, _} = application:ensure_all_started(ssl),
-    [{certs, sluice_tls_test_lib:certs()} | Config].
+    sluice_tls_test_lib:init_per_suite(Config).
 
 end_per_suite(_Config) ->
     ok.

@@ -7,7 +7,7 @@
 
 -include_lib("stdlib/include/assert.hrl").
 
--export([certs/0, server_opts/1, client_opts/1, write_pem/2]).
+-export([init_per_suite/1, certs/0, server_opts/1, client_opts/1, write_pem/2]).
 -export([client_hello/2]).
 -export([connect/2, connect/3, tcp_connect/1, reset/1, ack_pipeline/3, recv_exactly/3,
          recv_until_closed/2, echo_check/3]).
@@ -20,6 +20,13 @@
 -define(LOOPBACK, {127, 0, 0, 1}).
 
 %%% Certificates --------------------------------------------------------
+
+%% A TLS suite's init_per_suite/1: sluice and ssl started, the
+%% certificates (certs/0) in the config as `certs'.
+init_per_suite(Config) ->
+    {ok, _} = application:ensure_all_started(sluice),
+    {ok, _} = application:ensure_all_started(ssl),
+    [{certs, certs()} | Config].
 
 %% A CA and a server certificate (P-256: quick to make and to use), and
 %% the matching client options: #{server => [...], client => [...]}.
