@@ -117,11 +117,11 @@ open_spare_retry(N) ->
 reopen(lost) -> open_spare();
 reopen(Spare) -> Spare.
 
-shed(Reason, #{transport := T, stats := Stats}, LSock, Spare)
+shed(Reason, #{name := Name, transport := T, stats := Stats}, LSock, Spare)
   when (Reason =:= emfile orelse Reason =:= enfile), Spare =/= none, Spare =/= lost ->
     ok = sluice_stats:set_shedding(Stats, true),
     ok = file:close(Spare),
-    shed_waiting(T, LSock, Stats, ?SHED_MAX),
+    shed_waiting(Name, T, LSock, Stats, ?SHED_MAX),
     %% The other acceptors shed too meanwhile.
     receive after ?SHED_MS -> ok end,
     %% Still shedding, so another acceptor that has just taken a freed
@@ -135,13 +135,13 @@ shed(_Reason, _L, _LSock, Spare) ->
     reopen(Spare).
 
 %% Accept and close whatever is waiting, using the one free descriptor.
-shed_waiting(_T, _LSock, _Stats, 0) ->
+shed_waiting(_Name, _T, _LSock, _Stats, 0) ->
     ok;
-shed_waiting(T, LSock, Stats, N) ->
+shed_waiting(Name, T, LSock, Stats, N) ->
     case T:accept(LSock, 0) of
         {ok, Sock} ->
-            reject(Stats, T, Sock),
-            shed_waiting(T, LSock, Stats, N - 1);
+            reject(Name, Stats, T, Sock, shedding),
+            shed_waiting(Name, T, LSock, Stats, N - 1);
         {error, _} ->
             ok
     end.
@@ -152,19 +152,22 @@ admit(#{stats := Stats, transport := T, name := Name,
         admitted ->
             start(Name, Stats, T, Sock, SupIndex);
         over_limit ->
-            reject(Stats, T, Sock),
+            reject(Name, Stats, T, Sock, max_connections),
             sluice_log:over_limit(Name, Stats);
         suspended ->
             %% Waiting for a slot as the listener stopped accepting: no
             %% limit's doing, and not logged as one.
-            reject(Stats, T, Sock);
+            reject(Name, Stats, T, Sock, suspended);
         shedding ->
             %% Out of descriptors: the emfile that started it is logged.
-            reject(Stats, T, Sock)
+            reject(Name, Stats, T, Sock, shedding)
     end.
 
-reject(Stats, T, Sock) ->
+%% Counted, told to telemetry with why (sluice_telemetry:rejected/2), and
+%% closed.
+reject(Name, Stats, T, Sock, Why) ->
     ok = sluice_stats:rejected(Stats),
+    ok = sluice_telemetry:rejected(Name, Why),
     T:close_socket(Sock).
 
 start(Name, Stats, T, Sock, SupIndex) ->

@@ -25,8 +25,10 @@
 %% (RFC 3207 4.), and one whose commands vanished would carry on out of
 %% step.
 %%
-%% Only `inet' can be upgraded: OTP 25's ssl runs over gen_tcp, not over
-%% the `socket' NIF's sockets, and an `ssl' connection is TLS already.
+%% Only `inet' can be upgraded (or a transport of the user's whose tls/0
+%% says `starttls': its connection state is inet's, which the upgrade
+%% works on): OTP 25's ssl runs over gen_tcp, not over the `socket' NIF's
+%% sockets, and an `ssl' connection is TLS already.
 %% @private
 -module(sluice_conn_starttls).
 
@@ -56,17 +58,22 @@ upgrade(Owed, Reply, Pipelined, ReadPending, S) ->
 %% The listener's options (tls_opts, handshake_timeout, socket_opts,
 %% active) as it published them: read at the upgrade, not kept in every
 %% connection's state, which a connection that never upgrades would pay
-%% for on every copy of it.
-listener_opts(#s{t = sluice_transport_inet, listener = Name}) ->
-    case sluice_registry:lookup(Name) of
-        {ok, #{opts := Opts = #{tls_opts := [_ | _]}}} -> {ok, Opts};
-        {ok, _} -> {error, no_tls_opts};
-        error -> {error, listener_stopped}
-    end;
-listener_opts(#s{t = sluice_transport_ssl}) ->
-    {error, already_tls};
-listener_opts(#s{t = T}) ->
-    {error, {transport, sluice_transport:name(T)}}.
+%% for on every copy of it. Whether the transport can be upgraded is its
+%% own to say (sluice_transport:tls/1, `starttls'): looked up here, at
+%% the upgrade, and only then.
+listener_opts(#s{t = T, listener = Name}) ->
+    case sluice_transport:tls(T) of
+        starttls ->
+            case sluice_registry:lookup(Name) of
+                {ok, #{opts := Opts = #{tls_opts := [_ | _]}}} -> {ok, Opts};
+                {ok, _} -> {error, no_tls_opts};
+                error -> {error, listener_stopped}
+            end;
+        handshake ->
+            {error, already_tls};
+        _NoneOrUnsaid ->
+            {error, {transport, sluice_transport:name(T)}}
+    end.
 
 release(Owed, Reply, Pipelined, ReadPending, Opts, S) ->
     case sluice_transport_inet:release(S#s.ts) of

@@ -6,12 +6,22 @@
 %% connects are refused, on every transport. A listener on a Unix socket
 %% has its file made free before the bind and removed after the close
 %% (sluice_local_socket).
+%%
+%% The listener's `post_listen' fun, if any, is given each listen socket
+%% here, once all of them listen and before any acceptor starts (the
+%% acceptors are started after this process, rest_for_one): every time
+%% they are opened, at start, on resume and when this process is
+%% restarted. If it fails for one, every socket is closed (and a Unix
+%% socket's file removed) and this process does not start: the listener's
+%% start fails with `{post_listen, Reason}'.
 %% @private
 -module(sluice_listen_sockets).
 -behaviour(gen_server).
 
 -export([start_link/1, try_port/3]).
 -export([init/1, handle_call/3, handle_cast/2, terminate/2]).
+
+-include_lib("kernel/include/logger.hrl").
 
 %% The transport and its listen sockets; for a Unix socket also its path
 %% and the file bound there (removed when they close). A TCP listener's
@@ -34,8 +44,14 @@ init(#{name := Name, transport := T, opts := Opts = #{ip := {local, Path}}}) ->
     process_flag(trap_exit, true),
     case listen_local(T, Path, Opts) of
         {ok, LSock, Identity} ->
-            ok = sluice_registry:set(Name, listen_sockets, [LSock]),
-            {ok, {T, [LSock], {Path, Identity}}};
+            case post_listen(Opts, [LSock]) of
+                ok ->
+                    ok = sluice_registry:set(Name, listen_sockets, [LSock]),
+                    {ok, {T, [LSock], {Path, Identity}}};
+                {error, Reason} ->
+                    ok = close_local(T, [LSock], Path, Identity),
+                    {stop, Reason}
+            end;
         {error, Reason} ->
             {stop, Reason}
     end;
@@ -60,9 +76,15 @@ open(Name, T, Port0, N, Opts) ->
             {ok, Port} = T:listen_port(First),
             case open_more(T, Port, N - 1, Opts, [First]) of
                 {ok, LSocks} ->
-                    ok = sluice_registry:set(Name, port, Port),
-                    ok = sluice_registry:set(Name, listen_sockets, LSocks),
-                    {ok, {T, LSocks}};
+                    case post_listen(Opts, LSocks) of
+                        ok ->
+                            ok = sluice_registry:set(Name, port, Port),
+                            ok = sluice_registry:set(Name, listen_sockets, LSocks),
+                            {ok, {T, LSocks}};
+                        {error, Reason} ->
+                            _ = [T:close_listener(S) || S <- LSocks],
+                            {stop, Reason}
+                    end;
                 {error, Reason} ->
                     {stop, Reason}
             end;
@@ -94,6 +116,31 @@ try_port(T, Port, Opts) ->
     case T:listen(Port, Alone) of
         {ok, LSock} -> T:close_listener(LSock);
         {error, _} = Error -> Error
+    end.
+
+%% The user's fun on each socket in turn, up to the first that fails. A
+%% fun that raises is a failure too (caught: this process would otherwise
+%% die with the listener's whole state in its crash report), logged with
+%% where it raised, which the reason alone does not say.
+post_listen(#{post_listen := none}, _LSocks) ->
+    ok;
+post_listen(#{post_listen := Fun}, LSocks) ->
+    post_listen_each(Fun, LSocks);
+post_listen(_NoOption, _LSocks) ->
+    %% the options of a listener started before the option existed
+    ok.
+
+post_listen_each(_Fun, []) ->
+    ok;
+post_listen_each(Fun, [LSock | Rest]) ->
+    try Fun(LSock) of
+        ok -> post_listen_each(Fun, Rest);
+        {error, Reason} -> {error, {post_listen, Reason}};
+        Other -> {error, {post_listen, {bad_return, Other}}}
+    catch Class:Reason:Stack ->
+            ?LOG_ERROR("sluice: the post_listen fun raised ~p:~0p at ~0p",
+                       [Class, Reason, Stack]),
+            {error, {post_listen, {Class, Reason}}}
     end.
 
 open_more(_T, _Port, 0, _Opts, Acc) ->

@@ -37,7 +37,8 @@
                   proxy_protocol := boolean(),
                   proxy_timeout := timeout(),
                   proxy_max_size := pos_integer(),
-                  framing := none | sluice_frame:spec()}.
+                  framing := none | sluice_frame:spec(),
+                  post_listen := none | fun((sluice_transport:lsock()) -> ok | {error, term()})}.
 -type error() :: {unknown_option, term()}
                | {missing_option, atom()}
                | {bad_option, atom(), term()}
@@ -220,7 +221,10 @@ defaults() ->
       proxy_timeout => 5000,
       proxy_max_size => 4096,
       %% Whole frames to handle_data/2 instead of chunks (sluice_frame).
-      framing => none}.
+      framing => none,
+      %% A fun given each listen socket once it listens, before the first
+      %% accept (ranch's post_listen_callback): sluice_listen_sockets.
+      post_listen => none}.
 
 %% @doc The bounds of `active => adaptive' (sluice_conn): the grant of
 %% reads starts at `min', where the mailbox of a client that outruns its
@@ -444,6 +448,10 @@ check(framing, Spec) ->
         {ok, _} -> true;
         {error, _} -> bad(framing, Spec)
     end;
+check(post_listen, none) ->
+    true;
+check(post_listen, F) ->
+    is_function(F, 1) orelse bad(post_listen, F);
 check(shutdown_timeout, T) ->
     T =:= infinity orelse (is_integer(T) andalso T > 0 andalso T =< ?MAX_SHUTDOWN_TIMEOUT)
         orelse bad(shutdown_timeout, T);
@@ -496,8 +504,23 @@ local_path(Path) ->
 %% TLS needs a certificate and its key, and ssl reads tls_opts only at
 %% each handshake: they are checked here, at start, so that a mistake (a
 %% missing file, a bad value) is named once, not in every connection's
-%% failure.
-check_tls(#{transport := ssl, tls_opts := L}) ->
+%% failure. Whether the transport runs TLS is its own to say
+%% (sluice_transport:tls/1): `handshake' (ssl) needs them; `starttls'
+%% (inet, for STARTTLS, sluice_conn_starttls) has them checked as for
+%% ssl when given, so that a bad certificate is named now, not at the
+%% first upgrade; `none' (socket: OTP 25's ssl runs over gen_tcp only, a
+%% `socket' connection cannot be upgraded) refuses them, since nothing
+%% would read them. A transport that does not say gets them unchecked.
+check_tls(#{transport := T, tls_opts := L}) ->
+    case {sluice_transport:tls(T), L} of
+        {handshake, _} -> check_certs(L);
+        {starttls, [_ | _]} -> check_certs(L);
+        {none, [_ | _]} -> bad(tls_opts, {transport, sluice_transport:name(
+                                                       sluice_transport:module(T))});
+        _ -> ok
+    end.
+
+check_certs(L) ->
     Has = fun(K) -> lists:keymember(K, 1, L) end,
     (Has(certs_keys) orelse ((Has(certfile) orelse Has(cert)) andalso (Has(keyfile) orelse Has(key))))
         orelse bad(tls_opts, {missing, "certfile and keyfile (or cert and key, or certs_keys)"}),
@@ -509,22 +532,7 @@ check_tls(#{transport := ssl, tls_opts := L}) ->
         ok -> ok;
         {error, {ssl_not_started, _} = NotStarted} -> throw(NotStarted);
         {error, Why} -> bad(tls_opts, Why)
-    end;
-check_tls(Opts = #{transport := sluice_transport_ssl}) ->
-    check_tls(Opts#{transport := ssl});
-%% On `inet', tls_opts are for STARTTLS (sluice_conn_starttls): checked
-%% as for `ssl', so that a bad certificate is named now, not at the first
-%% upgrade. None: the listener never upgrades.
-check_tls(Opts = #{transport := Inet, tls_opts := [_ | _]})
-  when Inet =:= inet; Inet =:= sluice_transport_inet ->
-    check_tls(Opts#{transport := ssl});
-%% OTP 25's ssl runs over gen_tcp only: a `socket' connection cannot be
-%% upgraded, and tls_opts there would be read by nothing.
-check_tls(#{transport := Socket, tls_opts := [_ | _]})
-  when Socket =:= socket; Socket =:= sluice_transport_socket ->
-    bad(tls_opts, {transport, socket});
-check_tls(_) ->
-    ok.
+    end.
 
 readable(K, F) ->
     case file:read_file_info(F) of
@@ -736,6 +744,17 @@ format_error({bad_option, tls_opts, {transport, socket} = V}) ->
     lists:flatten(io_lib:format("bad value for option tls_opts: ~0p (tls_opts are for "
                                 "transport ssl, or for STARTTLS on transport inet: OTP's "
                                 "ssl cannot run over a socket of transport socket)", [V]));
+format_error({bad_option, tls_opts, {transport, T} = V}) ->
+    lists:flatten(io_lib:format("bad value for option tls_opts: ~0p (transport ~p says it "
+                                "runs no TLS: its tls/0 is none)", [V, T]));
+format_error({bad_option, tls_opts, {no_tls13_signature, Key}} = E) ->
+    lists:flatten(io_lib:format("bad value for option tls_opts: ~0p (the certificate's key, "
+                                "~s, can sign none of the TLS 1.3 signature schemes offered: "
+                                "every TLS 1.3 handshake would fail with insufficient_security. "
+                                "TLS 1.3 signs with ECDSA on secp256r1, secp384r1 or "
+                                "secp521r1, RSA (rsa_pss_*) or EdDSA, and no DSA; use such "
+                                "a key, or {versions, ['tlsv1.2']} for clients that accept "
+                                "this one over TLS 1.2)", [element(3, E), key_name(Key)]));
 format_error({bad_option, K, V}) ->
     lists:flatten(io_lib:format("bad value for option ~p: ~0p (expected ~s)",
                                 [K, V, expected(K)]));
@@ -750,6 +769,9 @@ format_error({ssl_not_started, Reason}) ->
                                 "be started: ~0p", [Reason]));
 format_error(not_a_map) ->
     "options must be a map or a proplist";
+format_error({post_listen, Reason}) ->
+    lists:flatten(io_lib:format("the post_listen fun failed on a listen socket: ~0p "
+                                "(the listener's sockets were closed)", [Reason]));
 format_error(already_started) ->
     "a listener of that name is running";
 format_error(Posix) when is_atom(Posix) ->
@@ -761,6 +783,14 @@ format_error(Posix) when is_atom(Posix) ->
     end;
 format_error(Other) ->
     lists:flatten(io_lib:format("~p", [Other])).
+
+key_name({ecdsa, Curve}) when Curve =:= secp256r1; Curve =:= secp384r1; Curve =:= secp521r1 ->
+    io_lib:format("ECDSA on ~p, with no ecdsa_~p_* scheme in signature_algs", [Curve, Curve]);
+key_name({ecdsa, Curve}) -> io_lib:format("ECDSA on ~p", [Curve]);
+key_name(dsa) -> "DSA";
+key_name(rsa) -> "RSA, with no rsa_pss_rsae_* scheme in signature_algs";
+key_name(rsa_pss) -> "RSASSA-PSS, with no rsa_pss_pss_* scheme in signature_algs";
+key_name(Ed) -> io_lib:format("~p, whose scheme is not in signature_algs", [Ed]).
 
 %% What is wrong in a framing spec, from sluice_frame:new/1's error.
 framing_error({error, {unknown_option, K}}) ->
@@ -856,6 +886,8 @@ expected(framing) -> "none, or a framing spec of sluice_frame: {length, 1 | 2 | 
 expected(tls_opts) -> "(with transport ssl, or inet for STARTTLS) a list of ssl server options with a certificate and its key "
                      "(certfile and keyfile, cert and key, or certs_keys) whose files exist "
                      "and hold them; socket options go in socket_opts";
+expected(post_listen) -> "none, or a fun of one argument (a listen socket) that returns ok "
+                         "or {error, Reason}";
 expected(shutdown_timeout) ->
     "an integer 1.." ++ integer_to_list(?MAX_SHUTDOWN_TIMEOUT) ++
         " (ms; 2^32 - 1001, about 49.7 days) or infinity";

@@ -18,7 +18,8 @@
 %% </ul>
 %% The others are read once, where a change could not be kept to new
 %% connections without reopening what they shaped: the listen sockets
-%% (ip, port, backlog, reuseport, num_listen_sockets; `socket_opts' too,
+%% (ip, port, backlog, reuseport, num_listen_sockets, post_listen, which
+%% ran on them; `socket_opts' too,
 %% which accepted inet sockets inherit from them and which size the
 %% connections' reads), the processes (num_acceptors, num_conns_sups),
 %% the connection state and the connection supervisors' idle sweep, which
@@ -39,14 +40,15 @@
 per_connection() ->
     [tls_opts, handshake_timeout, proxy_timeout, proxy_max_size].
 
-%% @doc Whether a listener runs TLS handshakes with its `tls_opts': every
-%% connection of an `ssl' listener, and those of an `inet' listener whose
-%% handler asks for STARTTLS (sluice_conn_starttls reads them from the
-%% registry at the upgrade). Elsewhere (`socket', a transport of the
-%% user's) nothing reads them.
+%% @doc Whether a listener runs TLS handshakes with its `tls_opts', as
+%% its transport says (sluice_transport:tls/1): every connection of an
+%% `ssl' listener (`handshake'), and those of an `inet' listener whose
+%% handler asks for STARTTLS (`starttls': sluice_conn_starttls reads them
+%% from the registry at the upgrade). Elsewhere (`socket', a transport of
+%% the user's that does not say) nothing the library knows of reads them.
 -spec uses_tls_opts(sluice_opts:opts()) -> boolean().
 uses_tls_opts(#{transport := T}) ->
-    lists:member(T, [ssl, sluice_transport_ssl, inet, sluice_transport_inet]).
+    lists:member(sluice_transport:tls(T), [handshake, starttls]).
 
 %% @doc `Given' (a map or a proplist of listener options) applied to the
 %% listener's options `Current': `{ok, New, Changed}' with `Changed' the

@@ -28,6 +28,13 @@
 %%      gets one, reason `{shutdown, Why}').</li>
 %%  <li>`[sluice, listener, accept_error]': `#{count => 1}';
 %%      `#{listener, reason}'.</li>
+%%  <li>`[sluice, listener, rejected]': `#{count => 1}'; `#{listener,
+%%      reason}'. A connection accepted and closed at once, counted in
+%%      info/1's `rejected', reason `max_connections' (over the limit
+%%      after `max_connections_wait'), `suspended' (the listener stopped
+%%      accepting while it waited for a slot) or `shedding' (out of
+%%      descriptors, closed to free one). It never reached a handler: no
+%%      connection event goes with it.</li>
 %% </ul>
 %% Whether `telemetry' is there is looked up when a listener starts
 %% (refresh/0) and kept in a persistent term, so an event costs one
@@ -36,7 +43,8 @@
 %% would flag it).
 -module(sluice_telemetry).
 
--export([refresh/0, enabled/0, connection_start/2, connection_stop/4, accept_error/2]).
+-export([refresh/0, enabled/0, connection_start/2, connection_stop/4, accept_error/2,
+         rejected/2]).
 
 -define(KEY, {?MODULE, enabled}).
 
@@ -92,3 +100,9 @@ connection_stop(Listener, Pid, Started, Reason) ->
 accept_error(Listener, Reason) ->
     execute([sluice, listener, accept_error], #{count => 1},
             #{listener => Listener, reason => Reason}).
+
+%% @private A connection accepted on `Listener' is closed at once, for
+%% `Why': `max_connections', `suspended' or `shedding'.
+-spec rejected(sluice:name(), max_connections | suspended | shedding) -> ok.
+rejected(Listener, Why) ->
+    execute([sluice, listener, rejected], #{count => 1}, #{listener => Listener, reason => Why}).

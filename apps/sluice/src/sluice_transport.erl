@@ -26,10 +26,10 @@
 %% themselves; the socket transport counts in its state).
 -module(sluice_transport).
 
--export([module/1, name/1, is_transport/1, optional/4, family/1]).
+-export([module/1, name/1, is_transport/1, optional/4, family/1, tls/1]).
 
 -export_type([socket/0, lsock/0, tstate/0, mode/0, listen_opts/0, conn_opts/0,
-              classified/0, awaited/0]).
+              classified/0, awaited/0, tls/0]).
 
 -type socket() :: term().
 -type lsock() :: term().
@@ -51,6 +51,8 @@
                     | {error, term(), tstate()}
                     | {ignore, tstate()}
                     | other.
+%% What a transport does with the listener's `tls_opts' (tls/0).
+-type tls() :: handshake | starttls | none.
 -type awaited() :: {data, binary(), tstate()}
                  | {closed, tstate()}
                  | {error, term(), tstate()}
@@ -190,6 +192,26 @@
 %% operations; a missing one leaves a drain waiting).
 -callback handshake_waits() -> boolean().
 
+%% What the transport does with the listener's `tls_opts', which decides
+%% how they are checked at start and whether they may change while it
+%% runs:
+%% <ul>
+%%  <li>`handshake': handshake/2 runs TLS with them on every connection
+%%      (`ssl'): a certificate and its key are required and checked at
+%%      start (sluice_opts), as ssl will read them, and
+%%      sluice:set_transport_opts/2 may change them;</li>
+%%  <li>`starttls': a connection may be upgraded in-band by its handler
+%%      (`inet'; sluice_conn_starttls): the same, when tls_opts are given.
+%%      The upgrade works on the connection state of
+%%      sluice_transport_inet: say it only for a transport whose state is
+%%      that one (a wrapper of inet, as a test's faulty transport is);</li>
+%%  <li>`none': the transport cannot run TLS (`socket': OTP 25's ssl runs
+%%      over gen_tcp only): tls_opts are refused at start.</li>
+%% </ul>
+%% Optional: without it, tls_opts are handed to handshake/2 unchecked (a
+%% transport of the user's may read them itself) and cannot change.
+-callback tls() -> tls().
+
 %%% A handler's socket options (optional).
 
 %% Set socket options on a connection's raw socket (sluice:setopts/2),
@@ -207,7 +229,7 @@
 
 -optional_callbacks([park/1, parked_event/1, unpark/1, sent_ack/1, data_tag/1, unsent/1,
                      closed_by_peer/1, send_slice/0, sendfile/4, delivers_prefix/0,
-                     handshake_waits/0, setopts/2, getopts/2]).
+                     handshake_waits/0, tls/0, setopts/2, getopts/2]).
 
 %% @doc The address family of a listener's `ip' as gen_tcp and socket name
 %% it: a Unix socket (`{local, Path}') is `local'.
@@ -215,6 +237,12 @@
 family({local, _}) -> local;
 family(IP) when tuple_size(IP) =:= 4 -> inet;
 family(IP) when tuple_size(IP) =:= 8 -> inet6.
+
+%% @doc What transport T (a name or a module) does with `tls_opts', as
+%% its tls/0 says, or `undefined' where it does not say.
+-spec tls(atom()) -> tls() | undefined.
+tls(T) ->
+    optional(module(T), tls, [], undefined).
 
 %% @doc The callback module for a transport name or module.
 -spec module(inet | socket | ssl | module()) -> module().

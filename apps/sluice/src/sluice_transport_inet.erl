@@ -26,7 +26,7 @@
 -export([queued/1]).
 -export([release/1]).
 -export([handover/2, park/1, parked_event/1, unpark/1]).
--export([delivers_prefix/0, handshake_waits/0]).
+-export([delivers_prefix/0, handshake_waits/0, tls/0]).
 -export([listen_options/1, sent_ack/1, data_tag/1]).
 
 %% SOL_SOCKET / SO_REUSEPORT on Linux; OTP 25's gen_tcp has no option for it.
@@ -255,6 +255,12 @@ closed_or(_Sock, Result) ->
 -spec delivers_prefix() -> true.
 delivers_prefix() ->
     true.
+
+%% @doc A connection may be upgraded to TLS in-band (STARTTLS,
+%% sluice_conn_starttls): tls_opts are checked when given.
+-spec tls() -> starttls.
+tls() ->
+    starttls.
 
 %% @doc handshake/2 returns at once: it reads nothing from the client.
 -spec handshake_waits() -> false.

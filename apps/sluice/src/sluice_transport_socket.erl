@@ -27,7 +27,7 @@
 -export([listen/2, accept/2, listen_port/1, close_listener/1]).
 -export([controlling_process/2, handover/2, recv/3, bytes_received/1, close_socket/1,
          peername/1, sockname/1, setopts/2, getopts/2]).
--export([send_slice/0, delivers_prefix/0, handshake_waits/0]).
+-export([send_slice/0, delivers_prefix/0, handshake_waits/0, tls/0]).
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
          shutdown/2, close/1, info/1, socket/1]).
 -export([sendfile/4]).
@@ -159,6 +159,12 @@ reason_only(Result) -> Result.
 -spec delivers_prefix() -> true.
 delivers_prefix() ->
     true.
+
+%% @doc OTP 25's ssl runs over gen_tcp only: no TLS on a socket of the
+%% NIF's, and tls_opts are refused.
+-spec tls() -> none.
+tls() ->
+    none.
 
 %% @doc handshake/2 returns at once: it reads nothing from the client.
 -spec handshake_waits() -> false.

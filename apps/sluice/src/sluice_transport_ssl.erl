@@ -29,7 +29,7 @@
 -export([listen/2, accept/2, listen_port/1, close_listener/1]).
 -export([controlling_process/2, handover/2, recv/3, bytes_received/1, close_socket/1,
          peername/1, sockname/1, setopts/2, getopts/2]).
--export([send_slice/0, delivers_prefix/0]).
+-export([send_slice/0, delivers_prefix/0, tls/0]).
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
          shutdown/2, close/1, info/1, socket/1]).
 -export([closed_by_peer/1]).
@@ -72,7 +72,8 @@
 %% leave every connection hanging), `session_tickets' is `disabled' (see
 %% check_tickets/1), the PEM files hold what their option
 %% says (a certificate, a private key), the private key can be read (with
-%% `password' if it is encrypted) and it is the certificate's.
+%% `password' if it is encrypted), it is the certificate's, and, where
+%% TLS 1.3 is offered, it can sign a TLS 1.3 handshake (sluice_tls_key).
 -spec check_opts(term()) -> ok | {error, term()}.
 check_opts(TlsOpts) when is_list(TlsOpts) ->
     case [O || O <- TlsOpts, not (is_tuple(O) andalso tuple_size(O) =:= 2
@@ -134,10 +135,25 @@ check_known(TlsOpts, Config) when is_tuple(Config), tuple_size(Config) >= 2,
     case [K || {K, _} <- TlsOpts, not maps:is_key(K, Kept),
                not lists:member(K, ?SSL_ALIASES)] of
         [K | _] -> {error, {unknown_option, K}};
-        [] -> check_files(TlsOpts, TlsOpts)
+        [] -> check_files(TlsOpts, TlsOpts, Kept)
     end;
 check_known(TlsOpts, _Config) ->
-    check_files(TlsOpts, TlsOpts).
+    check_files(TlsOpts, TlsOpts, #{}).
+
+%% The listener's own certificate, once its files are good: can its key
+%% sign a TLS 1.3 handshake with the schemes ssl will offer
+%% (sluice_tls_key; `Ssl' is ssl's resolved options, `#{}' where their
+%% shape is not known)?
+check_files(TlsOpts, All, Ssl) ->
+    case check_files(TlsOpts, All) of
+        ok ->
+            case decoded(certificate(All)) of
+                {ok, Cert} -> sluice_tls_key:check(Cert, Ssl);
+                _NoneOrUndecodable -> ok
+            end;
+        Error ->
+            Error
+    end.
 
 check_files(TlsOpts, All) ->
     case check_files(TlsOpts) of
@@ -423,6 +439,12 @@ setopts(Sock, Opts) -> ?INET:setopts(Sock, Opts).
 getopts(Sock, Names) -> ?INET:getopts(Sock, Names).
 
 %%% The connection
+
+%% @doc Every connection runs the TLS handshake with the listener's
+%% tls_opts: they are required.
+-spec tls() -> handshake.
+tls() ->
+    handshake.
 
 %% @doc handshake/2 puts the `prefix' back in front of the TCP stream
 %% (gen_tcp:unrecv/2): it is the start of the TLS stream.

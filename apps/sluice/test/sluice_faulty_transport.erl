@@ -16,22 +16,25 @@
 %% And, where a suite asks (prefix_to_connection/0), it is a transport
 %% that leaves the bytes read after a PROXY header to the connection (no
 %% delivers_prefix/0 of its own: its handshake does not take them),
-%% rather than inet, which puts them back in its stream.
+%% rather than inet, which puts them back in its stream. Its tls/0 is
+%% inet's (`starttls': its connection state is inet's), unless a suite
+%% makes it say another (says_tls/1).
 -module(sluice_faulty_transport).
 -behaviour(sluice_transport).
 
 -export([fail_next_accept/1, data_before_next_pause/1, hold_next_handover/1, go/1, disarm/0,
-         prefix_to_connection/0]).
+         prefix_to_connection/0, says_tls/1]).
 -export([listen/2, accept/2, listen_port/1, close_listener/1, controlling_process/2, handover/2,
          recv/3, bytes_received/1, close_socket/1, peername/1, sockname/1,
          handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1, shutdown/2,
          close/1, info/1, socket/1]).
--export([park/1, parked_event/1, unpark/1, delivers_prefix/0]).
+-export([park/1, parked_event/1, unpark/1, delivers_prefix/0, tls/0]).
 
 -define(FAULT, {?MODULE, fault}).
 -define(PAUSE_FAULT, {?MODULE, pause_fault}).
 -define(HANDOVER_FAULT, {?MODULE, handover_fault}).
 -define(PREFIX_TO_CONN, {?MODULE, prefix_to_connection}).
+-define(TLS, {?MODULE, tls}).
 -define(INET, sluice_transport_inet).
 
 -spec fail_next_accept(term()) -> ok.
@@ -60,11 +63,19 @@ go(Held) ->
 prefix_to_connection() ->
     persistent_term:put(?PREFIX_TO_CONN, true).
 
+%% From now on (until disarm/0) tls/0 answers Tls.
+-spec says_tls(sluice_transport:tls()) -> ok.
+says_tls(Tls) ->
+    persistent_term:put(?TLS, Tls).
+
+tls() ->
+    persistent_term:get(?TLS, ?INET:tls()).
+
 %% No fault left armed for whatever runs next.
 -spec disarm() -> ok.
 disarm() ->
     _ = [persistent_term:erase(F)
-         || F <- [?FAULT, ?PAUSE_FAULT, ?HANDOVER_FAULT, ?PREFIX_TO_CONN]],
+         || F <- [?FAULT, ?PAUSE_FAULT, ?HANDOVER_FAULT, ?PREFIX_TO_CONN, ?TLS]],
     ok.
 
 delivers_prefix() ->

@@ -48,7 +48,8 @@
          tls_opts_on_inet_are_checked_at_start/1,
          tls_opts_on_socket_are_refused/1,
          starttls_without_tls_opts_crashes/1,
-         starttls_on_an_ssl_listener_crashes/1]).
+         starttls_on_an_ssl_listener_crashes/1,
+         a_users_transport_says_whether_it_runs_tls/1]).
 
 -define(LOOPBACK, {127, 0, 0, 1}).
 -define(FRAMING, {line, #{delimiter => crlf}}).
@@ -88,7 +89,8 @@ groups() ->
      {unavailable, [], [tls_opts_on_inet_are_checked_at_start,
                         tls_opts_on_socket_are_refused,
                         starttls_without_tls_opts_crashes,
-                        starttls_on_an_ssl_listener_crashes]}].
+                        starttls_on_an_ssl_listener_crashes,
+                        a_users_transport_says_whether_it_runs_tls]}].
 
 init_per_suite(Config) ->
     sluice_tls_test_lib:init_per_suite(Config).
@@ -635,3 +637,52 @@ starttls_on_an_ssl_listener_crashes(Config) ->
     ?assertEqual({ok, <<"220 ready\r\n">>}, ssl:recv(S, 0, 5000)),
     ?assertMatch({error, _}, ssl:recv(S, 0, 5000)),
     crashed_once(Name).
+
+%% Whether a transport runs TLS is its tls/0's to say, not its name's: the
+%% faulty transport (inet's connection state) says `starttls' as inet
+%% does, and its listener then has its tls_opts checked at start (a
+%% missing file refused), may change them while it runs, and upgrades a
+%% connection; made to say `none', its tls_opts are refused at start and
+%% a STARTTLS crashes as on `socket'; made to say `handshake', tls_opts
+%% are required.
+a_users_transport_says_whether_it_runs_tls(Config) ->
+    Name = ?config(name, Config),
+    Opts = #{transport => sluice_faulty_transport, framing => ?FRAMING,
+             handler => {sluice_starttls_handler, #{test => self()}}},
+    Missing = [{certfile, "/no/such.pem"}, {keyfile, "/no/such.key"}],
+    try
+        ?assertEqual({error, {bad_option, tls_opts, {certfile, "/no/such.pem", enoent}}},
+                     sluice:start_listener(Name, Opts#{tls_opts => Missing})),
+        Base = sluice_tls_test_lib:server_opts(Config),
+        sluice_test_lib:start_listener(Name, Opts#{tls_opts => [{alpn_preferred_protocols,
+                                                                 [<<"old">>]} | Base]}),
+        ok = sluice:set_transport_opts(Name, #{tls_opts => [{alpn_preferred_protocols,
+                                                             [<<"new">>]} | Base]}),
+        {C, Pid} = plain_client(sluice_test_lib:port(Name)),
+        {ok, S} = starttls(Config, C, [{alpn_advertised_protocols, [<<"old">>, <<"new">>]}]),
+        Tls = receive {starttls, Pid, T} -> T after 5000 -> error(no_starttls) end,
+        ?assertEqual(<<"new">>, maps:get(alpn, Tls)),
+        ?assertMatch({ok, <<"TLS ", _/binary>>}, tls_command(S, <<"TLS?">>)),
+        _ = ssl:close(S),
+        sluice_test_lib:stop_listener(Name),
+
+        ok = sluice_faulty_transport:says_tls(none),
+        ?assertEqual({error, {bad_option, tls_opts, {transport, sluice_faulty_transport}}},
+                     sluice:start_listener(Name, Opts#{tls_opts => Base})),
+        ?assertMatch("bad value for option tls_opts: " ++ _,
+                     sluice:format_error({bad_option, tls_opts,
+                                          {transport, sluice_faulty_transport}})),
+        sluice_test_lib:start_listener(Name, Opts),
+        {C2, Pid2} = plain_client(sluice_test_lib:port(Name)),
+        ok = gen_tcp:send(C2, <<"STARTTLS\r\n">>),
+        expect_closed(C2),
+        ?assertEqual({starttls_unavailable, {transport, sluice_faulty_transport}},
+                     terminated(Pid2)),
+        sluice_test_lib:stop_listener(Name),
+
+        ok = sluice_faulty_transport:says_tls(handshake),
+        ?assertMatch({error, {bad_option, tls_opts, {missing, _}}},
+                     sluice:start_listener(Name, Opts))
+    after
+        sluice_faulty_transport:disarm()
+    end.

@@ -1,8 +1,10 @@
 %% Telemetry: with a `telemetry' module on the code path (here the stand-in
 %% in test/telemetry.erl) a connection emits `[sluice, connection, start]'
 %% and `[sluice, connection, stop]' and a failed accept `[sluice, listener,
-%% accept_error]', with the measurements and metadata sluice_telemetry
-%% documents; without one, nothing is called and nothing breaks.
+%% accept_error]' and a connection closed at once (over max_connections,
+%% or while the listener stops accepting) `[sluice, listener, rejected]',
+%% with the measurements and metadata sluice_telemetry documents; without
+%% one, nothing is called and nothing breaks.
 -module(sluice_telemetry_SUITE).
 
 -include_lib("common_test/include/ct.hrl").
@@ -14,6 +16,8 @@
          stop_says_why_the_connection_ended/1,
          stop_reasons_of_the_library_are_those_documented/1,
          a_failed_accept_is_an_event/1,
+         a_connection_over_the_limit_is_a_rejected_event/1,
+         a_newcomer_closed_by_a_suspend_is_a_rejected_event/1,
          without_telemetry_nothing_is_called_and_nothing_breaks/1]).
 
 -define(WAIT, 5000).
@@ -25,6 +29,8 @@ all() ->
      stop_says_why_the_connection_ended,
      stop_reasons_of_the_library_are_those_documented,
      a_failed_accept_is_an_event,
+     a_connection_over_the_limit_is_a_rejected_event,
+     a_newcomer_closed_by_a_suspend_is_a_rejected_event,
      without_telemetry_nothing_is_called_and_nothing_breaks].
 
 init_per_suite(Config) ->
@@ -157,6 +163,48 @@ a_failed_accept_is_an_event(Config) ->
     {_, _} = event([sluice, connection, start], Name),
     ok = gen_tcp:close(Sock).
 
+%% `#{count => 1}', `#{listener, reason => max_connections}' for each
+%% connection closed over the limit, as many as info/1's `rejected'; the
+%% one admitted has its start event and no rejected one.
+a_connection_over_the_limit_is_a_rejected_event(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{handler => {sluice_proto_echo, []},
+                                          max_connections => 1, max_connections_wait => 0}),
+    Port = sluice_test_lib:port(Name),
+    {ok, In} = sluice_test_lib:connect(Port),
+    ok = gen_tcp:send(In, <<"in">>),
+    {ok, <<"in">>} = gen_tcp:recv(In, 2, ?WAIT),
+    {_, _} = event([sluice, connection, start], Name),
+    [begin
+         {ok, Out} = sluice_test_lib:connect(Port),
+         ok = sluice_test_lib:expect_closed(Out, ?WAIT),
+         ?assertEqual({#{count => 1}, #{listener => Name, reason => max_connections}},
+                      event([sluice, listener, rejected], Name))
+     end || _ <- [1, 2, 3]],
+    ?assertMatch(#{accepted := 1, rejected := 3}, sluice:info(Name)),
+    nothing_more(Name),
+    ok = gen_tcp:close(In).
+
+%% A newcomer waiting for a slot when the listener suspends is closed at
+%% once: reason `suspended' (not the limit's).
+a_newcomer_closed_by_a_suspend_is_a_rejected_event(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{handler => {sluice_proto_echo, []},
+                                          max_connections => 1,
+                                          max_connections_wait => 60000}),
+    Port = sluice_test_lib:port(Name),
+    {ok, In} = sluice_test_lib:connect(Port),
+    {_, _} = event([sluice, connection, start], Name),
+    {ok, Waiting} = sluice_test_lib:connect(Port),
+    ok = sluice_test_lib:wait_until(fun() -> waiting_for_a_slot(Name) end, ?WAIT),
+    ok = sluice:suspend(Name),
+    ok = sluice_test_lib:expect_closed(Waiting, ?WAIT),
+    ?assertEqual({#{count => 1}, #{listener => Name, reason => suspended}},
+                 event([sluice, listener, rejected], Name)),
+    ?assertMatch(#{rejected := 1}, sluice:info(Name)),
+    nothing_more(Name),
+    ok = gen_tcp:close(In).
+
 %% With telemetry gone from the code path, refresh/0 (which a listener's
 %% connection supervisors call when they start) finds it absent: the same
 %% traffic as above, a failed accept included, works, and nothing tries
@@ -225,6 +273,13 @@ event(Event, Name) ->
     after ?WAIT ->
             ct:fail({no_event, Event, Name})
     end.
+
+%% An acceptor of the listener is in its wait for a slot.
+waiting_for_a_slot(Name) ->
+    lists:any(fun(Pid) ->
+                      process_info(Pid, current_function)
+                          =:= {current_function, {sluice_stats, retry_admit, 2}}
+              end, sluice_test_lib:acceptor_pids(Name)).
 
 nothing_more(Name) ->
     receive

@@ -17,6 +17,7 @@
 
 -include_lib("common_test/include/ct.hrl").
 -include_lib("stdlib/include/assert.hrl").
+-include_lib("public_key/include/public_key.hrl").
 
 -export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
          init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
@@ -36,7 +37,8 @@
          bad_tls_opts_are_named_at_start/1,
          pem_files_in_tls_opts_work/1,
          client_certificate_reaches_the_handler/1,
-         certificate_out_of_its_validity_is_warned_at_start/1]).
+         certificate_out_of_its_validity_is_warned_at_start/1,
+         a_key_tls13_cannot_sign_with_is_refused_at_start/1]).
 %% run in the peer
 -export([start_sampler/0, stop_sampler/0]).
 
@@ -70,7 +72,8 @@ groups() ->
                     fin_without_close_notify_while_passive_closes,
                     drain_of_a_client_not_reading_is_not_held_by_close_notify]},
      {options, [], [bad_tls_opts_are_named_at_start, pem_files_in_tls_opts_work,
-                    certificate_out_of_its_validity_is_warned_at_start]}].
+                    certificate_out_of_its_validity_is_warned_at_start,
+                    a_key_tls13_cannot_sign_with_is_refused_at_start]}].
 
 init_per_suite(Config) ->
     sluice_tls_test_lib:init_per_suite(Config).
@@ -718,3 +721,71 @@ certificate_out_of_its_validity_is_warned_at_start(Config) ->
     after
         ok = sluice_tls_test_lib:stop_capture()
     end.
+
+%% A certificate whose key no TLS 1.3 scheme offered can sign with
+%% (public_key:pkix_test_data/1's default key on OTP 25, ECDSA on the
+%% first curve crypto:ec_curves/0 lists, secp160k1 here; other
+%% curves TLS 1.3 has no scheme for; P-256 with its
+%% scheme left out of signature_algs) passed the start and failed every
+%% handshake with insufficient_security: refused at start, on ssl and for
+%% STARTTLS on inet, with a message that says why and what to do. Keys
+%% TLS 1.3 signs with (P-256, Ed25519, RSA) start and serve a TLS 1.3
+%% client; the refused key with TLS 1.2 alone starts and serves a TLS
+%% 1.2 client (not refused where it works).
+a_key_tls13_cannot_sign_with_is_refused_at_start(Config) ->
+    Name = ?config(name, Config),
+    TlsOpts = fun(PeerKey) ->
+                      Key = case PeerKey of default -> []; _ -> [{key, PeerKey}] end,
+                      #{server_config := S} =
+                          public_key:pkix_test_data(
+                            #{server_chain => #{root => [], intermediates => [], peer => Key},
+                              client_chain => #{root => [], intermediates => [], peer => []}}),
+                      [O || {K, _} = O <- S, K =:= cert orelse K =:= key]
+              end,
+    Start = fun(Transport, Opts) ->
+                    sluice:start_listener(Name, #{transport => Transport, port => 0,
+                                                  ip => {127, 0, 0, 1}, tls_opts => Opts,
+                                                  handler => {sluice_proto_echo, []}})
+            end,
+    Echo = fun(Versions) ->
+                   {ok, S} = ssl:connect({127, 0, 0, 1}, sluice_test_lib:port(Name),
+                                         [binary, {active, false}, {verify, verify_none},
+                                          {versions, Versions}], 5000),
+                   ok = ssl:send(S, <<"tls">>),
+                   ?assertEqual({ok, <<"tls">>}, ssl:recv(S, 3, 5000)),
+                   ?assertMatch({ok, [{protocol, _}]}, ssl:connection_information(S, [protocol])),
+                   {ok, [{protocol, P}]} = ssl:connection_information(S, [protocol]),
+                   ok = ssl:close(S),
+                   P
+           end,
+    Default = TlsOpts(default),
+    {cert, DefaultCert} = lists:keyfind(cert, 1, Default),
+    DefaultKey = case public_key:pkix_decode_cert(DefaultCert, otp) of
+                     #'OTPCertificate'{tbsCertificate = #'OTPTBSCertificate'{
+                       subjectPublicKeyInfo = #'OTPSubjectPublicKeyInfo'{
+                         algorithm = #'PublicKeyAlgorithm'{parameters = {namedCurve, Oid}}}}} ->
+                         {ecdsa, pubkey_cert_records:namedCurves(Oid)}
+                 end,
+    ct:log("pkix_test_data's default key: ~p", [DefaultKey]),
+    ?assertNot(lists:member(DefaultKey, [{ecdsa, C} || C <- [secp256r1, secp384r1, secp521r1]])),
+    Refused = [{Default, DefaultKey},
+               {TlsOpts({namedCurve, secp256k1}), {ecdsa, secp256k1}},
+               {TlsOpts({namedCurve, brainpoolP512r1}), {ecdsa, brainpoolP512r1}},
+               {[{signature_algs, [rsa_pss_rsae_sha256, ecdsa_secp384r1_sha384]}
+                 | TlsOpts({namedCurve, secp256r1})], {ecdsa, secp256r1}}],
+    [begin
+         Error = {error, {bad_option, tls_opts, {no_tls13_signature, Key}}},
+         ?assertEqual(Error, Start(ssl, Opts)),
+         ?assertEqual(Error, Start(inet, Opts)),
+         Msg = sluice:format_error(element(2, Error)),
+         ct:log("~s", [Msg]),
+         [?assertNotEqual(nomatch, string:find(Msg, Says))
+          || Says <- ["insufficient_security", "tlsv1.2", "secp256r1"]]
+     end || {Opts, Key} <- Refused],
+    [begin
+         {ok, _} = Start(ssl, TlsOpts(Key)),
+         ?assertEqual('tlsv1.3', Echo(['tlsv1.3'])),
+         ok = sluice:stop_listener(Name)
+     end || Key <- [{namedCurve, secp256r1}, {namedCurve, ed25519}, {rsa, 2048, 17}]],
+    {ok, _} = Start(ssl, [{versions, ['tlsv1.2']} | Default]),
+    ?assertEqual('tlsv1.2', Echo(['tlsv1.2'])).

@@ -248,6 +248,7 @@ options_that_cannot_change_are_refused(Config) ->
              {hibernate_after, 10}, {park_after, 10}, {gc_after_bytes, 10},
              {shutdown_timeout, 10}, {proxy_protocol, true}, {proxy_timeout, 10},
              {proxy_max_size, 100}, {framing, line},
+             {post_listen, fun(_) -> ok end},
              {handler, {sluice_proto_ping, []}}],
     _ = [?assertEqual({K, {error, {not_changeable, K}}},
                       {K, sluice:set_transport_opts(Name, #{K => V})})

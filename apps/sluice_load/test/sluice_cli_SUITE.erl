@@ -505,7 +505,9 @@ serve_on_a_unix_socket(Config) ->
     end.
 
 %% --unix replaces --ip and --port, and cannot be shared by --nodes: each
-%% with it is exit 2 and one line, before anything listens.
+%% with it is exit 2 and one line, before anything listens. An --ip or
+%% --port equal to its default too (`--port 8000' was ignored in
+%% silence, the server listening on the path alone).
 unix_with_a_tcp_address_or_nodes_exits_2_with_one_line(Config) ->
     Path = "/tmp/sluice-cli-" ++ os:getpid() ++ "-bad.sock",
     [begin
@@ -515,7 +517,10 @@ unix_with_a_tcp_address_or_nodes_exits_2_with_one_line(Config) ->
          ?assertMatch([_], Lines),
          ?assertNotEqual(nomatch, binary:match(hd(Lines), Says))
      end || {Extra, Says} <- [{["--port", "9000"], <<"--port">>},
+                              {["--port", "8000"], <<"--port">>},
+                              {["--port=8000"], <<"--port">>},
                               {["--ip", ?LOOPBACK], <<"--ip">>},
+                              {["--ip", "0.0.0.0"], <<"--ip">>},
                               {["--nodes", "2"], <<"--nodes">>}]],
     ?assertEqual({error, enoent}, file:read_link_info(Path)).
 

@@ -16,8 +16,10 @@ specs() ->
     %% an option that applies only with another: no default here, so that
     %% check_applies/1 can tell it was given (listener_opts/1 fills it in)
     U = fun(K, Type, Help) -> (O(K, Type, undefined, Help))#{shown => shown(K)} end,
-    [O(ip, ip, {0, 0, 0, 0}, "address to listen on"),
-     O(port, {integer, 0, 65535}, 8000, "port to listen on (0: any free port)"),
+    %% --ip and --port too, so that check_unix/1 refuses them with --unix
+    %% even at their defaults
+    [U(ip, ip, "address to listen on"),
+     U(port, {integer, 0, 65535}, "port to listen on (0: any free port)"),
      (O(unix, string, undefined,
         "listen on a Unix domain socket at this path instead of --ip and --port (a stale "
         "socket file there is replaced; the file is removed at exit)"))#{meta => "PATH"},
@@ -114,14 +116,15 @@ check_hosts(#{nodes := 0, hosts := H}) when H =/= "local" ->
 check_hosts(_) ->
     ok.
 
-%% --unix replaces the TCP address: an --ip or --port other than the
-%% default would be ignored in silence, and the nodes of --nodes share a
-%% port, which a path cannot be (one socket binds it).
+%% --unix replaces the TCP address: an --ip or --port given with it would
+%% be ignored in silence (one equal to the default was, when only other
+%% values were refused), and the nodes of --nodes share a port, which a
+%% path cannot be (one socket binds it).
 check_unix(#{unix := undefined}) ->
     ok;
 check_unix(#{nodes := N}) when N > 0 ->
     {error, "--unix is for one node: a socket path cannot be shared by --nodes"};
-check_unix(#{ip := IP, port := Port}) when IP =/= {0, 0, 0, 0}; Port =/= 8000 ->
+check_unix(#{ip := IP, port := Port}) when IP =/= undefined; Port =/= undefined ->
     {error, "--unix listens on a path: leave out --ip and --port"};
 check_unix(_) ->
     ok.
@@ -145,12 +148,15 @@ check_applies(O) ->
         [{K, Why} | _] -> {error, "--" ++ flag(K) ++ " " ++ Why}
     end.
 
-%% The defaults of the options check_applies/1 looks at.
+%% The defaults of the options check_applies/1 and check_unix/1 look at.
+default(ip) -> {0, 0, 0, 0};
+default(port) -> 8000;
 default(ack) -> each;
 default(max_frame) -> 1048576;
 default(frame_timeout) -> 30000;
 default(K) -> maps:get(K, sluice_opts:defaults()).
 
+shown(ip) -> inet:ntoa(default(ip));
 shown(K) -> lists:flatten(io_lib:format("~w", [default(K)])).
 
 %% An option's value, its default when not given.
@@ -210,7 +216,7 @@ listener_opts(O) ->
                      B -> [{buffer, B}]
                  end,
     {IP, Port} = case maps:get(unix, O) of
-                     undefined -> {maps:get(ip, O), maps:get(port, O)};
+                     undefined -> {value(ip, O), value(port, O)};
                      Path -> {{local, Path}, 0}
                  end,
     #{ip => IP, port => Port, handler => Handler,
