@@ -217,11 +217,14 @@ probed(Sock, #{transport := T, stats := Stats}) ->
 
 %% A connection that never reached its handler: counted and, because the
 %% same fault can come from every client, logged at most once a second.
+%% Whether it is logged is decided before the socket closes, so that of
+%% refusals one after the other (each client waiting for the close of the
+%% one before) the first is the one logged, not whichever got there first.
 -spec refuse(sluice_transport:socket(), sluice_listener_sup:listener(), term()) -> no_return().
 refuse(Sock, #{name := Name, transport := T, stats := Stats}, Reason) ->
+    sluice_log:refused(Name, Stats, Reason),
     T:close_socket(Sock),
     sluice_stats:ended(Stats, Reason),
-    sluice_log:refused(Name, Stats, Reason),
     exit(normal).
 
 start(S, #{opts := #{handler := {_, HOpts}}}, Conn, Prefix) ->

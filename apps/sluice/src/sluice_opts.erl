@@ -302,6 +302,10 @@ missing_handler(Opts) ->
         [] -> {missing_option, handler}
     end.
 
+%% Every option a listener takes, for the hint of an unknown one.
+known() ->
+    lists:usort([handler | maps:keys(defaults())]).
+
 %% @doc Options in a list, read as proplists and Elixir's Keyword read
 %% them: a bare atom is `{Atom, true}' (`[reuseport | Opts]') and the first
 %% of a repeated key wins, so `[{port, 4000} | Defaults]' overrides
@@ -705,12 +709,11 @@ format_address(IP, Port) ->
 
 %% @doc A one-line, human description of a validation error.
 -spec format_error(term()) -> string().
-format_error({unknown_option, K}) when K =:= handler_module; K =:= handler_options ->
-    %% thousand_island's names for it
-    lists:flatten(io_lib:format("unknown option ~p (the handler and its options are one "
-                                "option: handler => {Module, Opts})", [K]));
 format_error({unknown_option, K}) ->
-    lists:flatten(io_lib:format("unknown option ~p", [K]));
+    %% With what it was probably meant to be: a thousand_island name, a
+    %% typo's nearest option, a string where an atom goes.
+    lists:flatten(io_lib:format("unknown option ~p~s",
+                                [K, sluice_opts_hint:unknown(K, known())]));
 format_error({missing_option, K}) ->
     lists:flatten(io_lib:format("missing option ~p", [K]));
 format_error({bad_option, socket_opts, O}) ->
@@ -731,8 +734,14 @@ format_error({bad_option, handler, H = {M, _}}) when is_atom(M) ->
                                         "found: not compiled, or not on the code path)",
                                         [H, M]));
         _ ->
-            lists:flatten(io_lib:format("bad value for option handler: ~0p (expected ~s)",
-                                        [H, expected(handler)]))
+            %% A thousand_island handler or a ranch protocol is said as
+            %% one: the generic words sent its porter to check exports
+            %% that look right to someone used to the other library.
+            Words = case sluice_opts_hint:handler(M) of
+                        none -> "expected " ++ expected(handler);
+                        Hint -> Hint
+                    end,
+            lists:flatten(io_lib:format("bad value for option handler: ~0p (~s)", [H, Words]))
     end;
 format_error({bad_option, framing, Spec}) ->
     %% The spec's shape may be right and one of its options wrong (a
@@ -755,6 +764,15 @@ format_error({bad_option, tls_opts, {no_tls13_signature, Key}} = E) ->
                                 "secp521r1, RSA (rsa_pss_*) or EdDSA, and no DSA; use such "
                                 "a key, or {versions, ['tlsv1.2']} for clients that accept "
                                 "this one over TLS 1.2)", [element(3, E), key_name(Key)]));
+format_error({bad_option, tls_opts, Why}) ->
+    %% The generic words name a certificate and its key, which misled
+    %% where the fault is elsewhere (an sni_hosts name as an Elixir
+    %% string, verify_peer without authorities).
+    Hint = case sluice_opts_hint:tls(Why) of
+               none -> "expected " ++ expected(tls_opts);
+               Words -> Words
+           end,
+    lists:flatten(io_lib:format("bad value for option tls_opts: ~0p (~s)", [Why, Hint]));
 format_error({bad_option, K, V}) ->
     lists:flatten(io_lib:format("bad value for option ~p: ~0p (expected ~s)",
                                 [K, V, expected(K)]));

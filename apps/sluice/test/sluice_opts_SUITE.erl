@@ -20,7 +20,9 @@
          largest_socket_option_values_serve/1,
          set_max_connections_refuses_a_limit_out_of_range/1,
          largest_shutdown_timeout_stops_cleanly/1,
-         priority_is_set_on_every_connection/1]).
+         priority_is_set_on_every_connection/1,
+         unknown_options_are_said_with_what_was_meant/1,
+         another_librarys_handler_is_said_as_such/1]).
 
 -define(LOOPBACK, {127, 0, 0, 1}).
 -define(HANDLER, {sluice_proto_echo, []}).
@@ -37,7 +39,9 @@ groups() ->
        bad_socket_option_values_are_bad_options, largest_socket_option_values_serve,
        set_max_connections_refuses_a_limit_out_of_range,
        largest_shutdown_timeout_stops_cleanly,
-       priority_is_set_on_every_connection]).
+       priority_is_set_on_every_connection,
+       unknown_options_are_said_with_what_was_meant,
+       another_librarys_handler_is_said_as_such]).
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -100,6 +104,74 @@ first_of_a_repeated_option_wins(Config) ->
     {ok, _} = sluice:start_listener(Name, [{idle_timeout, 100}, {idle_timeout, 60000} | base()]),
     {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
     ok = sluice_test_lib:expect_closed(S, 5000).
+
+%% A thousand_island user's options (an Elixir keyword list), a typo, a
+%% key read from a config file as a string, and the name among
+%% start_listener/2's options: each is refused, nothing starts, and
+%% format_error/1 says what was meant (it said "unknown option
+%% read_timeout" and left the reader to find idle_timeout in the docs).
+%% set_transport_opts/2's typos are said the same way.
+unknown_options_are_said_with_what_was_meant(Config) ->
+    Name = ?config(name, Config),
+    Cases = [{{read_timeout, 5000}, "idle_timeout"},
+             {{transport_options, [{nodelay, true}]}, "socket_opts"},
+             {{transport_module, 'Elixir.ThousandIsland.Transports.SSL'}, "transport =>"},
+             {{num_connections, 16384}, "max_connections"},
+             {{max_connections_retry_wait, 1000}, "max_connections_wait"},
+             {{framming, line}, "did you mean framing?"},
+             {{idle_timout, 5000}, "did you mean idle_timeout?"},
+             {{tls_options, []}, "did you mean tls_opts?"},
+             {{<<"framing">>, line}, "option names are atoms: framing"},
+             {{name, Name}, "first argument"}],
+    lists:foreach(
+      fun({Opt = {K, _}, Said}) ->
+              R = sluice:start_listener(Name, [Opt | base()]),
+              ?assertEqual({error, {unknown_option, K}}, R),
+              Line = sluice:format_error(element(2, R)),
+              ct:log("~0p: ~s", [Opt, Line]),
+              ?assertNotEqual(nomatch, string:find(Line, Said), Line)
+      end, Cases),
+    ?assertEqual([], [N || N <- sluice:listeners(), N =:= Name]),
+    {ok, _} = sluice:start_listener(Name, base()),
+    R = sluice:set_transport_opts(Name, [{max_conections, 10}]),
+    ?assertEqual({error, {unknown_option, max_conections}}, R),
+    ?assertNotEqual(nomatch, string:find(sluice:format_error(element(2, R)),
+                                         "did you mean max_connections?")).
+
+%% A thousand_island handler (`use ThousandIsland.Handler': callbacks
+%% with the socket) or a ranch protocol given as the handler is refused
+%% and said as what it looks like, with sluice's callbacks; the generic
+%% "expected ... init/2 and handle_data/2 exported" sent its porter to
+%% check exports that looked right to them.
+another_librarys_handler_is_said_as_such(Config) ->
+    Name = ?config(name, Config),
+    Cases = [{'Elixir.Hunt.TIHandler', [{handle_connection, 2}, {handle_data, 3}],
+              "looks like a thousand_island handler"},
+             {hunt_ranch_protocol, [{start_link, 3}], "looks like a ranch protocol"}],
+    lists:foreach(
+      fun({M, Exports, Said}) ->
+              {module, M} = load_module_exporting(M, Exports),
+              R = sluice:start_listener(Name, [{handler, {M, []}} | base()]),
+              ?assertEqual({error, {bad_option, handler, {M, []}}}, R),
+              Line = sluice:format_error(element(2, R)),
+              ct:log("~s", [Line]),
+              ?assertNotEqual(nomatch, string:find(Line, Said), Line),
+              ?assertNotEqual(nomatch, string:find(Line, "init/2"), Line),
+              _ = code:purge(M),
+              true = code:delete(M)
+      end, Cases),
+    %% Any other module that is not a handler keeps the generic words.
+    ?assertMatch("bad value for option handler: {lists,[]} (expected {Module, Opts} " ++ _,
+                 sluice:format_error({bad_option, handler, {lists, []}})).
+
+%% A module made here that exports functions of these arities, each
+%% returning ok.
+load_module_exporting(M, Exports) ->
+    Forms = [{attribute, 1, module, M}, {attribute, 1, export, Exports}]
+        ++ [{function, 1, F, A, [{clause, 1, [{var, 1, '_'} || _ <- lists:seq(1, A)], [],
+                                  [{atom, 1, ok}]}]} || {F, A} <- Exports],
+    {ok, M, Bin} = compile:forms(Forms),
+    code:load_binary(M, atom_to_list(M) ++ ".beam", Bin).
 
 %% On the socket backend these failed the start with a crash report and
 %% `{{invalid, ...}, Opt}' (or `{einval, Opt}'); on inet they started with

@@ -275,3 +275,17 @@ start_errors_are_said_in_words_test() ->
     ?assertEqual("a listener of that name is running", sluice:format_error(already_started)),
     ?assertEqual("no_such_reason", sluice:format_error(no_such_reason)),
     ?assertEqual("{some,term}", sluice:format_error({some, term})).
+
+%% An unknown key is said with what it was probably meant to be, and
+%% with nothing when no option is near it: a far name gets no guess.
+unknown_option_hints_test() ->
+    Said = fun(K) -> sluice:format_error({unknown_option, K}) end,
+    ?assertEqual("unknown option hanlder (did you mean handler?)", Said(hanlder)),
+    ?assertEqual("unknown option prot (did you mean port?)", Said(prot)),
+    ?assertEqual("unknown option socket_options (did you mean socket_opts?)",
+                 Said(socket_options)),
+    ?assertEqual("unknown option \"port\" (option names are atoms: port)", Said("port")),
+    ?assertEqual("unknown option xyz", Said(xyz)),
+    ?assertEqual("unknown option options", Said(options)),
+    ?assertEqual("unknown option <<\"nope\">>", Said(<<"nope">>)),
+    ?assertEqual("unknown option {a,b}", Said({a, b})).

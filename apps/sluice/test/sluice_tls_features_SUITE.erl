@@ -18,7 +18,8 @@
          missing_client_certificate_is_a_handshake_error/1,
          renewed_certificate_files_are_served_after_clear_pem_cache/1,
          sni_hosts_files_are_checked_at_start/1,
-         raising_sni_fun_is_a_handshake_error/1]).
+         raising_sni_fun_is_a_handshake_error/1,
+         tls_opts_slips_are_said_as_such/1]).
 
 suite() -> [{timetrap, {seconds, 60}}].
 
@@ -29,7 +30,8 @@ all() ->
      missing_client_certificate_is_a_handshake_error,
      renewed_certificate_files_are_served_after_clear_pem_cache,
      sni_hosts_files_are_checked_at_start,
-     raising_sni_fun_is_a_handshake_error].
+     raising_sni_fun_is_a_handshake_error,
+     tls_opts_slips_are_said_as_such].
 
 init_per_suite(Config) ->
     sluice_tls_test_lib:init_per_suite(Config).
@@ -244,6 +246,33 @@ sni_hosts_files_are_checked_at_start(Config) ->
                  R),
     {error, Error} = R,
     ?assertNotEqual(nomatch, string:find(sluice:format_error(Error), "two.test")).
+
+%% Three slips in tls_opts that the generic words ("expected ... a
+%% certificate and its key") misled about, with the certificate and key
+%% right there: an sni_hosts host name as an Elixir string (a binary:
+%% ssl takes charlists, and names only the whole option), verify_peer
+%% without authorities (ssl says `{cacertfile, []}', an option the user
+%% never wrote), and a misspelt ssl option. Each is said as what it is.
+tls_opts_slips_are_said_as_such(Config) ->
+    Good = sluice_tls_test_lib:server_opts(Config),
+    NoCa = [O || O = {K, _} <- Good, K =/= cacerts, K =/= cacertfile],
+    Cases = [{[{sni_hosts, [{<<"two.test">>, Good}]} | Good], "charlists"},
+             {[{verify, verify_peer} | NoCa], "cacertfile or cacerts"},
+             {[{cerfile, "x.pem"} | Good], "cerfile is not an ssl server option"}],
+    lists:foreach(
+      fun({TlsOpts, Said}) ->
+              R = sluice:start_listener(?config(name, Config),
+                                        #{ip => {127, 0, 0, 1}, port => 0, transport => ssl,
+                                          tls_opts => TlsOpts,
+                                          handler => {sluice_proto_echo, []}}),
+              ct:log("~p: ~p", [hd(TlsOpts), R]),
+              ?assertMatch({error, {bad_option, tls_opts, _}}, R),
+              {error, Error} = R,
+              Line = sluice:format_error(Error),
+              ct:log("  ~s", [Line]),
+              ?assertNotEqual(nomatch, string:find(Line, Said), Line),
+              ?assertEqual(nomatch, string:find(Line, "a certificate and its key"), Line)
+      end, Cases).
 
 %% An `sni_fun' that raises for the name a client sends crashes ssl's
 %% connection process (ssl reports it: the fun must not raise). The

@@ -20,8 +20,11 @@ defmodule KV do
     end
   end
 
+  # key and value are parts of the read they came in (up to 256 KiB of
+  # pipelined commands): stored as they are, each would keep its whole
+  # read alive in the table. Copied, they hold only their own bytes.
   defp put(table, key, value) do
-    true = :ets.insert(table, {key, value})
+    true = :ets.insert(table, {:binary.copy(key), :binary.copy(value)})
     "OK\n"
   end
 

@@ -1,0 +1,151 @@
+%% @doc What a refused option was probably meant to be, for
+%% sluice_opts:format_error/1: the option nearest a misspelt key, sluice's
+%% name for a thousand_island option, and the usual slips in `tls_opts'
+%% (an Elixir string where ssl takes a charlist, `verify_peer' without the
+%% authorities). Runs only when an error is put in words, never on a
+%% listener's or a connection's path.
+%% @private
+-module(sluice_opts_hint).
+
+-export([unknown/2, handler/1, tls/1]).
+
+%% @doc The words to add after "unknown option K" (`""' for none), given
+%% the options a listener knows. Users coming from thousand_island write
+%% its names (`read_timeout', `transport_options'...), and "unknown option
+%% read_timeout" left them to find sluice's in the docs; a typo
+%% (`framming') is said with the option it is nearest.
+-spec unknown(term(), [atom()]) -> string().
+unknown(K, _Known) when K =:= handler_module; K =:= handler_options ->
+    " (the handler and its options are one option: handler => {Module, Opts})";
+unknown(transport_module, _Known) ->
+    " (thousand_island's: here transport => inet, socket or ssl)";
+unknown(transport_options, _Known) ->
+    " (thousand_island's: here socket_opts for socket options, tls_opts for ssl's)";
+unknown(num_connections, _Known) ->
+    " (thousand_island's, per acceptor: here max_connections, for the whole listener: "
+    "num_acceptors x num_connections)";
+unknown(read_timeout, _Known) ->
+    " (thousand_island's: here idle_timeout, ms without a byte from the client; or a "
+    "result's Timeout with handle_timeout/1)";
+unknown(K, _Known) when K =:= max_connections_retry_count; K =:= max_connections_retry_wait ->
+    " (thousand_island's: here max_connections_wait, ms in all a connection over "
+    "max_connections waits for a slot: retry_count x retry_wait)";
+unknown(name, _Known) ->
+    " (a listener's name is start_listener/2's and child_spec/2's first argument; "
+    "child_spec/1 alone takes it among the options)";
+unknown(K, Known) when is_binary(K) ->
+    as_atom(unicode:characters_to_list(K), Known);
+unknown(K, Known) when is_list(K) ->
+    case io_lib:printable_unicode_list(K) of
+        true -> as_atom(K, Known);
+        false -> ""
+    end;
+unknown(K, Known) when is_atom(K) ->
+    %% `tls_options', `socket_options': gen_tcp's and ssl's word, three
+    %% edits from sluice's `_opts'
+    Name = string:replace(atom_to_list(K), "_options", "_opts"),
+    case nearest(lists:flatten(Name), Known) of
+        none -> "";
+        Option -> lists:flatten(io_lib:format(" (did you mean ~p?)", [Option]))
+    end;
+unknown(_K, _Known) ->
+    "".
+
+%% A key read from a config file or the environment is a string, and
+%% "unknown option <<\"port\">>" did not say that the name was right.
+as_atom(Name, Known) ->
+    case [K || K <- Known, atom_to_list(K) =:= Name] of
+        [K | _] -> lists:flatten(io_lib:format(" (option names are atoms: ~p)", [K]));
+        [] -> ""
+    end.
+
+%% The known option at the smallest edit distance, if it is close enough
+%% to be the one meant: one edit for a name of up to four letters, two for
+%% a longer one (a swapped pair of letters is one edit: `hanlder').
+nearest(Name, Known) ->
+    Max = case length(Name) =< 4 of
+              true -> 1;
+              false -> 2
+          end,
+    Scored = lists:sort([{distance(Name, atom_to_list(K)), K} || K <- Known]),
+    case Scored of
+        [{D, K} | _] when D =< Max -> K;
+        _ -> none
+    end.
+
+%% Optimal string alignment distance: Levenshtein's, with a swap of two
+%% neighbouring letters as one edit. A table of every cell is plenty for
+%% option names, and only an error is put in words here.
+distance(A, B) ->
+    TA = list_to_tuple(A),
+    TB = list_to_tuple(B),
+    Cells = [{I, J} || I <- lists:seq(0, length(A)), J <- lists:seq(0, length(B))],
+    D = lists:foldl(fun(IJ, D0) -> D0#{IJ => cell(IJ, TA, TB, D0)} end, #{}, Cells),
+    maps:get({length(A), length(B)}, D).
+
+cell({I, 0}, _TA, _TB, _D) ->
+    I;
+cell({0, J}, _TA, _TB, _D) ->
+    J;
+cell({I, J}, TA, TB, D) ->
+    Ca = element(I, TA),
+    Cb = element(J, TB),
+    Cost = case Ca =:= Cb of
+               true -> 0;
+               false -> 1
+           end,
+    Best = lists:min([maps:get({I - 1, J}, D) + 1, maps:get({I, J - 1}, D) + 1,
+                      maps:get({I - 1, J - 1}, D) + Cost]),
+    case I > 1 andalso J > 1 andalso Ca =:= element(J - 1, TB)
+        andalso element(I - 1, TA) =:= Cb of
+        true -> min(Best, maps:get({I - 2, J - 2}, D) + 1);
+        false -> Best
+    end.
+
+%% @doc The words for a handler module that is another library's, by
+%% what it exports: a thousand_island handler (`use ThousandIsland.Handler'
+%% gives handle_connection/2 and handle_data/3) or a ranch protocol
+%% (start_link/3 or /4); `none' for any other module.
+-spec handler(module()) -> string() | none.
+handler(M) ->
+    Exports = try M:module_info(exports) catch _:_ -> [] end,
+    Has = fun(F) -> lists:member(F, Exports) end,
+    case {Has({handle_connection, 2}) orelse Has({handle_data, 3}),
+          Has({start_link, 3}) orelse Has({start_link, 4})} of
+        {true, _} ->
+            lists:flatten(io_lib:format(
+                            "~p looks like a thousand_island handler (handle_connection/2, "
+                            "handle_data/3): a sluice handler exports init/2 and "
+                            "handle_data/2, without the socket, and returns what to send "
+                            "(docs/from-ranch.md)", [M]));
+        {false, true} ->
+            lists:flatten(io_lib:format(
+                            "~p looks like a ranch protocol (start_link/3): a sluice handler exports "
+                            "init/2 and handle_data/2, and sluice runs the receive loop "
+                            "(docs/from-ranch.md)", [M]));
+        {false, false} ->
+            none
+    end.
+
+%% @doc The words for a `tls_opts' that ssl (or sluice's check) refused,
+%% when the reason alone would mislead; `none' otherwise.
+-spec tls(term()) -> string() | none.
+tls({unknown_option, K}) ->
+    lists:flatten(io_lib:format("~p is not an ssl server option; socket options go in "
+                                "socket_opts", [K]));
+tls({sni_hosts, Hosts}) when is_list(Hosts) ->
+    %% An Elixir string ("example.com") is a binary; ssl takes host names
+    %% as charlists and refuses the whole option without saying which.
+    case [H || {H, _} <- Hosts, is_binary(H)] of
+        [] -> none;
+        _ -> "sni_hosts' host names are strings (charlists), as ssl takes them: "
+             "in Elixir ~c\"example.com\", not \"example.com\""
+    end;
+tls({cacertfile, Empty}) when Empty =:= []; Empty =:= <<>> ->
+    %% What ssl says for {verify, verify_peer} without cacertfile or
+    %% cacerts: the user wrote no cacertfile, and the certificate and key
+    %% the generic words name are there.
+    "verify_peer needs the authorities to check the client's certificate against: "
+    "cacertfile or cacerts";
+tls(_Why) ->
+    none.
