@@ -284,7 +284,11 @@ frame(_) -> none.
 %% parked in `once' mode, and is passive if the event is data.
 -spec unpark(pid(), sluice_transport:socket(), term(), sluice_transport:tstate(),
              template()) -> no_return().
-unpark(Parent, Sock, {HState, Frame, Started, LoggerMeta}, TS, {S0 = #s{t = T}, _L, _Gate}) ->
+unpark(Parent, Sock, Parked, TS, {S00, _L, _Gate}) ->
+    %% A half-closed connection parks with a mark that it is
+    %% (sluice_conn_halfclose:parked/2).
+    {{HState, Frame, Started, LoggerMeta}, S0 = #s{t = T}} =
+        sluice_conn_halfclose:unparked(Parked, S00),
     %% The process's logger metadata (the PROXY header's addresses,
     %% sluice_proxy:label/1) is the woken process's too.
     _ = LoggerMeta =:= undefined orelse logger:set_process_metadata(LoggerMeta),
@@ -360,20 +364,26 @@ control({sluice_sweep, park}, S) ->
 control({sluice_sweep, idle_timeout}, S) ->
     sluice_conn_close:finish(idle_timeout, S);
 control({timeout, Ref, Tag}, S = #s{timer = Ref, timer_tag = Tag}) ->
-    continue(sluice_conn_handler:timeout(S));
+    continue(sluice_conn_handler:timeout(S#s{timer = undefined}));
+control({timeout, Ref, Tag}, S = #s{timer = {persistent, _, Ref, _, _}, timer_tag = Tag}) ->
+    %% A persistent Timeout's timer (sluice_conn_timeout): due, or
+    %% started again for what is left after the callbacks since.
+    case sluice_conn_timeout:fired(S) of
+        {due, S2} -> continue(sluice_conn_handler:timeout(S2));
+        {later, S2} -> loop(S2)
+    end;
 control({timeout, Ref, sluice_drain}, S = #s{drain = {Ref, _}}) ->
     %% The deadline of a drain the handler carried on through
     %% (draining/2). Matched by its reference: a handler's own timer
     %% with the same message still goes to handle_info/2.
     drained(S);
 control({'$sluice', From, {send, Data}}, S) ->
-    case sluice_conn_handler:send(Data, S) of
-        ok ->
-            reply(From, ok),
-            loop(S);
-        {error, Reason} ->
-            reply(From, {error, Reason}),
-            sluice_conn_close:finish({error, Reason}, S)
+    case sluice_conn_halfclose:is_shut(S) of
+        false -> api_send(From, Data, S);
+        true ->
+            %% The handler shut the write side down (sluice_conn_halfclose).
+            ok = sluice_conn_halfclose:refused_send(From),
+            loop(S)
     end;
 control({'$sluice', From, close}, S) ->
     reply(From, ok),
@@ -398,6 +408,16 @@ control({timeout, _StaleRef, Tag}, S = #s{timer_tag = Tag}) ->
     loop(S);
 control(Msg, S) ->
     continue(sluice_conn_handler:info(Msg, S)).
+
+api_send(From, Data, S) ->
+    case sluice_conn_handler:send(Data, S) of
+        ok ->
+            reply(From, ok),
+            loop(S);
+        {error, Reason} ->
+            reply(From, {error, Reason}),
+            sluice_conn_close:finish({error, Reason}, S)
+    end.
 
 reply(none, _Reply) -> ok;
 reply(From, Reply) -> gen:reply(From, Reply).
@@ -682,9 +702,9 @@ stay(S) ->
 %% supervisor) at a code change of its handler `H': the handler's part
 %% through its code_change/3 (sluice_conns_sup:system_code_change/4).
 -spec code_change_parked(term(), module(), term(), term()) -> {ok, term()} | term().
-code_change_parked({HState, Frame, Started, LoggerMeta}, H, OldVsn, Extra) ->
-    case sluice_conn_handler:code_change_state(H, OldVsn, HState, Extra) of
-        {ok, HState2} -> {ok, {HState2, Frame, Started, LoggerMeta}};
+code_change_parked(Parked, H, OldVsn, Extra) ->
+    case sluice_conn_handler:code_change_state(H, OldVsn, element(1, Parked), Extra) of
+        {ok, HState2} -> {ok, setelement(1, Parked, HState2)};
         Error -> Error
     end.
 
@@ -700,9 +720,11 @@ hand_over(S = #s{t = T, parent = Parent, hstate = HState}) ->
                             %% The framer's state too: a frame may be half in;
                             %% when the connection started, for the telemetry
                             %% stop event's duration; its logger metadata.
+                            %% Whether it is half-closed, too.
+                            Parked = {HState, S#s.frame, S#s.started,
+                                      logger:get_process_metadata()},
                             Parent ! {sluice_park, self(), Sock,
-                                      {HState, S#s.frame, S#s.started,
-                                       logger:get_process_metadata()}, TS},
+                                      sluice_conn_halfclose:parked(Parked, S), TS},
                             exit(normal);
                         {error, Reason} ->
                             sluice_conn_close:finish({error, Reason}, S2)

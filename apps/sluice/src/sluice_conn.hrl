@@ -1,7 +1,9 @@
 %% The state of a connection process, shared by sluice_conn (the loop),
 %% sluice_conn_handler (the calls into the handler), sluice_conn_close
-%% (the ways a connection ends) and sluice_conn_starttls (an upgrade to
-%% TLS). Private to those four modules (a test,
+%% (the ways a connection ends), sluice_conn_starttls (an upgrade to
+%% TLS), sluice_conn_halfclose (a handler's half-close) and
+%% sluice_conn_timeout (a persistent result timeout). Private to those
+%% modules (a test,
 %% sluice_pressure_SUITE, reads `#s.grant' from its trace of them).
 
 -record(s, {t :: module(),
@@ -57,8 +59,10 @@
             started = 0 :: integer(),
             %% the listener's framing: whole frames to handle_data/2
             frame = none :: none | sluice_frame:state(),
-            %% the timer of the last result's Timeout, if any
-            timer = undefined :: undefined | reference(),
+            %% the timer of the last result's Timeout, if any; a
+            %% persistent Timeout's state (sluice_conn_timeout) from the
+            %% result that sets one until one clears it
+            timer = undefined :: undefined | reference() | sluice_conn_timeout:persistent(),
             %% the message of that timer, `{timeout, Ref, TimerTag}': a
             %% reference of the listener's, which no message of a
             %% handler's own has (sluice_conn:control/2)
@@ -78,6 +82,12 @@
 %% by the name the handler gave and calls none of handle_close/2 and
 %% handle_error/2; terminate/2 and the telemetry stop event get Reason.
 -define(BY_HANDLER(Reason), {'$sluice_by_handler', Reason}).
+
+%% The error a reply gets on a connection whose handler shut its write
+%% side down (sluice_conn_halfclose): `{error, ?AFTER_SHUTDOWN(Bytes)}'
+%% from the send, which sluice_conn_close turns into the handler's crash
+%% `{reply_after_shutdown, Bytes}'. No transport's error looks like it.
+-define(AFTER_SHUTDOWN(Bytes), {'$sluice_after_shutdown', Bytes}).
 
 %% What a call into the handler came to, for the caller to act on.
 %% `stop_after': send Out, then close gracefully. `starttls': send Out (the

@@ -17,6 +17,8 @@
 -include("sluice_conn.hrl").
 
 -export([graceful_close/3, linger_close/3, finish/2, crash/4]).
+%% a half-close (sluice_conn_halfclose)
+-export([send_queued/1]).
 
 %% After `reply_close' the replies go out, then FIN, and the connection
 %% reads and drops what the peer still sends for at most this long: closing
@@ -42,6 +44,7 @@ flush(Reason, Deadline, S = #s{t = T, ts = TS}) ->
         {data, Data, TS2} ->
             case sluice_conn_handler:data(Data, S#s{ts = TS2}) of
                 {continue, S2} -> flush(Reason, Deadline, S2);
+                {stop, {error, ?AFTER_SHUTDOWN(_)} = Refused, S2} -> finish(Refused, S2);
                 {stop, _, S2} -> fin_then_discard(Reason, Deadline, S2);
                 {stop_after, Out, _, S2} ->
                     _ = sluice_conn_handler:send(Out, S2),
@@ -65,6 +68,8 @@ flush(Reason, Deadline, S = #s{t = T, ts = TS}) ->
 linger_close(Out, Reason, S) ->
     case sluice_conn_handler:send(Out, S) of
         ok -> fin_then_discard(Reason, erlang:monotonic_time(millisecond) + ?CLOSE_LINGER_MS, S);
+        %% A reply after a half-close: not lost unseen (finish/2)
+        {error, ?AFTER_SHUTDOWN(_)} = Refused -> finish(Refused, S);
         {error, _} -> finish(Reason, S)
     end.
 
@@ -73,7 +78,9 @@ linger_close(Out, Reason, S) ->
 %% kept armed, or the peer's close would go unseen until the deadline.
 fin_then_discard(Reason, Deadline, S = #s{t = T}) ->
     ok = queued_sends(Reason, S),
-    _ = T:shutdown(S#s.ts, write),
+    %% A handler's half-close sent the FIN already (on TLS a second
+    %% shutdown would be a second close_notify).
+    _ = sluice_conn_halfclose:is_shut(S) orelse T:shutdown(S#s.ts, write),
     discard(Reason, Deadline, S, []).
 
 discard(Reason, Deadline, S = #s{t = T}, Kept) ->
@@ -139,6 +146,12 @@ kept_finish(Reason, S, Kept) ->
 %% see a socket error or a drain, so it is counted by the name it gave
 %% (sluice_stats:ended_by_handler/2) and gets terminate/2 only.
 -spec finish(term(), #s{}) -> no_return().
+finish({error, ?AFTER_SHUTDOWN(Bytes)}, S) ->
+    %% A reply after the handler shut the write side down
+    %% (sluice_conn_halfclose): its bytes cannot reach the client, which
+    %% is the handler's bug, reported as a crash of its own (handle_error/2,
+    %% terminate/2, a crash report, `crashed'), not as the socket's error.
+    crash(exit, {reply_after_shutdown, Bytes}, [], S);
 finish(?BY_HANDLER(Reason) = ByHandler, S = #s{t = T, ts = TS, stats = Stats}) ->
     ok = queued_sends(ByHandler, S),
     T:close(TS),
@@ -202,6 +215,9 @@ queued_sends(?BY_HANDLER(_), S) ->
 queued_sends(_Reason, _S) ->
     ok.
 
+%% @doc Send what the handler's own sluice:send/2 (and other connections'
+%% handlers) queued for this connection, in order: before a FIN.
+-spec send_queued(#s{}) -> ok.
 send_queued(S) ->
     receive
         {'$sluice', none, {send, Data}} ->

@@ -12,6 +12,10 @@
 -include("sluice_conn.hrl").
 
 -define(IS_TIMEOUT(T), (T =:= infinity orelse (is_integer(T) andalso T >= 0))).
+%% A persistent Timeout, `{persistent, Ms}' (sluice_conn_timeout): read in
+%% clauses of its own, after those of the plain ones.
+-define(IS_PERSISTENT(T), (tuple_size(T) =:= 2 andalso element(1, T) =:= persistent
+                           andalso ?IS_TIMEOUT(element(2, T)))).
 %% What a reply may be at a glance (a type test, no walk): a list's
 %% elements are checked when it is sent (send/2).
 -define(IS_IODATA(D), (is_binary(D) orelse is_list(D))).
@@ -152,15 +156,17 @@ call(_Req, From, S) ->
     {continue, S}.
 
 %% @doc The Timeout of the last result passed: handle_timeout/1, or a
-%% close with reason `timeout'.
+%% close with reason `timeout'. `S' has the timer that fired taken out
+%% (sluice_conn:control/2): none for a plain Timeout, a persistent one's
+%% without a running timer (sluice_conn_timeout:fired/1).
 -spec timeout(#s{}) -> outcome().
 timeout(S = #s{has = #{handle_timeout := true}, handler = H, hstate = HState}) ->
     try H:handle_timeout(HState) of
-        Result -> outcome(read(handle_timeout, Result, [], S#s{timer = undefined}))
+        Result -> outcome(read(handle_timeout, Result, [], S))
     catch Class:Reason:Stack -> sluice_conn_close:crash(Class, Reason, Stack, S)
     end;
 timeout(S) ->
-    {stop, timeout, S#s{timer = undefined}}.
+    {stop, timeout, S}.
 
 %% @doc The listener drains: handle_drain/1, or a graceful close with
 %% reason `drained'.
@@ -313,9 +319,9 @@ owed(Out, S) -> _ = send(Out, S), ok.
 %% The one reader of a handler's return value. Out is what earlier results
 %% of the same chunk asked to send; the caller sends it once (outcome/1).
 read(_Cb, {ok, HState}, Out, S) ->
-    {continue, Out, timer(infinity, S#s{hstate = HState})};
+    {continue, Out, timer(none, S#s{hstate = HState})};
 read(_Cb, {reply, More, HState}, Out, S) when ?IS_IODATA(More) ->
-    {continue, add(Out, More), timer(infinity, S#s{hstate = HState})};
+    {continue, add(Out, More), timer(none, S#s{hstate = HState})};
 read(_Cb, {ok, HState, Timeout}, Out, S) when ?IS_TIMEOUT(Timeout) ->
     {continue, Out, timer(Timeout, S#s{hstate = HState})};
 read(_Cb, {reply, More, HState, Timeout}, Out, S) when ?IS_IODATA(More), ?IS_TIMEOUT(Timeout) ->
@@ -329,9 +335,31 @@ read(_Cb, {reply_close, More, Reason, HState}, Out, S) when ?IS_IODATA(More) ->
 %% refused, where the reply ("go ahead") must not. Not while draining:
 %% the connection is about to close.
 read(Cb, {starttls, Reply, HState}, Out, S) when ?IS_IODATA(Reply), Cb =/= handle_drain ->
-    {starttls, Out, Reply, timer(infinity, S#s{hstate = HState})};
+    {starttls, Out, Reply, timer(none, S#s{hstate = HState})};
 read(Cb, {starttls, Reply, HState, Timeout}, Out, S)
   when ?IS_IODATA(Reply), ?IS_TIMEOUT(Timeout), Cb =/= handle_drain ->
+    {starttls, Out, Reply, timer(Timeout, S#s{hstate = HState})};
+%% A half-close (sluice_conn_halfclose): the replies owed to earlier frames
+%% of the read, then this one, go out now, then FIN, so that the frames
+%% after it, whose replies could not reach the client, find the
+%% connection half-closed. Replies after it: sluice_conn_halfclose.
+read(_Cb, {reply_shutdown, More, HState}, Out, S) when ?IS_IODATA(More) ->
+    half_close(add(Out, More), none, S#s{hstate = HState});
+read(_Cb, {reply_shutdown, More, HState, Timeout}, Out, S)
+  when ?IS_IODATA(More), ?IS_TIMEOUT(Timeout) ->
+    half_close(add(Out, More), Timeout, S#s{hstate = HState});
+%% A persistent Timeout (sluice_conn_timeout), in any result that takes a
+%% Timeout.
+read(_Cb, {ok, HState, Timeout}, Out, S) when ?IS_PERSISTENT(Timeout) ->
+    {continue, Out, timer(Timeout, S#s{hstate = HState})};
+read(_Cb, {reply, More, HState, Timeout}, Out, S)
+  when ?IS_IODATA(More), ?IS_PERSISTENT(Timeout) ->
+    {continue, add(Out, More), timer(Timeout, S#s{hstate = HState})};
+read(_Cb, {reply_shutdown, More, HState, Timeout}, Out, S)
+  when ?IS_IODATA(More), ?IS_PERSISTENT(Timeout) ->
+    half_close(add(Out, More), Timeout, S#s{hstate = HState});
+read(Cb, {starttls, Reply, HState, Timeout}, Out, S)
+  when ?IS_IODATA(Reply), ?IS_PERSISTENT(Timeout), Cb =/= handle_drain ->
     {starttls, Out, Reply, timer(Timeout, S#s{hstate = HState})};
 read(Cb, Other, Out, S = #s{handler = H}) ->
     ok = owed(Out, S),
@@ -340,6 +368,12 @@ read(Cb, Other, Out, S = #s{handler = H}) ->
              _ -> S
          end,
     sluice_conn_close:crash(exit, {bad_return_value, {H, Cb, Other}}, [], S2).
+
+half_close(Out, Timeout, S) ->
+    case sluice_conn_halfclose:shutdown(Out, S) of
+        {ok, S2} -> {continue, [], timer(Timeout, S2)};
+        {error, Reason} -> {stop, [], {error, Reason}, S}
+    end.
 
 add([], More) -> More;
 add(Out, More) -> [Out, More].
@@ -360,16 +394,22 @@ outcome({starttls, Out, Reply, S}) ->
 outcome(Starttls = {starttls, _Out, _Reply, _Pipelined, _S}) ->
     Starttls.
 
-%% A result's Timeout replaces the one before; no Timeout clears it. One
-%% longer than ?MAX_TIMER never fires: no timer (start_timer/3 refuses
-%% what is past its range, about 2^43 ms, and the connection crashed in
-%% it, with no handle_error/2 or terminate/2 and its replies lost).
-timer(infinity, S = #s{timer = undefined}) ->
+%% A result's Timeout replaces the one before; no Timeout (`none') clears
+%% it. One longer than ?MAX_TIMER never fires: no timer (start_timer/3
+%% refuses what is past its range, about 2^43 ms, and the connection
+%% crashed in it, with no handle_error/2 or terminate/2 and its replies
+%% lost). A persistent Timeout, one set or one running, is a tuple, which
+%% is sluice_conn_timeout's: a handler that never sets one stays on the
+%% first two clauses.
+timer(none, S = #s{timer = undefined}) ->
     S;
-timer(Timeout, S = #s{timer = Old}) ->
+timer(Timeout, S = #s{timer = Old}) when not is_tuple(Timeout), not is_tuple(Old) ->
     _ = Old =:= undefined orelse erlang:cancel_timer(Old, [{async, true}, {info, false}]),
     case Timeout of
+        none -> S#s{timer = undefined};
         infinity -> S#s{timer = undefined};
         _ when Timeout > ?MAX_TIMER -> S#s{timer = undefined};
         _ -> S#s{timer = erlang:start_timer(Timeout, self(), S#s.timer_tag)}
-    end.
+    end;
+timer(Timeout, S) ->
+    sluice_conn_timeout:result(Timeout, S, ?MAX_TIMER).

@@ -53,8 +53,17 @@
 -spec send(sluice_handler:reply(), #s{}) -> ok | {error, term()}.
 send(Out, S) ->
     case parts(Out) of
-        {ok, Parts} -> send_parts(Parts, S);
+        {ok, Parts} -> send_parts_or_refuse(Parts, S);
         error -> sluice_conn_close:crash(exit, {bad_iodata, Out}, [], S)
+    end.
+
+%% The handler shut the write side down (sluice_conn_halfclose): the
+%% files could not reach the client either (only the bytes go through the
+%% connection's send, which refuses them).
+send_parts_or_refuse(Parts, S) ->
+    case sluice_conn_halfclose:is_shut(S) of
+        false -> send_parts(Parts, S);
+        true -> {error, ?AFTER_SHUTDOWN(sendfile)}
     end.
 
 send_parts([], _S) ->

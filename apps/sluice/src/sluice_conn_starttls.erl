@@ -49,7 +49,15 @@
 upgrade(Owed, Reply, Pipelined, ReadPending, S) ->
     case listener_opts(S) of
         {ok, Opts} ->
-            release(Owed, Reply, Pipelined, ReadPending, Opts, S);
+            case sluice_conn_halfclose:is_shut(S) of
+                false ->
+                    release(Owed, Reply, Pipelined, ReadPending, Opts, S);
+                true ->
+                    %% The handler shut the write side down
+                    %% (sluice_conn_halfclose): no "go ahead" can be sent.
+                    sluice_conn_close:crash(exit, {starttls_unavailable, write_shut_down},
+                                            [], S)
+            end;
         {error, Why} ->
             ok = sluice_conn_handler:owed(Owed, S),
             sluice_conn_close:crash(exit, {starttls_unavailable, Why}, [], S)

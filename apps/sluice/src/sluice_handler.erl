@@ -24,6 +24,14 @@
 %%      read and dropped for a moment) and without handing the handler
 %%      anything more: e.g. the replies owed for the requests before a bad
 %%      one.</li>
+%%  <li>`{reply_shutdown, IoData, State}': send IoData, then shut the
+%%      write side down (FIN: the client reads to its end) and go on
+%%      reading: handle_data/2 gets what the client still sends, until it
+%%      closes (handle_close/1, `peer_closed'), the handler closes, or a
+%%      timeout. IoData may be `[]'. Nothing can be sent after it: a
+%%      non-empty reply (or `reply_close''s) crashes the connection with
+%%      `{reply_after_shutdown, Bytes}'; `{ok, ...}' and `{close, ...}'
+%%      are fine.</li>
 %% </ul>
 %% handle_data/2, handle_info/2, handle_call/3, handle_timeout/1 (and
 %% init/2) may also return `{starttls, IoData, State}' on a listener with
@@ -38,10 +46,15 @@
 %% `socket' or `ssl', or without `tls_opts', the connection crashes with
 %% `{starttls_unavailable, Why}'. Once the handshake is done,
 %% handle_starttls/2 gets the TLS facts.
-%% `{ok, State, Timeout}', `{reply, IoData, State, Timeout}' and
+%% `{ok, State, Timeout}', `{reply, IoData, State, Timeout}',
+%% `{reply_shutdown, IoData, State, Timeout}' and
 %% `{starttls, IoData, State, Timeout}' also ask
 %% for handle_timeout/1 if no other callback runs within Timeout ms
-%% (`infinity': none). Every result replaces the timeout of the one before.
+%% (`infinity': none). Every result replaces the timeout of the one before,
+%% and one without a Timeout has none, unless a result gave
+%% `{persistent, Ms}': from then on a result without a Timeout has Ms, one
+%% with a Timeout has that one (for itself), until a result gives
+%% `{persistent, infinity}'.
 %% Anything else is a bug in the handler: the connection crashes with
 %% `{bad_return_value, {Module, Callback, Value}}'.
 %%
@@ -78,6 +91,10 @@
 -module(sluice_handler).
 
 -type timeout_ms() :: non_neg_integer() | infinity.
+%% A result's Timeout: ms (or `infinity') for this result only, or
+%% `{persistent, Ms}' for every later result without one too, until
+%% `{persistent, infinity}' (see Results above).
+-type timeout_spec() :: timeout_ms() | {persistent, timeout_ms()}.
 %% What a `reply' or `reply_close' sends: iodata, or a list that also
 %% holds files (see Sending a file above).
 -type reply() :: iodata() | reply_list().
@@ -87,24 +104,29 @@
 -type sendfile() :: {sendfile, File :: file:name_all() | file:fd(),
                      Offset :: non_neg_integer(), Length :: non_neg_integer()}.
 -type result(State) :: {ok, State}
-                     | {ok, State, timeout_ms()}
+                     | {ok, State, timeout_spec()}
                      | {reply, reply(), State}
-                     | {reply, reply(), State, timeout_ms()}
+                     | {reply, reply(), State, timeout_spec()}
                      | {close, term(), State}
                      | {reply_close, reply(), term(), State}
+                     | {reply_shutdown, reply(), State}
+                     | {reply_shutdown, reply(), State, timeout_spec()}
                      | {starttls, iodata(), State}
-                     | {starttls, iodata(), State, timeout_ms()}.
+                     | {starttls, iodata(), State, timeout_spec()}.
 -type init_result(State) :: {ok, State}
-                          | {ok, State, timeout_ms()}
+                          | {ok, State, timeout_spec()}
                           | {reply, reply(), State}
-                          | {reply, reply(), State, timeout_ms()}
+                          | {reply, reply(), State, timeout_spec()}
                           | {reply_close, reply(), term(), State}
+                          | {reply_shutdown, reply(), State}
+                          | {reply_shutdown, reply(), State, timeout_spec()}
                           | {close, term(), State}
                           | {starttls, iodata(), State}
-                          | {starttls, iodata(), State, timeout_ms()}
+                          | {starttls, iodata(), State, timeout_spec()}
                           | {close, term()}.
 -type from() :: gen_server:from().
--export_type([result/1, init_result/1, from/0, timeout_ms/0, reply/0, sendfile/0]).
+-export_type([result/1, init_result/1, from/0, timeout_ms/0, timeout_spec/0, reply/0,
+              sendfile/0]).
 
 -callback init(sluice:conn(), Opts :: term()) -> init_result(State :: term()).
 %% A chunk as read from the socket or, with the listener's `framing'

@@ -132,7 +132,7 @@ handler_callbacks_documented_test() ->
 handler_results_documented_test() ->
     Results = type_shapes(result),
     Init = type_shapes(init_result),
-    ?assertEqual(8, length(Results)),
+    ?assertEqual(10, length(Results)),
     Handler = read(root(), "docs/handler.md"),
     Readme = read(root(), "apps/sluice/README.md"),
     ?assertEqual(Results, lists:usort([shape(S) || Row <- table_rows(section(Handler, "## Results")),
