@@ -17,7 +17,7 @@
          get_handler_opts/1, set_transport_opts/2, get_transport_opts/1, child_spec/2,
          listeners/0, connections/1, format_error/1]).
 -export([child_spec/1, send/2, close/1, call/3, reply/2, peername/1, sockname/1,
-         setopts/2, getopts/2]).
+         setopts/2, getopts/2, remove_connection/1]).
 
 -export_type([conn/0, name/0, sockopt/0, sockopt_name/0, dest/0, address/0]).
 
@@ -600,6 +600,27 @@ connections(Name) ->
         error ->
             []
     end.
+
+%% @doc The calling connection no longer counts against its listener's
+%% `max_connections' (ranch:remove_connection/1): a newcomer waiting for
+%% a slot can take its place. Only the connection's own process (its
+%% handler) may ask, with its `Conn' (or its pid): `{error, not_owner}'
+%% from any other. It is done as soon as the current callback has returned
+%% and the connection's supervisor has seen it (asynchronously, as
+%% ranch's); a second call changes nothing. The connection still is in
+%% connections/1, is still drained and shut down with the listener, and
+%% its end still counts in info/1's `closed'; info/1's `uncounted' says
+%% how many of `connections' do not count.
+-spec remove_connection(conn() | pid()) -> ok | {error, not_owner}.
+remove_connection(#{pid := Pid}) ->
+    remove_connection(Pid);
+remove_connection(Pid) when Pid =:= self() ->
+    %% Told by the connection's loop, which knows its supervisor, once the
+    %% callback returns (sluice_conn:control/2).
+    self() ! {'$sluice', none, uncount},
+    ok;
+remove_connection(Pid) when is_pid(Pid) ->
+    {error, not_owner}.
 
 %% @doc The names of the listeners started with start_listener/2 or
 %% embedded with child_spec/1,2 that are running or suspended.

@@ -253,7 +253,9 @@ first(Prefix, S) ->
         {continue, S2} -> arm(S2);
         {stop, Reason, S2} -> sluice_conn_close:finish(Reason, S2);
         {stop_after, Out, Reason, S2} -> sluice_conn_close:linger_close(Out, Reason, S2);
-        {starttls, Owed, Reply, Pipelined, S2} -> starttls(Owed, Reply, Pipelined, false, S2)
+        {starttls, Owed, Reply, Pipelined, S2} -> starttls(Owed, Reply, Pipelined, false, S2);
+        {handoff, Owed, Reply, To, Rest, S2} ->
+            sluice_conn_handoff:handoff(Owed, Reply, To, Rest, false, S2)
     end.
 
 arm(S) ->
@@ -385,6 +387,10 @@ control({'$sluice', From, {send, Data}}, S) ->
             ok = sluice_conn_halfclose:refused_send(From),
             loop(S)
     end;
+control({'$sluice', none, uncount}, S = #s{parent = Parent}) ->
+    %% sluice:remove_connection/1: the supervisor counts (sluice_conns_sup).
+    Parent ! {sluice_uncount, self()},
+    loop(S);
 control({'$sluice', From, close}, S) ->
     reply(From, ok),
     sluice_conn_close:linger_close([], closed_by_api, S);
@@ -428,7 +434,9 @@ continue({stop, Reason, S}) -> sluice_conn_close:finish(Reason, S);
 continue({stop_after, Out, Reason, S}) -> sluice_conn_close:linger_close(Out, Reason, S);
 continue({starttls, Owed, Reply, Pipelined, S}) ->
     %% Mode `false' has a read pending between chunks.
-    starttls(Owed, Reply, Pipelined, S#s.active =:= false, S).
+    starttls(Owed, Reply, Pipelined, S#s.active =:= false, S);
+continue({handoff, Owed, Reply, To, Rest, S}) ->
+    sluice_conn_handoff:handoff(Owed, Reply, To, Rest, S#s.active =:= false, S).
 
 %% @doc Where a hibernated connection resumes when a message arrives. The
 %% sweep stops watching a hibernated connection, so it is told when this
@@ -461,7 +469,10 @@ data(Data, S) ->
         {continue, S2} -> next(Size, S2#s.hstate, S2);
         {stop, Reason, S2} -> sluice_conn_close:finish(Reason, S2);
         {stop_after, Out, Reason, S2} -> sluice_conn_close:linger_close(Out, Reason, S2);
-        {starttls, Owed, Reply, Pipelined, S2} -> starttls(Owed, Reply, Pipelined, false, S2)
+        {starttls, Owed, Reply, Pipelined, S2} -> starttls(Owed, Reply, Pipelined, false, S2);
+        {handoff, Owed, Reply, To, Rest, S2} ->
+            %% No read of mode `false' is pending: it brought this chunk
+            sluice_conn_handoff:handoff(Owed, Reply, To, Rest, false, S2)
     end.
 
 %%% STARTTLS -----------------------------------------------------------
@@ -480,7 +491,9 @@ starttls(Owed, Reply, Pipelined, ReadPending, S) ->
 upgraded({continue, S}) -> arm(S);
 upgraded({stop, Reason, S}) -> sluice_conn_close:finish(Reason, S);
 upgraded({stop_after, Out, Reason, S}) -> sluice_conn_close:linger_close(Out, Reason, S);
-upgraded({starttls, Owed, Reply, Pipelined, S}) -> starttls(Owed, Reply, Pipelined, false, S).
+upgraded({starttls, Owed, Reply, Pipelined, S}) -> starttls(Owed, Reply, Pipelined, false, S);
+upgraded({handoff, Owed, Reply, To, Rest, S}) ->
+    sluice_conn_handoff:handoff(Owed, Reply, To, Rest, false, S).
 
 %% @doc The connection's state once it is on TLS (sluice_conn_starttls),
 %% `TS' the ssl transport's: the calls it makes through its transport and
@@ -763,7 +776,9 @@ resume(S = #s{t = T, ts = TS}) ->
                 {starttls, Owed, Reply, Pipelined, S2} ->
                     %% What is still delivered after this chunk was sent
                     %% before the reply: plaintext pipelined past STARTTLS
-                    starttls(Owed, Reply, Pipelined, false, S2)
+                    starttls(Owed, Reply, Pipelined, false, S2);
+                {handoff, Owed, Reply, To, Rest, S2} ->
+                    sluice_conn_handoff:handoff(Owed, Reply, To, Rest, false, S2)
             end;
         {timeout, TS2} ->
             S2 = armed(S#s{ts = TS2}),

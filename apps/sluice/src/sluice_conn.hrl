@@ -1,9 +1,9 @@
 %% The state of a connection process, shared by sluice_conn (the loop),
 %% sluice_conn_handler (the calls into the handler), sluice_conn_close
 %% (the ways a connection ends), sluice_conn_starttls (an upgrade to
-%% TLS), sluice_conn_halfclose (a handler's half-close) and
-%% sluice_conn_timeout (a persistent result timeout). Private to those
-%% modules (a test,
+%% TLS), sluice_conn_handoff (a hand-off to another process),
+%% sluice_conn_halfclose (a handler's half-close) and sluice_conn_timeout
+%% (a persistent result timeout). Private to those modules (a test,
 %% sluice_pressure_SUITE, reads `#s.grant' from its trace of them).
 
 -record(s, {t :: module(),
@@ -93,8 +93,12 @@
 %% `stop_after': send Out, then close gracefully. `starttls': send Out (the
 %% replies owed), then Reply in plaintext, then upgrade the connection to
 %% TLS (sluice_conn_starttls); Pipelined: whether plaintext followed the
-%% STARTTLS frame in the same read.
+%% STARTTLS frame in the same read. `handoff': send Out (the replies owed),
+%% then Reply, then hand the socket to To with Rest, the bytes read and
+%% not handled (`kept': what the framer keeps, sluice_conn_handoff).
 -type outcome() :: {continue, #s{}}
                  | {stop, term(), #s{}}
                  | {stop_after, sluice_handler:reply(), term(), #s{}}
-                 | {starttls, sluice_handler:reply(), iodata(), boolean(), #s{}}.
+                 | {starttls, sluice_handler:reply(), iodata(), boolean(), #s{}}
+                 | {handoff, sluice_handler:reply(), sluice_handler:reply(), pid(),
+                    binary() | kept, #s{}}.

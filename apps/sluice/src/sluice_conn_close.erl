@@ -7,7 +7,9 @@
 %%  <li>linger_close/3 (`reply_close'): the last replies, then FIN;</li>
 %%  <li>finish/2: close now (the client closed, an error, the idle
 %%      timeout, a handler's `close');</li>
-%%  <li>crash/4: the handler raised or returned nonsense.</li>
+%%  <li>crash/4: the handler raised or returned nonsense;</li>
+%%  <li>handed_off/1: the socket is another process's now
+%%      (sluice_conn_handoff).</li>
 %% </ul>
 %% Each counts the connection's close reason once, runs the handler's
 %% last callbacks and ends the process.
@@ -16,8 +18,8 @@
 
 -include("sluice_conn.hrl").
 
--export([graceful_close/3, linger_close/3, finish/2, crash/4]).
-%% a half-close (sluice_conn_halfclose)
+-export([graceful_close/3, linger_close/3, finish/2, crash/4, handed_off/1]).
+%% a half-close (sluice_conn_halfclose), a hand-off (sluice_conn_handoff)
 -export([send_queued/1]).
 
 %% After `reply_close' the replies go out, then FIN, and the connection
@@ -51,6 +53,10 @@ flush(Reason, Deadline, S = #s{t = T, ts = TS}) ->
                     fin_then_discard(Reason, Deadline, S2);
                 {starttls, Owed, _Reply, _, S2} ->
                     %% Closing: no upgrade, and no "go ahead" for it
+                    _ = sluice_conn_handler:send(Owed, S2),
+                    fin_then_discard(Reason, Deadline, S2);
+                {handoff, Owed, _Reply, _To, _Rest, S2} ->
+                    %% Closing: the socket is not handed off either
                     _ = sluice_conn_handler:send(Owed, S2),
                     fin_then_discard(Reason, Deadline, S2)
             end;
@@ -129,6 +135,7 @@ discard_wait(Reason, Deadline, S = #s{t = T}, Kept) ->
 %% handler.
 librarys({sluice_sweep, _}, _S) -> true;
 librarys({sluice_drain, _}, _S) -> true;
+librarys({'$sluice', none, uncount}, _S) -> true;
 librarys({timeout, _, Tag}, #s{timer_tag = Tag}) -> true;
 librarys({timeout, Ref, sluice_drain}, #s{drain = {Ref, _}}) -> true;
 librarys(_Msg, _S) -> false.
@@ -199,6 +206,15 @@ crash(Class, Reason, Stack, S = #s{t = T, ts = TS}) ->
     _ = {Class, Reason} =:= {exit, normal} andalso sluice_stats:crashed(S#s.stats),
     label(S#s.listener, Peer),
     erlang:raise(Class, Reason, Stack).
+
+%% @doc The socket has been handed to another process
+%% (sluice_conn_handoff), which was told: the connection ends here without
+%% closing it, counted as `handoff', with terminate(handoff, S).
+-spec handed_off(#s{}) -> no_return().
+handed_off(S = #s{stats = Stats}) ->
+    sluice_stats:ended(Stats, handoff),
+    stop(handoff, S),
+    exit(normal).
 
 %% A handler that closes (a `close' or `reply_close' result) right after
 %% sluice:send/2 calls of its own in the same callback: they go out before

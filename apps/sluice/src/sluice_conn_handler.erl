@@ -86,13 +86,22 @@ chunk(Data, Size, S = #s{stats = Stats, frame = F}) ->
     sluice_stats:received(Stats, Size),
     case sluice_frame:decode(Data, F) of
         {ok, Frames, F2} ->
-            outcome(frames(Frames, [], S#s{frame = F2}));
+            case frames(Frames, [], S#s{frame = F2}) of
+                {handoff, Out, Reply, To, {frames, Left}, S2} ->
+                    {handoff, Out, Reply, To, sluice_conn_handoff:unhandled(Left, Data, F), S2};
+                Done ->
+                    outcome(Done)
+            end;
         {error, Why, Frames, F2} ->
             case frames(Frames, [], S#s{frame = F2}) of
                 {continue, Out, S2} -> bad_frame(Why, Out, S2);
                 %% The bytes the framer refused came after the STARTTLS
                 %% frame, in plaintext: pipelined (sluice_conn_starttls)
                 {starttls, Out, Reply, _, S2} -> {starttls, Out, Reply, true, S2};
+                %% They came after the hand-off's frame: they are the
+                %% new owner's, not an error
+                {handoff, Out, Reply, To, {frames, Left}, S2} ->
+                    {handoff, Out, Reply, To, sluice_conn_handoff:unhandled(Left, Data, F), S2};
                 Stop -> outcome(Stop)
             end
     end.
@@ -122,6 +131,10 @@ frames([Frame | Rest], Out, S = #s{handle_data = HandleData, hstate = HState}) -
                 %% Frames after the STARTTLS one came in the same read, in
                 %% plaintext: never handed over (sluice_conn_starttls)
                 {starttls, Out2, Reply, S2} -> {starttls, Out2, Reply, Rest =/= [], S2};
+                %% The frames after it, and what the framer kept, are
+                %% the new owner's: found in the chunk by chunk/3
+                %% (sluice_conn_handoff:unhandled/3)
+                {handoff, Out2, Reply, To, S2} -> {handoff, Out2, Reply, To, {frames, Rest}, S2};
                 Stop -> Stop
             end
     catch Class:Reason:Stack ->
@@ -361,6 +374,15 @@ read(_Cb, {reply_shutdown, More, HState, Timeout}, Out, S)
 read(Cb, {starttls, Reply, HState, Timeout}, Out, S)
   when ?IS_IODATA(Reply), ?IS_PERSISTENT(Timeout), Cb =/= handle_drain ->
     {starttls, Out, Reply, timer(Timeout, S#s{hstate = HState})};
+%% A hand-off (sluice_conn_handoff): Reply goes out behind the replies
+%% owed (Out, kept apart: they go out even when the hand-off cannot be
+%% made, where Reply must not), then the socket is another process's. Not from init/2 (nothing is
+%% armed yet: there is nothing to hand but the socket, which a handler
+%% wanting that can take after a first message to itself), nor while
+%% draining. `To' a local pid: a socket has an owner on its own node.
+read(Cb, {handoff, Reply, To, HState}, Out, S)
+  when ?IS_IODATA(Reply), is_pid(To), node(To) =:= node(), Cb =/= init, Cb =/= handle_drain ->
+    {handoff, Out, Reply, To, timer(infinity, S#s{hstate = HState})};
 read(Cb, Other, Out, S = #s{handler = H}) ->
     ok = owed(Out, S),
     S2 = case Cb of
@@ -392,7 +414,14 @@ outcome({stop, Out, Reason, S}) ->
 outcome({starttls, Out, Reply, S}) ->
     {starttls, Out, Reply, false, S};
 outcome(Starttls = {starttls, _Out, _Reply, _Pipelined, _S}) ->
-    Starttls.
+    Starttls;
+outcome({handoff, Out, Reply, To, S}) ->
+    %% Not from a chunk (or from one without framing, which was the
+    %% handler's whole): what the framer keeps of a frame begun, looked
+    %% up by sluice_conn_handoff (no call here: this function is inlined
+    %% into the read path, where a call would make every read save its
+    %% result across it).
+    {handoff, Out, Reply, To, kept, S}.
 
 %% A result's Timeout replaces the one before; no Timeout (`none') clears
 %% it. One longer than ?MAX_TIMER never fires: no timer (start_timer/3

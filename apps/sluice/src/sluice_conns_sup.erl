@@ -63,6 +63,10 @@
              drain_new = false :: boolean(),
              %% the gate before the handler (pass_gate/1)
              gate = none :: gate(),
+             %% the connections that no longer count against the limit
+             %% (sluice:remove_connection/1): a live one by its pid, a
+             %% parked one by its socket
+             uncounted = #{} :: #{pid() | sluice_transport:socket() => true},
              tick :: pos_integer() | infinity,
              sweep :: sluice_sweep:config(),
              %% a tick in progress, done in slices between messages
@@ -277,16 +281,24 @@ handle({sluice_start, Sock}, St = #st{children = Children}) ->
             St#st{children = Children#{Pid => Entry}}
     end;
 handle({'EXIT', Pid, Reason}, St0 = #st{children = Children}) ->
-    St = undrained(Pid, St0),
-    Gated = gated(Pid, St),
+    St1 = undrained(Pid, St0),
+    Gated = gated(Pid, St1),
     case maps:take(Pid, Children) of
         {_Entry, Rest} ->
+            St = recounted(Pid, St1),
             gone(St),
             ended(Gated, Reason, St),
             St#st{children = Rest};
         error ->
-            St
+            St1
     end;
+handle({sluice_uncount, Pid}, St = #st{children = Children, uncounted = Uncounted})
+  when is_map_key(Pid, Children), not is_map_key(Pid, Uncounted) ->
+    ok = sluice_stats:uncount(St#st.stats, St#st.index),
+    St#st{uncounted = Uncounted#{Pid => true}};
+handle({sluice_uncount, _Pid}, St) ->
+    %% Uncounted already (a second call is a no-op), or gone.
+    St;
 handle({sluice_park, Pid, Sock, HState, TS}, St) ->
     park(Pid, Sock, HState, TS, St);
 handle({timeout, _TRef, sluice_sweep}, St = #st{children = Children}) ->
@@ -453,7 +465,7 @@ park(Pid, Sock, HState, TS, St = #st{children = Children, listener = #{transport
             ok = sluice_parking:put(St#st.parked, Sock, sluice_sweep:idle_since(Entry), HState, TS),
             true = unlink(Sock),
             ok = sluice_stats:parked(St#st.stats, St#st.index, 1),
-            St2 = St#st{children = Rest},
+            St2 = St#st{children = Rest, uncounted = moved(Pid, Sock, St#st.uncounted)},
             case {T:park(TS), sluice_sweep:closing(Entry), St#st.drain} of
                 {{error, Reason}, _, _} -> unpark(Sock, {error, Reason}, St2);
                 {ok, true, _} -> unpark(Sock, idle_timeout, St2);
@@ -481,6 +493,7 @@ unpark(Sock, Event, St = #st{children = Children, listener = L, parked = Tab}) -
                      end,
             Pid ! {sluice_go, Sock, Event2},
             ok = passed(Pid, St),
+            Uncounted = moved(Sock, Pid, St#st.uncounted),
             Now = now_ms(),
             Entry = case Event of
                         {data, _} ->
@@ -493,7 +506,27 @@ unpark(Sock, Event, St = #st{children = Children, listener = L, parked = Tab}) -
                             sluice_sweep:new_entry(Sock, Now, IdleSince,
                                                    T:bytes_received(Sock))
                     end,
-            St#st{children = Children#{Pid => Entry}};
+            St#st{children = Children#{Pid => Entry}, uncounted = Uncounted};
+        error ->
+            St
+    end.
+
+%% An uncounted connection parks (its socket is its key here) or wakes (its
+%% new process is).
+moved(From, To, Uncounted) ->
+    case maps:take(From, Uncounted) of
+        {true, Rest} -> Rest#{To => true};
+        error -> Uncounted
+    end.
+
+%% A connection (its pid, or a parked one's socket) is gone: if it was
+%% uncounted, taken off the uncounted ones first, before gone/1 takes it
+%% off the live ones (sluice_stats:admit/1 says why).
+recounted(Key, St = #st{uncounted = Uncounted}) ->
+    case maps:take(Key, Uncounted) of
+        {true, Rest} ->
+            ok = sluice_stats:uncounted_gone(St#st.stats, St#st.index),
+            St#st{uncounted = Rest};
         error ->
             St
     end.
@@ -572,8 +605,9 @@ terminate_child(Pid, St = #st{listener = #{opts := #{shutdown_timeout := Timeout
                      receive {'EXIT', Pid, R} -> R end
              end,
     _ = gated(Pid, St),
-    shut_down(Reason, St),
-    St#st{children = maps:remove(Pid, St#st.children)}.
+    St2 = recounted(Pid, St),
+    shut_down(Reason, St2),
+    St2#st{children = maps:remove(Pid, St#st.children)}.
 
 %% A connection this supervisor shut down is gone: counted closed and,
 %% unless it ended normally having counted its own reason (as a handler
@@ -592,7 +626,7 @@ shut_down(Reason, St = #st{stats = Stats}) ->
 terminate(Reason, St = #st{children = Children, listener = L, parked = Tab}) ->
     _ = [exit(Pid, shutdown) || Pid <- maps:keys(Children)],
     #{transport := T, opts := #{shutdown_timeout := Timeout}} = L,
-    _ = [begin T:close_socket(Sock), shut_down(shutdown, St) end
+    _ = [begin T:close_socket(Sock), shut_down(shutdown, recounted(Sock, St)) end
          || Sock <- sluice_parking:sockets(Tab)],
     ok = sluice_stats:parked_reset(St#st.stats, St#st.index),
     TRef = case Timeout of
@@ -607,8 +641,9 @@ wait_children(Children, _TRef, _St) when map_size(Children) =:= 0 ->
 wait_children(Children, TRef, St) ->
     receive
         {'EXIT', Pid, Why} when is_map_key(Pid, Children) ->
-            shut_down(Why, St),
-            wait_children(maps:remove(Pid, Children), TRef, St);
+            St2 = recounted(Pid, St),
+            shut_down(Why, St2),
+            wait_children(maps:remove(Pid, Children), TRef, St2);
         {timeout, TRef, kill_all} ->
             _ = [exit(Pid, kill) || Pid <- maps:keys(Children)],
             wait_children(Children, undefined, St)

@@ -58,7 +58,7 @@
 %% error the state returns the same error for any chunk.
 -module(sluice_frame).
 
--export([new/1, decode/2, encode/2, pending/1, keep/1, push/2]).
+-export([new/1, decode/2, encode/2, pending/1, keep/1, push/2, kept/1, rest/3]).
 
 -export_type([spec/0, state/0, reason/0, split_fun/0]).
 
@@ -197,6 +197,24 @@ encode(Frame, St) ->
 -spec pending(state()) -> non_neg_integer().
 pending(#frame{partial = {error, _}}) -> 0;
 pending(#frame{mod = Mod, partial = Partial}) -> Mod:pending(Partial).
+
+%% @doc The bytes kept from earlier chunks, as the client sent them (a
+%% frame begun: its header too), for a connection handed to another
+%% process (sluice_conn_handoff); `<<>>' after an error.
+-spec kept(state()) -> binary().
+kept(#frame{partial = {error, _}}) -> <<>>;
+kept(#frame{mod = Mod, params = P, partial = Partial}) -> iolist_to_binary(Mod:kept(Partial, P)).
+
+%% @doc The bytes of `Chunk' that follow `Frames', the first frames that
+%% decode/2 made of it from state `St' (the state before `Chunk'), as the
+%% client sent them: what a connection handed to another process in the
+%% middle of a read had not handled (frames after those, a frame begun,
+%% bytes the framer refused). Made again from the frames' sizes, or for
+%% a split function by calling it again: no framer counts its bytes on
+%% every read for the sake of a hand-off.
+-spec rest([term()], state(), binary()) -> binary().
+rest(Frames, St = #frame{mod = Mod, params = P}, Chunk) ->
+    Mod:skip(Frames, <<(kept(St))/binary, Chunk/binary>>, P).
 
 %% @doc What a framer keeps of a chunk between decodes: `Bin' itself when
 %% it is at least half of the binary it belongs to, else a copy of it, so

@@ -6,7 +6,7 @@
 %% @private
 -module(sluice_frame_length).
 
--export([params/4, decode/3, encode/2, pending/1]).
+-export([params/4, decode/3, encode/2, pending/1, kept/2, skip/3]).
 
 -export_type([params/0]).
 
@@ -144,6 +144,27 @@ encode(Frame, {Bytes, Endian, Adj, Max}) ->
                      end,
             [Header, Frame]
     end.
+
+%% @doc The bytes kept, as the client sent them: a header begun, or a
+%% header (its length, made again) and the body's pieces so far.
+-spec kept(partial(), params()) -> iodata().
+kept(none, _P) -> [];
+kept({header, Part}, _P) -> Part;
+kept({body, Left, Pieces, Size}, {Bytes, Endian, Adj, _Max}) ->
+    L = Left + Size + Adj,
+    Bits = Bytes * 8,
+    Header = case Endian of
+                 big -> <<L:Bits/big>>;
+                 little -> <<L:Bits/little>>
+             end,
+    [Header | lists:reverse(Pieces)].
+
+%% @doc What follows `Frames' in `Buffer', which starts with the first of
+%% them: each took its header and its body.
+-spec skip([binary()], binary(), params()) -> binary().
+skip(Frames, Buffer, {Bytes, _Endian, _Adj, _Max}) ->
+    Used = lists:sum([Bytes + byte_size(F) || F <- Frames]),
+    binary:part(Buffer, Used, byte_size(Buffer) - Used).
 
 %% @doc Bytes kept.
 -spec pending(partial()) -> non_neg_integer().

@@ -12,7 +12,7 @@
 %% @private
 -module(sluice_frame_line).
 
--export([params/2, decode/3, encode/2, pending/1]).
+-export([params/2, decode/3, encode/2, pending/1, kept/2, skip/3]).
 
 -export_type([params/0]).
 
@@ -189,6 +189,19 @@ encode(Line, {Delim, Pattern, Max}) ->
         nomatch -> [Bin, delimiter(Delim)];
         _ -> error(delimiter_in_line)
     end.
+
+%% @doc The bytes kept, as the client sent them: a line begun.
+-spec kept(partial(), params()) -> iodata().
+kept(none, _P) -> [];
+kept({line, Pieces, _Size}, _P) -> lists:reverse(Pieces).
+
+%% @doc What follows `Lines' in `Buffer', which starts with the first of
+%% them: each took its bytes and its delimiter.
+-spec skip([binary()], binary(), params()) -> binary().
+skip(Lines, Buffer, {Delim, _Pattern, _Max}) ->
+    D = byte_size(delimiter(Delim)),
+    Used = lists:sum([byte_size(L) + D || L <- Lines]),
+    binary:part(Buffer, Used, byte_size(Buffer) - Used).
 
 %% @doc Bytes kept.
 -spec pending(partial()) -> non_neg_integer().

@@ -12,7 +12,7 @@
 %% @private
 -module(sluice_frame_split).
 
--export([params/2, decode/3, pending/1]).
+-export([params/2, decode/3, pending/1, kept/2, skip/3]).
 
 -export_type([params/0]).
 
@@ -119,6 +119,22 @@ try_join(Chunk, Take, Pieces, Size, P = {Fun, Max}) ->
                     try_join(Chunk, min(ChunkSize, Size + 2 * Take), Pieces, Size, P)
             end
     end.
+
+%% @doc The bytes kept: a frame begun.
+-spec kept(partial(), params()) -> iodata().
+kept(none, _P) -> [];
+kept({split, Pieces, _Size, _Need}, _P) -> lists:reverse(Pieces).
+
+%% @doc What follows `Frames' in `Buffer', which starts with the first of
+%% them: the function's frames carry no size, so it is called again, once
+%% per frame, and its last `Rest' is the answer (it said so the first
+%% time, on the same bytes).
+-spec skip([term()], binary(), params()) -> binary().
+skip([], Buffer, _P) ->
+    Buffer;
+skip([_ | Frames], Buffer, P = {Fun, _Max}) ->
+    {ok, _, Rest} = Fun(Buffer),
+    skip(Frames, Rest, P).
 
 %% @doc Bytes kept.
 -spec pending(partial()) -> non_neg_integer().

@@ -46,6 +46,12 @@
 %% `socket' or `ssl', or without `tls_opts', the connection crashes with
 %% `{starttls_unavailable, Why}'. Once the handshake is done,
 %% handle_starttls/2 gets the TLS facts.
+%% They may also return `{handoff, IoData, To, State}' (not init/2 nor
+%% handle_drain/1; `To' a local pid): send IoData, then give the socket to
+%% `To', which gets `{sluice_handoff, Conn, Buffered}' (Conn with the
+%% socket it now owns, Buffered the bytes read and not handled); the
+%% connection ends as the listener's, counted as `handoff', with
+%% terminate(handoff, State) (docs/handler.md, "Handing the socket off").
 %% `{ok, State, Timeout}', `{reply, IoData, State, Timeout}',
 %% `{reply_shutdown, IoData, State, Timeout}' and
 %% `{starttls, IoData, State, Timeout}' also ask
@@ -112,7 +118,8 @@
                      | {reply_shutdown, reply(), State}
                      | {reply_shutdown, reply(), State, timeout_spec()}
                      | {starttls, iodata(), State}
-                     | {starttls, iodata(), State, timeout_spec()}.
+                     | {starttls, iodata(), State, timeout_spec()}
+                     | {handoff, reply(), pid(), State}.
 -type init_result(State) :: {ok, State}
                           | {ok, State, timeout_spec()}
                           | {reply, reply(), State}

@@ -24,7 +24,8 @@
 -export([admit/1, admit_within/2, release/1, rejected/1, shedding/1, set_shedding/2,
          set_max_connections/2, max_connections/1, set_suspended/2, log_due/4]).
 %% connection supervisors
--export([sup_claim/2, sup_unclaim/3, sup_reset/2, sup_gone/2, parked/3, parked_reset/2]).
+-export([sup_claim/2, sup_unclaim/3, sup_reset/2, sup_gone/2, parked/3, parked_reset/2,
+         uncount/2, uncounted_gone/2]).
 %% reading
 -export([live/1, read/1, close_reason/1, handler_close_reason/1]).
 
@@ -38,7 +39,7 @@
 %% Why a connection ended, as info/1's `close_reasons' names it.
 -type close_reason() :: peer_closed | idle_timeout | frame_timeout | socket_error
                       | protocol_error | drained | handler | crashed
-                      | handshake_error | proxy_error.
+                      | handshake_error | proxy_error | handoff.
 
 %% counters
 -define(ACCEPTED, 1).
@@ -54,12 +55,13 @@
 %% Close reasons: one slot each, from ?REASON_BASE + 1 in the order of
 %% ?REASONS. Each is bumped once per connection, never per message.
 -define(REASONS, [peer_closed, idle_timeout, frame_timeout, socket_error, protocol_error,
-                  drained, handler, crashed, handshake_error, proxy_error]).
+                  drained, handler, crashed, handshake_error, proxy_error, handoff]).
 -define(REASON_BASE, 7).
 -define(NUM_COUNTERS, (?REASON_BASE + length(?REASONS))).
 
 %% atomics; after the fixed slots, NumSups slots of live connections per
-%% connection supervisor, then NumSups slots of parked ones. A supervisor's
+%% connection supervisor, then NumSups slots of parked ones, then NumSups
+%% slots of uncounted ones (uncount/2). A supervisor's
 %% live slot holds its generation (bumped by each incarnation) in the high
 %% bits and its count in the low ?COUNT_BITS, so that a claim can tell
 %% whether a restart has taken it over (sup_claim/2, sup_unclaim/3).
@@ -77,7 +79,12 @@
 %% 1 while the listener is suspended (or being suspended): a connection
 %% waiting for a slot is closed at once (retry_admit/2)
 -define(SUSPENDED, 9).
--define(FIXED_ATOMICS, 11).
+%% Live connections that do not count against the limit
+%% (sluice:remove_connection/1): among ?CONNS, which stays the live count
+%% info/1 reports (accepted = closed + connections), and taken off it
+%% where admission compares it with the limit.
+-define(UNCOUNTED, 12).
+-define(FIXED_ATOMICS, 12).
 -define(COUNT_BITS, 32).
 -define(COUNT_MASK, ((1 bsl ?COUNT_BITS) - 1)).
 %% atomics are signed 64-bit; `infinity' is stored as the largest.
@@ -88,7 +95,7 @@
 -spec new(pos_integer(), non_neg_integer() | infinity) -> stats().
 new(NumSups, Max) ->
     St = #stats{c = counters:new(?NUM_COUNTERS, [write_concurrency]),
-                a = atomics:new(?FIXED_ATOMICS + 2 * NumSups, [{signed, true}]),
+                a = atomics:new(?FIXED_ATOMICS + 3 * NumSups, [{signed, true}]),
                 sups = NumSups},
     ok = set_max_connections(St, Max),
     %% The first fault of each kind is always logged.
@@ -154,6 +161,7 @@ close_reason({shutdown, _}) -> drained;
 close_reason(crashed) -> crashed;
 close_reason({handshake_error, _}) -> handshake_error;
 close_reason({proxy_error, _}) -> proxy_error;
+close_reason(handoff) -> handoff;
 close_reason(_) -> handler.
 
 %% @doc How a reason a handler closed with (`{close, Reason, S}',
@@ -182,12 +190,17 @@ index(X, [_ | T], I) -> index(X, T, I + 1).
 
 %% @doc Count a new connection in unless the limit is reached or the
 %% listener is shedding. Increment first, then compare: a burst of accepts
-%% on many acceptors can never admit more than the limit.
+%% on many acceptors can never admit more than the limit. The uncounted
+%% connections (uncount/2) are read after the increment: one that ends
+%% meanwhile is taken off ?UNCOUNTED before ?CONNS (uncounted_gone/2 comes
+%% before sup_gone/2), so that a race can only refuse, never admit one
+%% too many.
 -spec admit(stats()) -> admitted | over_limit | shedding.
 admit(#stats{a = A, c = C}) ->
     case atomics:get(A, ?SHEDDING) of
         0 ->
-            case atomics:add_get(A, ?CONNS, 1) =< atomics:get(A, ?MAX_CONNS) of
+            case atomics:add_get(A, ?CONNS, 1) - atomics:get(A, ?UNCOUNTED)
+                =< atomics:get(A, ?MAX_CONNS) of
                 true ->
                     counters:add(C, ?ACCEPTED, 1),
                     admitted;
@@ -344,6 +357,9 @@ log_due(#stats{a = A}, Kind, Now, Interval) ->
 sup_reset(St = #stats{a = A}, I) ->
     Slot = sup_slot(St, I),
     Old = reset_slot(A, Slot, atomics:get(A, Slot)),
+    %% Its uncounted connections ended with it too: taken off before the
+    %% live count (admit/1).
+    atomics:sub(A, ?UNCOUNTED, atomics:exchange(A, uncounted_slot(St, I), 0)),
     lost(St, Old band ?COUNT_MASK),
     atomics:put(A, parked_slot(St, I), 0).
 
@@ -403,8 +419,26 @@ parked(St = #stats{a = A}, I, Delta) ->
 parked_reset(St = #stats{a = A}, I) ->
     atomics:put(A, parked_slot(St, I), 0).
 
+%% @doc A live connection of supervisor `I' no longer counts against the
+%% limit (sluice:remove_connection/1): a newcomer can take its place. It
+%% stays among the live connections (info/1's `connections', and
+%% `uncounted'), and its end is counted as any other's (sup_gone/2, after
+%% uncounted_gone/2). Called by the supervisor, once per connection.
+-spec uncount(stats(), pos_integer()) -> ok.
+uncount(St = #stats{a = A}, I) ->
+    atomics:add(A, uncounted_slot(St, I), 1),
+    atomics:add(A, ?UNCOUNTED, 1).
+
+%% @doc An uncounted connection of supervisor `I' is gone; called before
+%% sup_gone/2 (admit/1 says why).
+-spec uncounted_gone(stats(), pos_integer()) -> ok.
+uncounted_gone(St = #stats{a = A}, I) ->
+    atomics:sub(A, ?UNCOUNTED, 1),
+    atomics:sub(A, uncounted_slot(St, I), 1).
+
 sup_slot(#stats{}, I) -> ?FIXED_ATOMICS + I.
 parked_slot(#stats{sups = NS}, I) -> ?FIXED_ATOMICS + NS + I.
+uncounted_slot(#stats{sups = NS}, I) -> ?FIXED_ATOMICS + 2 * NS + I.
 
 %%% Reading -----------------------------------------------------------
 
@@ -423,6 +457,7 @@ read(St = #stats{c = C, a = A, sups = NS}) ->
     Queued = counters:get(C, ?BYTES_OUT),
     #{max_connections => max_connections(St),
       connections => atomics:get(A, ?CONNS),
+      uncounted => atomics:get(A, ?UNCOUNTED),
       parked => lists:sum([atomics:get(A, parked_slot(St, I)) || I <- lists:seq(1, NS)]),
       accepted => counters:get(C, ?ACCEPTED),
       rejected => counters:get(C, ?REJECTED),

@@ -27,6 +27,8 @@
 -module(sluice_transport).
 
 -export([module/1, name/1, is_transport/1, optional/4, family/1, tls/1]).
+%% for the transports' handoff/2
+-export([delivered/2]).
 
 -export_type([socket/0, lsock/0, tstate/0, mode/0, listen_opts/0, conn_opts/0,
               classified/0, awaited/0, tls/0]).
@@ -227,9 +229,41 @@
 -callback getopts(socket(), [sluice:sockopt_name()]) ->
     {ok, [sluice:sockopt()]} | {error, term()}.
 
+%%% A hand-off (optional).
+
+%% Give the connection's socket to Pid, a local process that becomes its
+%% owner (a handler's `{handoff, Reply, Pid, State}'): delivery stopped as
+%% by pause/1, every chunk the layer had delivered to the caller taken out
+%% of its mailbox, in order, and returned, and none of its messages left
+%% to reach Pid that Pid did not ask for. Returns the socket Pid is to
+%% use with the layer's own functions (gen_tcp's port, a `socket' socket,
+%% an `ssl' sslsocket), passive. `{error, closed}' when the socket had
+%% closed (the chunks before it are dropped: the connection ends as its
+%% client's close). Without this callback a hand-off crashes the
+%% connection with `{handoff_unavailable, {transport, Name}}'.
+-callback handoff(tstate(), pid()) -> {ok, term(), [binary()]} | {error, term()}.
+
 -optional_callbacks([park/1, parked_event/1, unpark/1, sent_ack/1, data_tag/1, unsent/1,
                      closed_by_peer/1, send_slice/0, sendfile/4, delivers_prefix/0,
-                     handshake_waits/0, tls/0, setopts/2, getopts/2]).
+                     handshake_waits/0, tls/0, setopts/2, getopts/2, handoff/2]).
+
+%% @doc For a transport's handoff/2: delivery paused (pause/1) and the
+%% chunks it had delivered taken out of the mailbox through await/2, in
+%% order. `{error, closed}' (or the socket's error) if it ended first.
+-spec delivered(module(), tstate()) -> {ok, [binary()], tstate()} | {error, term()}.
+delivered(T, TS) ->
+    case T:pause(TS) of
+        {ok, TS2} -> collect(T, TS2, []);
+        Error -> Error
+    end.
+
+collect(T, TS, Acc) ->
+    case T:await(TS, 0) of
+        {data, Data, TS2} -> collect(T, TS2, [Data | Acc]);
+        {timeout, TS2} -> {ok, lists:reverse(Acc), TS2};
+        {closed, _} -> {error, closed};
+        {error, Reason, _} -> {error, Reason}
+    end.
 
 %% @doc The address family of a listener's `ip' as gen_tcp and socket name
 %% it: a Unix socket (`{local, Path}') is `local'.

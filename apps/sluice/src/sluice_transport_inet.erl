@@ -24,7 +24,7 @@
          unsent/1, shutdown/2, close/1, info/1, socket/1]).
 -export([sendfile/4]).
 -export([queued/1]).
--export([release/1]).
+-export([release/1, handoff/2]).
 -export([handover/2, park/1, parked_event/1, unpark/1]).
 -export([delivers_prefix/0, handshake_waits/0, tls/0]).
 -export([listen_options/1, sent_ack/1, data_tag/1]).
@@ -422,6 +422,22 @@ release(T = #inet{sock = Sock}) ->
     case pause(T) of
         {ok, _} -> delivered(Sock, []);
         Error -> Error
+    end.
+
+%% @doc sluice_transport's handoff/2: the socket released as for a
+%% STARTTLS (release/1: the acknowledgements of sends and the end of a
+%% grant are taken out too, which gen_tcp:controlling_process/2 would move
+%% to the new owner as messages it never asked for), then its new owner.
+-spec handoff(#inet{}, pid()) -> {ok, gen_tcp:socket(), [binary()]} | {error, term()}.
+handoff(T, Pid) ->
+    case release(T) of
+        {ok, Sock, Unread} ->
+            case gen_tcp:controlling_process(Sock, Pid) of
+                ok -> {ok, Sock, Unread};
+                Error -> Error
+            end;
+        Error ->
+            Error
     end.
 
 delivered(Sock, Acc) ->

@@ -30,7 +30,7 @@
 -export([send_slice/0, delivers_prefix/0, handshake_waits/0, tls/0]).
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
          shutdown/2, close/1, info/1, socket/1]).
--export([sendfile/4]).
+-export([sendfile/4, handoff/2]).
 
 %% A short read asks for no more than this next time: a socket that
 %% delivers small chunks then costs small buffers.
@@ -305,6 +305,28 @@ awaited(Result, _Deadline) -> Result.
 -spec pause(#sk{}) -> {ok, #sk{}}.
 pause(T) ->
     {ok, T#sk{grant = 0, mode = once}}.
+
+%% @doc sluice_transport's handoff/2: the chunks delivered, then the new
+%% owner. The bytes read after a PROXY header and not yet delivered come
+%% first. A read this process still has waiting in the NIF (its select)
+%% is not cancelled (its tag is the NIF's opaque term, kept by no one): a
+%% read of the new owner's waits behind it only until this process ends,
+%% right after, when the NIF drops it and lets the next reader in.
+-spec handoff(#sk{}, pid()) -> {ok, socket:socket(), [binary()]} | {error, term()}.
+handoff(T, Pid) ->
+    case sluice_transport:delivered(?MODULE, T) of
+        {ok, Unread, T2 = #sk{sock = Sock}} ->
+            Prefix = case T2#sk.reading of
+                         {prefix, Bytes} -> [Bytes];
+                         _ -> []
+                     end,
+            case controlling_process(Sock, Pid) of
+                ok -> {ok, Sock, Prefix ++ Unread};
+                Error -> Error
+            end;
+        Error ->
+            Error
+    end.
 
 %% @doc A list reply longer than this goes out in slices
 %% (sluice_conn_handler:send/2): OTP's socket:send/3 makes one binary of a list, and

@@ -32,7 +32,7 @@
 -export([send_slice/0, delivers_prefix/0, tls/0]).
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
          shutdown/2, close/1, info/1, socket/1]).
--export([closed_by_peer/1]).
+-export([closed_by_peer/1, handoff/2]).
 -export([check_opts/1]).
 
 -include_lib("public_key/include/public_key.hrl").
@@ -421,11 +421,14 @@ bytes_received(Sock) -> ?INET:bytes_received(Sock).
 -spec close_socket(gen_tcp:socket()) -> ok.
 close_socket(Sock) -> ?INET:close_socket(Sock).
 
--spec peername(gen_tcp:socket()) -> {ok, sluice:address()} | {error, term()}.
-peername(Sock) -> ?INET:peername(Sock).
+-spec peername(gen_tcp:socket() | ssl:sslsocket()) -> {ok, sluice:address()} | {error, term()}.
+peername(Sock) when is_port(Sock) -> ?INET:peername(Sock);
+%% The sslsocket of a connection handed to another process (handoff/2)
+peername(Ssl) -> ssl:peername(Ssl).
 
--spec sockname(gen_tcp:socket()) -> {ok, sluice:address()} | {error, term()}.
-sockname(Sock) -> ?INET:sockname(Sock).
+-spec sockname(gen_tcp:socket() | ssl:sslsocket()) -> {ok, sluice:address()} | {error, term()}.
+sockname(Sock) when is_port(Sock) -> ?INET:sockname(Sock);
+sockname(Ssl) -> ssl:sockname(Ssl).
 
 %% @doc A handler's socket options are the TCP socket's, as ssl:setopts/2
 %% sets them for an ssl socket. (Those ssl and the library own on it,
@@ -567,6 +570,20 @@ activate(T = #tls{ssl = S}, Mode) ->
     case ssl:setopts(S, [{active, Mode}]) of
         ok -> {ok, T};
         Error -> Error
+    end.
+
+%% @doc sluice_transport's handoff/2: the new owner gets the sslsocket (the
+%% TCP socket under it stays ssl's connection process's).
+-spec handoff(#tls{}, pid()) -> {ok, ssl:sslsocket(), [binary()]} | {error, term()}.
+handoff(T = #tls{ssl = S}, Pid) ->
+    case sluice_transport:delivered(?MODULE, T) of
+        {ok, Unread, _} ->
+            case ssl:controlling_process(S, Pid) of
+                ok -> {ok, S, Unread};
+                Error -> Error
+            end;
+        Error ->
+            Error
     end.
 
 -spec classify(term(), #tls{}) -> sluice_transport:classified().

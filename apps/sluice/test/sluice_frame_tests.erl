@@ -377,3 +377,45 @@ split_on_joined_bytes_test() ->
     ?assertEqual({[[]], {error, {frame_too_large, 5, 4}}}, feed(Spec, [<<"+abcd">>])),
     ?assertEqual({[[], [$a, $b, $c, $d]], {ok, 2}}, feed(Spec, [<<"ab">>, <<"cdef">>])),
     ?assertEqual({[[], [], []], {ok, 5}}, feed({split, Fussy}, [<<"=">>, <<"abc">>, <<"d">>])).
+
+%% A hand-off's bytes (sluice_conn_handoff): what a framer keeps comes
+%% back as the client sent it (a length header made again, a line begun,
+%% a split frame begun), and the bytes of a chunk after its first frames
+%% likewise, also when the first frame began in an earlier chunk and when
+%% the framer refused what followed.
+kept_and_rest_are_the_bytes_as_sent_test() ->
+    Split = fun(B) ->
+                    case binary:split(B, <<";">>) of
+                        [F, R] -> {ok, F, R};
+                        [_] -> more
+                    end
+            end,
+    Cases = [{{length, 2}, <<0, 5, "ab">>, <<"cde", 0, 1, "x", 0, 3, "y">>},
+             {{length, 4, #{endian => little, includes_header => true}},
+              <<9, 0, 0, 0, "a">>, <<"bcde", 6, 0, 0, 0, "zz", 7, 0>>},
+             {{length, 2}, <<0>>, <<3, "abc", 0>>},
+             {{line, #{delimiter => crlf}}, <<"ab\r">>, <<"\ncd\r\nef">>},
+             {line, <<"ab">>, <<"c\nd\ne">>},
+             {{split, Split}, <<"ab">>, <<"c;d;e">>}],
+    [begin
+         {ok, F0} = sluice_frame:new(Spec),
+         {ok, [], F1} = sluice_frame:decode(First, F0),
+         ?assertEqual({Spec, First}, {Spec, sluice_frame:kept(F1)}),
+         Sent = <<First/binary, Second/binary>>,
+         case sluice_frame:decode(Second, F1) of
+             {ok, [Frame1 | _], _} ->
+                 %% After the first frame: the rest as sent, from the
+                 %% state before the chunk
+                 {ok, [Frame1 | More], FAll} = sluice_frame:decode(Sent, F0),
+                 Rest = sluice_frame:rest([Frame1], F1, Second),
+                 {ok, More, FAll2} = sluice_frame:decode(Rest, F0),
+                 ?assertEqual({Spec, sluice_frame:kept(FAll)},
+                              {Spec, sluice_frame:kept(FAll2)});
+             {ok, [], _} ->
+                 ?assertEqual(<<>>, Second)
+         end
+     end || {Spec, First, Second} <- Cases],
+    %% Refused bytes after the frame are handed as they came
+    {ok, L0} = sluice_frame:new({line, #{max => 3}}),
+    {error, {line_too_long, _, 3}, [<<"ab">>], _} = sluice_frame:decode(<<"ab\ntoolong">>, L0),
+    ?assertEqual(<<"toolong">>, sluice_frame:rest([<<"ab">>], L0, <<"ab\ntoolong">>)).

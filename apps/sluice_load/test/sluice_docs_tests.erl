@@ -108,7 +108,7 @@ close_reasons_documented_test() ->
     [Row] = [R || R <- table_rows(section(Md, "## What `info/1` says")),
                   code_spans(first_cell(R)) =:= ["close_reasons"]],
     Reasons = maps:keys(maps:get(close_reasons, sluice_stats:read(sluice_stats:new(1, infinity)))),
-    ?assertEqual(10, length(Reasons)),
+    ?assertEqual(11, length(Reasons)),
     ?assertEqual([], [R || R <- Reasons, not lists:member(atom_to_list(R), code_spans(Row))]).
 
 %% The callbacks in the handler tables (docs/handler.md's "Callbacks",
@@ -132,7 +132,7 @@ handler_callbacks_documented_test() ->
 handler_results_documented_test() ->
     Results = type_shapes(result),
     Init = type_shapes(init_result),
-    ?assertEqual(10, length(Results)),
+    ?assertEqual(11, length(Results)),
     Handler = read(root(), "docs/handler.md"),
     Readme = read(root(), "apps/sluice/README.md"),
     ?assertEqual(Results, lists:usort([shape(S) || Row <- table_rows(section(Handler, "## Results")),

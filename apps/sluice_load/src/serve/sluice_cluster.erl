@@ -16,7 +16,7 @@
 
 %% Figures that are summed; the rest of info/1 (ip, port, options) is
 %% taken from the first node.
--define(SUMMED, [connections, parked, accepted, rejected, closed, protocol_errors,
+-define(SUMMED, [connections, parked, uncounted, accepted, rejected, closed, protocol_errors,
                  messages, bytes_in, bytes_out, bytes_unsent, bytes_queued, max_connections]).
 -define(TIMEOUT, 5000).
 -define(SERVING_KEY, {?MODULE, serving_nodes}).

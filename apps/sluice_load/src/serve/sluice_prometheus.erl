@@ -31,6 +31,9 @@ series() ->
       "The listener's max_connections (+Inf: none)."},
      {"sluice_parked_connections", parked, gauge,
       "Open connections parked while idle (no process of their own)."},
+     {"sluice_uncounted_connections", uncounted, gauge,
+      "Open connections that no longer count against max_connections "
+      "(sluice:remove_connection/1)."},
      {"sluice_accepted_total", accepted, counter, "Connections accepted and admitted."},
      {"sluice_rejected_total", rejected, counter,
       "Connections accepted and closed at once: over max_connections, or shed when out of "
