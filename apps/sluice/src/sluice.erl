@@ -17,7 +17,7 @@
          get_handler_opts/1, set_transport_opts/2, get_transport_opts/1, child_spec/2,
          listeners/0, connections/1, format_error/1]).
 -export([child_spec/1, send/2, close/1, call/3, reply/2, peername/1, sockname/1,
-         setopts/2, getopts/2, remove_connection/1]).
+         setopts/2, getopts/2, remove_connection/1, recv/3]).
 
 -export_type([conn/0, name/0, sockopt/0, sockopt_name/0, dest/0, address/0]).
 
@@ -784,3 +784,29 @@ is_proper_list(L) when is_list(L) ->
     end;
 is_proper_list(_) ->
     false.
+
+%% @doc A synchronous read from inside a handler's callback (ranch's
+%% `Transport:recv/3', thousand_island's `Socket.recv/3'; in Elixir
+%% `:sluice.recv(conn, n, timeout)'), `Conn' the map init/2 got, with
+%% gen_tcp's semantics: `Length' 0 returns whatever is there (at least a
+%% byte), `Length' N exactly N bytes, waiting for them up to `Timeout' ms
+%% (`infinity' for ever). The bytes the connection had already received
+%% and not handed to the handler come first. Errors: `{error, timeout}'
+%% (nothing is lost: what was read goes to handle_data/2 next),
+%% `{error, closed}' (the client closed: the connection then ends as
+%% the client's close once the callback returns), `{error, Reason}' for a
+%% socket error; `{error, not_owner}' from any process but the
+%% connection's own (a parked connection's new process is its own, with
+%% the `Conn' of the first), `{error, framed}' on a listener with `framing' (whose
+%% frames are the way to read a body), `{error, not_supported}' on a
+%% transport of one's own without the optional callbacks. Once the
+%% callback returns, bytes read past Length go to handle_data/2 and the
+%% connection's delivery resumes (docs/handler.md, "Reading
+%% synchronously"). A Length or Timeout of another type raises `badarg'.
+-spec recv(conn(), non_neg_integer(), timeout()) -> {ok, binary()} | {error, term()}.
+recv(Conn = #{pid := Pid}, Length, Timeout)
+  when is_pid(Pid), is_integer(Length), Length >= 0,
+       (Timeout =:= infinity orelse (is_integer(Timeout) andalso Timeout >= 0)) ->
+    sluice_conn_recv:recv(Conn, Length, Timeout);
+recv(Conn, Length, Timeout) ->
+    erlang:error(badarg, [Conn, Length, Timeout]).

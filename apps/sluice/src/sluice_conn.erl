@@ -156,6 +156,7 @@ through_gate({ok, Proxy, Prefix, TS}, Parent, Sock, S0, L = #{transport := T, op
              %% the listener started may have gained or lost one (l(Mod),
              %% a release upgrade), as a gen_server's would
              has = sluice_conn_handler:optional(S0#s.handler)},
+    ok = sluice_conn_recv:context(T, TS, S#s.stats, S#s.frame),
     start(S, L, conn(L, Sock, Proxy, TS), prefix(T, Prefix));
 through_gate({error, peer_closed}, _Parent, Sock, _S0, L) ->
     probed(Sock, L);
@@ -297,6 +298,7 @@ unpark(Parent, Sock, Parked, TS, {S00, _L, _Gate}) ->
     receive
         {sluice_go, Sock, Event} ->
             TS2 = T:unpark(TS),
+            ok = sluice_conn_recv:context(T, TS2, S0#s.stats, Frame),
             resumed(Event, S0#s{parent = Parent, ts = TS2, hstate = HState, frame = Frame,
                                 started = Started,
                                 has = sluice_conn_handler:optional(S0#s.handler),
@@ -379,6 +381,8 @@ control({timeout, Ref, sluice_drain}, S = #s{drain = {Ref, _}}) ->
     %% (draining/2). Matched by its reference: a handler's own timer
     %% with the same message still goes to handle_info/2.
     drained(S);
+control({'$sluice_recv', Rest, End}, S) ->
+    recv_done(Rest, End, S);
 control({'$sluice', From, {send, Data}}, S) ->
     case sluice_conn_halfclose:is_shut(S) of
         false -> api_send(From, Data, S);
@@ -475,6 +479,48 @@ data(Data, S) ->
             sluice_conn_handoff:handoff(Owed, Reply, To, Rest, false, S2)
     end.
 
+%%% sluice:recv/3 -------------------------------------------------------
+
+%% A callback read the socket itself (sluice_conn_recv) and left what it
+%% read past what it returned (Rest) and the end of the stream if it saw
+%% it. Its delivery was stopped, and the grant's credit is void: paused
+%% again (the callback's result may have topped the grant up since), Rest
+%% goes to the handler, then the end ends the connection (the peer's
+%% close: handle_close/1, `peer_closed'), or the chunks a top-up delivered
+%% meanwhile are handled and a first grant is made, as when a parking is
+%% called off (resume/1). A recv in the callbacks that get Rest leaves
+%% its own message: taken here before anything is granted, which would
+%% put the socket's next bytes in front of its Rest.
+recv_done(Rest, End, S = #s{t = T, ts = TS}) ->
+    S2 = S#s{ts = T:recv_resume(TS)},
+    case Rest of
+        <<>> -> recv_end(End, S2);
+        _ ->
+            case sluice_conn_handler:data(Rest, S2) of
+                {continue, S3} -> recv_end(End, S3);
+                {stop, Reason, S3} -> sluice_conn_close:finish(Reason, S3);
+                {stop_after, Out, Reason, S3} -> sluice_conn_close:linger_close(Out, Reason, S3);
+                {starttls, Owed, Reply, Pipelined, S3} ->
+                    %% Whatever else recv or a grant delivered is
+                    %% plaintext pipelined past STARTTLS
+                    starttls(Owed, Reply, Pipelined, false, S3);
+                {handoff, Owed, Reply, To, Rest2, S3} ->
+                    %% What a grant delivered meanwhile is in the mailbox
+                    %% still: the hand-off takes it, behind Rest2
+                    sluice_conn_handoff:handoff(Owed, Reply, To, Rest2, false, S3)
+            end
+    end.
+
+recv_end(none, S) ->
+    case sluice_conn_recv:pending() of
+        {Rest, End} -> recv_done(Rest, End, S);
+        none -> resume(S)
+    end;
+recv_end(closed, S) ->
+    sluice_conn_close:finish(closed, S);
+recv_end({error, Reason}, S) ->
+    sluice_conn_close:finish({error, Reason}, S).
+
 %%% STARTTLS -----------------------------------------------------------
 
 %% The handler asked for TLS (sluice_conn_starttls). Once the handshake is
@@ -505,6 +551,7 @@ on_tls(TS, S) ->
     S2 = S#s{t = T, ts = TS, classify = fun T:classify/2, send = fun T:send/2,
              activate = fun T:activate/2, small_read = small_read(T, 0),
              send_slice = T:send_slice(), credit = 0, exhausted = false},
+    ok = sluice_conn_recv:context(T, TS, S#s.stats, S#s.frame),
     S2#s{sent_ack = sent_ack(T, TS), data_tag = data_tag(S2, TS)}.
 
 %% The listener drains. A handler that closes then closes gracefully:
@@ -764,8 +811,9 @@ queued() ->
     {message_queue_len, N} = erlang:process_info(self(), message_queue_len),
     N.
 
-%% Parking was called off: handle what the transport delivered before the
-%% pause, then grant anew (the pause withdrew what was left of the grant).
+%% Parking was called off, or a handler's sluice:recv/3 stopped delivery
+%% (recv_done/3): handle what the transport delivered before the pause,
+%% then grant anew (the pause withdrew what was left of the grant).
 resume(S = #s{t = T, ts = TS}) ->
     case T:await(TS, 0) of
         {data, Data, TS2} ->

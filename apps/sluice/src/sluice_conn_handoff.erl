@@ -92,7 +92,15 @@ transfer(To, Rest, S = #s{t = T, ts = TS}) ->
         {ok, Sock, Delivered} ->
             Conn = maps:merge(#{listener => S#s.listener, pid => self(), transport => T,
                                 socket => Sock}, Info),
-            To ! {sluice_handoff, Conn, iolist_to_binary([Rest | Delivered])},
+            %% A sluice:recv/3 in the callback left what it read past
+            %% what it returned for the loop, which will not run again:
+            %% those bytes came after Rest and before what the transport
+            %% delivered since (recv stopped its delivery).
+            Recv = case sluice_conn_recv:pending() of
+                       {Bytes, _End} -> Bytes;
+                       none -> <<>>
+                   end,
+            To ! {sluice_handoff, Conn, iolist_to_binary([Rest, Recv | Delivered])},
             sluice_conn_close:handed_off(S);
         false ->
             sluice_conn_close:finish({handoff_failed, noproc}, S);

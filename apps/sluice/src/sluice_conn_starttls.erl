@@ -84,13 +84,21 @@ listener_opts(#s{t = T, listener = Name}) ->
     end.
 
 release(Owed, Reply, Pipelined, ReadPending, Opts, S) ->
-    case sluice_transport_inet:release(S#s.ts) of
+    %% A sluice:recv/3 in the callback that asked (or before it, in the
+    %% same one) left what it read past what it returned, and whether the
+    %% client closed: plaintext pipelined too, or the client's close. It
+    %% may also have taken the answer of a read of mode `false' that was
+    %% pending: the go-ahead then reads as if one were (first_bytes/3).
+    Recv = sluice_conn_recv:pending(),
+    case recv_left(Recv, sluice_transport_inet:release(S#s.ts)) of
         {ok, Sock, Unread} ->
             case Pipelined orelse Unread =/= [] orelse framed(S) of
                 true -> {stop_after, Owed, {protocol_error, starttls_pipelined}, S};
                 false ->
                     case send_files(Owed, Sock, S) of
-                        {ok, Owed2} -> go_ahead(Sock, [Owed2, Reply], ReadPending, Opts, S);
+                        {ok, Owed2} ->
+                            go_ahead(Sock, [Owed2, Reply], ReadPending orelse Recv =/= none,
+                                     Opts, S);
                         {error, Reason} -> {stop, {error, Reason}, S}
                     end
             end;
@@ -104,6 +112,12 @@ release(Owed, Reply, Pipelined, ReadPending, Opts, S) ->
         {error, Reason} ->
             {stop, {error, Reason}, S}
     end.
+
+recv_left({<<>>, none}, Released) -> Released;
+recv_left({Rest, none}, {ok, Sock, Unread}) -> {ok, Sock, [Rest | Unread]};
+recv_left({_Rest, closed}, {ok, _Sock, _Unread}) -> {error, closed};
+recv_left({_Rest, {error, Reason}}, {ok, _Sock, _Unread}) -> {error, Reason};
+recv_left(_Recv, Released) -> Released.
 
 %% Replies owed with files in them (`sendfile' pieces, a request before
 %% STARTTLS in the same read) go out here, through the connection's own
@@ -167,11 +181,16 @@ go_ahead(Sock, Out, ReadPending, Opts = #{handshake_timeout := Timeout}, S) ->
 %% ClientHello comes first, it bounds the handshake too, and one seen
 %% here reaches the handler once on TLS (handshake/6). A read of mode
 %% `false' that is pending cannot be called back: its answer is these
-%% bytes; in any other mode the socket is armed once.
+%% bytes (activate/2 of `false' then starts none); in any other mode the
+%% socket is armed once.
 first_bytes(ReadPending, Deadline, S = #s{ts = TS}) ->
     Drain = {running_drain(S), none},
-    case ReadPending orelse sluice_transport_inet:activate(TS, once) of
-        true -> client_hello(Deadline, Drain, S);
+    %% (`false' with a read pending is that read: the driver takes one)
+    Mode = case ReadPending of
+               true -> false;
+               false -> once
+           end,
+    case sluice_transport_inet:activate(TS, Mode) of
         {ok, TS2} -> client_hello(Deadline, Drain, S#s{ts = TS2});
         {error, Reason} -> {stop, {handshake_error, Reason}, S}
     end.

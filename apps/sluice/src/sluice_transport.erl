@@ -214,6 +214,29 @@
 %% transport of the user's may read them itself) and cannot change.
 -callback tls() -> tls().
 
+%%% A handler's synchronous read (optional): sluice:recv/3, from inside a
+%%% callback, in the connection process (sluice_conn_recv). Without all
+%%% three, recv/3 answers `{error, not_supported}'. The state they are
+%%% given is the one the connection had when it started (its socket does
+%%% not change), or what recv_pause/1 returned last.
+
+%% Stop delivery synchronously, as pause/1, and take out of the mailbox,
+%% in order, the chunks delivered meanwhile (and any bytes the transport
+%% holds for the first grant, such as a PROXY header's leftover: once
+%% taken, not delivered again), and the end of the stream if it came:
+%% `closed' (the peer's close) or `{error, Reason}'. The acknowledgements
+%% of sends stay for the loop. May be called again while paused.
+-callback recv_pause(tstate()) ->
+    {[binary()], none | closed | {error, term()}, tstate()}.
+%% A read of the paused socket: whatever is there, at least one byte,
+%% waiting up to Timeout (`{error, timeout}'); `{error, closed}' at the
+%% peer's close. Bytes it returns are the caller's: nothing is kept back.
+-callback recv_read(tstate(), timeout()) -> {ok, binary()} | {error, term()}.
+%% The connection loop's state after a recv: delivery stopped again
+%% (synchronously: the loop may have granted more since), nothing of the
+%% grant before pending, ready for a first grant.
+-callback recv_resume(tstate()) -> tstate().
+
 %%% A handler's socket options (optional).
 
 %% Set socket options on a connection's raw socket (sluice:setopts/2),
@@ -245,7 +268,8 @@
 
 -optional_callbacks([park/1, parked_event/1, unpark/1, sent_ack/1, data_tag/1, unsent/1,
                      closed_by_peer/1, send_slice/0, sendfile/4, delivers_prefix/0,
-                     handshake_waits/0, tls/0, setopts/2, getopts/2, handoff/2]).
+                     handshake_waits/0, tls/0, setopts/2, getopts/2, handoff/2,
+                     recv_pause/1, recv_read/2, recv_resume/1]).
 
 %% @doc For a transport's handoff/2: delivery paused (pause/1) and the
 %% chunks it had delivered taken out of the mailbox through await/2, in

@@ -25,6 +25,7 @@
 -export([sendfile/4]).
 -export([queued/1]).
 -export([release/1, handoff/2]).
+-export([recv_pause/1, recv_read/2, recv_resume/1]).
 -export([handover/2, park/1, parked_event/1, unpark/1]).
 -export([delivers_prefix/0, handshake_waits/0, tls/0]).
 -export([listen_options/1, sent_ack/1, data_tag/1]).
@@ -311,6 +312,10 @@ new(Sock, Buffer) ->
 activate(T = #inet{sock = Sock}, false) ->
     case prim_inet:async_recv(Sock, 0, -1) of
         {ok, _Ref} -> {ok, T};
+        %% One is pending already (the driver takes one at a time): a
+        %% handler's sluice:recv/3 timed out waiting for its answer, which
+        %% is still the next chunk (recv_read/2)
+        {error, ealready} -> {ok, T};
         Error -> Error
     end;
 activate(T = #inet{sock = Sock, busy = Busy, buffer = Buffer, cur = Cur, once_buf = OB},
@@ -453,6 +458,56 @@ delivered(Sock, Acc) ->
     after 0 ->
             {ok, Sock, lists:reverse(Acc)}
     end.
+
+%% @doc sluice:recv/3 (sluice_transport): delivery stopped, and the
+%% socket's chunks, the end of a grant and its end taken out of the
+%% mailbox. A read of mode `false' still pending is not cancelled: its
+%% answer comes later (recv_read/2 waits for it).
+-spec recv_pause(#inet{}) -> {[binary()], sluice_conn_recv:ending(), #inet{}}.
+recv_pause(T = #inet{sock = Sock}) ->
+    %% A port that has closed cannot be paused, and says so when read
+    _ = pause(T),
+    taken(Sock, [], T).
+
+taken(Sock, Acc, T) ->
+    receive
+        {tcp, Sock, Data} -> taken(Sock, [Data | Acc], T);
+        {inet_async, Sock, _Ref, {ok, Data}} -> taken(Sock, [Data | Acc], T);
+        {tcp_passive, Sock} -> taken(Sock, Acc, T);
+        {tcp_closed, Sock} -> {lists:reverse(Acc), closed, T};
+        {inet_async, Sock, _Ref, {error, closed}} -> {lists:reverse(Acc), closed, T};
+        {tcp_error, Sock, Reason} -> {lists:reverse(Acc), {error, Reason}, T};
+        {inet_async, Sock, _Ref, {error, Reason}} -> {lists:reverse(Acc), {error, Reason}, T}
+    after 0 ->
+            {lists:reverse(Acc), none, T}
+    end.
+
+%% @doc gen_tcp:recv/3 for whatever is there. With a read of mode `false'
+%% pending (the callback is not handle_data/2's), the driver refuses a
+%% second one: that read's answer is the next chunk, waited for here.
+-spec recv_read(#inet{}, timeout()) -> {ok, binary()} | {error, term()}.
+recv_read(#inet{sock = Sock}, Timeout) ->
+    case gen_tcp:recv(Sock, 0, Timeout) of
+        {error, ealready} ->
+            receive
+                {inet_async, Sock, _Ref, {ok, Data}} -> {ok, Data};
+                {inet_async, Sock, _Ref, {error, Reason}} -> {error, Reason}
+            after Timeout -> {error, timeout}
+            end;
+        Result ->
+            Result
+    end.
+
+%% @doc Paused again, and the end of a grant given meanwhile dropped: the
+%% loop grants anew.
+-spec recv_resume(#inet{}) -> #inet{}.
+recv_resume(T = #inet{sock = Sock}) ->
+    T2 = case pause(T) of
+             {ok, Paused} -> Paused;
+             {error, _} -> T#inet{armed = false}
+         end,
+    receive {tcp_passive, Sock} -> ok after 0 -> ok end,
+    T2.
 
 -spec send(#inet{}, iodata()) -> ok | {error, term()}.
 send(#inet{sock = Sock}, Data) ->

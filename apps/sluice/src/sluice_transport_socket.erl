@@ -31,6 +31,7 @@
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
          shutdown/2, close/1, info/1, socket/1]).
 -export([sendfile/4, handoff/2]).
+-export([recv_pause/1, recv_read/2, recv_resume/1]).
 
 %% A short read asks for no more than this next time: a socket that
 %% delivers small chunks then costs small buffers.
@@ -42,10 +43,13 @@
 %% (the NIF holds a select: its message comes when data does), `woken' (a
 %% wake-up to ourselves is queued) or `ready' (data may be there, but the
 %% grant was used: read on the next grant).
-%% `{prefix, Bytes}': bytes read after a PROXY header (handshake/2), the
-%% first chunk to deliver, once granted.
--type reading() :: idle | {selecting, reference()} | woken | ready | closed
-                 | {prefix, binary()}.
+%% `prefix': bytes read after a PROXY header (handshake/2), the first
+%% chunk to deliver, once granted, kept under ?PREFIX(Sock) in the process
+%% dictionary: whichever takes them first, the first grant or a handler's
+%% sluice:recv/3 (in init/2), takes them out, and the other finds none.
+-type reading() :: idle | {selecting, reference()} | woken | ready | closed | prefix.
+
+-define(PREFIX(Sock), {?MODULE, prefix, Sock}).
 
 -record(sk, {sock :: socket:socket(),
              full :: pos_integer(),         % socket_opts' buffer
@@ -191,7 +195,7 @@ handshake_tcp(Sock, Opts = #{socket_opts := SocketOpts}) ->
     {send_timeout, SendTimeout} = lists:keyfind(send_timeout, 1, SocketOpts),
     Reading = case maps:get(prefix, Opts, <<>>) of
                   <<>> -> idle;
-                  Prefix -> {prefix, Prefix}
+                  Prefix -> put(?PREFIX(Sock), Prefix), prefix
               end,
     case set_priority(Sock, lists:keyfind(priority, 1, SocketOpts)) of
         ok -> {ok, #sk{sock = Sock, full = Buffer, ask = Buffer, send_timeout = SendTimeout,
@@ -219,7 +223,7 @@ kick(T = #sk{grant = 0}) -> T;
 kick(T = #sk{reading = R, sock = Sock}) when R =:= idle; R =:= ready ->
     self() ! {?MODULE, Sock, wake},
     T#sk{reading = woken};
-kick(T = #sk{reading = {prefix, _}, sock = Sock}) ->
+kick(T = #sk{reading = prefix, sock = Sock}) ->
     self() ! {?MODULE, Sock, prefix},
     T;
 kick(T) -> T.
@@ -238,10 +242,13 @@ classify({'$socket', Sock, _, _}, T = #sk{sock = Sock}) ->
     {ignore, T};
 classify({?MODULE, Sock, wake}, T = #sk{sock = Sock}) ->
     {ignore, T};
-classify({?MODULE, Sock, prefix}, T = #sk{sock = Sock, reading = {prefix, Prefix}}) ->
+classify({?MODULE, Sock, prefix}, T = #sk{sock = Sock, reading = prefix}) ->
     %% The PROXY header's leftover, delivered as a read; the socket may
     %% hold more.
-    {data, Prefix, kick(used(T#sk{reading = ready}))};
+    case erase(?PREFIX(Sock)) of
+        undefined -> {ignore, kick(T#sk{reading = ready})};
+        Prefix -> {data, Prefix, kick(used(T#sk{reading = ready}))}
+    end;
 classify({?MODULE, Sock, prefix}, T = #sk{sock = Sock}) ->
     {ignore, T};
 classify(_, _) ->
@@ -327,6 +334,120 @@ handoff(T, Pid) ->
         Error ->
             Error
     end.
+
+%% @doc sluice:recv/3 (sluice_transport). Nothing is delivered unless the
+%% loop reads, and it reads when a select it made fires or at its own
+%% wake-up: both may be in the mailbox already, or the select may fire
+%% while the handler reads, ahead of what recv leaves for the loop
+%% (sluice_conn_recv), and the loop would then read the socket's next
+%% bytes before the ones recv read past. So delivery is stopped here: the
+%% loop's select is taken over by a read of this process's (the NIF has
+%% one reader's select per socket) and cancelled, and the messages of
+%% both are dropped; what that read finds is the next chunk. Then the
+%% PROXY header's leftover if the first grant has not taken it, and the
+%% end of the stream that a last read found behind its data.
+-spec recv_pause(#sk{}) -> {[binary()], sluice_conn_recv:ending(), #sk{}}.
+recv_pause(T = #sk{sock = Sock}) ->
+    Prefix = case erase(?PREFIX(Sock)) of
+                 undefined -> [];
+                 Bytes -> [Bytes]
+             end,
+    {Chunks, End} = quiesce(Sock, 0, []),
+    ok = dropped(Sock),
+    case End of
+        none ->
+            receive
+                {?MODULE, Sock, ended, Reason} -> {Prefix ++ Chunks, ending(Reason), T}
+            after 0 ->
+                    {Prefix ++ Chunks, none, T}
+            end;
+        _ ->
+            {Prefix ++ Chunks, End, T}
+    end.
+
+%% Read until the kernel has nothing, and cancel the select that read
+%% leaves. A client that keeps the kernel full for ?QUIESCE_READS reads
+%% in a row is read no further here (the loop's select, if it fires
+%% meanwhile, has long fired: its message is dropped).
+-define(QUIESCE_READS, 64).
+
+quiesce(_Sock, ?QUIESCE_READS, Acc) ->
+    {lists:reverse(Acc), none};
+quiesce(Sock, N, Acc) ->
+    case socket:recv(Sock, 0, nowait) of
+        {ok, Data} ->
+            quiesce(Sock, N + 1, [Data | Acc]);
+        {select, {SelectInfo, Data}} ->
+            _ = socket:cancel(Sock, SelectInfo),
+            {lists:reverse([Data | Acc]), none};
+        {select, SelectInfo} ->
+            _ = socket:cancel(Sock, SelectInfo),
+            {lists:reverse(Acc), none};
+        {error, {Reason, Data}} when is_binary(Data), byte_size(Data) > 0 ->
+            {lists:reverse([Data | Acc]), ending(Reason)};
+        {error, {Reason, _}} ->
+            {lists:reverse(Acc), ending(Reason)};
+        {error, Reason} ->
+            {lists:reverse(Acc), ending(Reason)}
+    end.
+
+%% The loop's select and wake-up messages, which no longer stand for
+%% anything.
+dropped(Sock) ->
+    receive
+        {'$socket', Sock, select, _} -> dropped(Sock);
+        {?MODULE, Sock, wake} -> dropped(Sock)
+    after 0 -> ok
+    end.
+
+ending(Reason) ->
+    case ended(Reason, none) of
+        {closed, _} -> closed;
+        {error, Why, _} -> {error, Why}
+    end.
+
+%% @doc Whatever is there, read as the loop reads (a read that does not
+%% wait, then a select if the kernel had nothing), and the select a short
+%% read leaves cancelled: when this returns no select of the socket is
+%% left to fire for the loop (recv_pause/1).
+-spec recv_read(#sk{}, timeout()) -> {ok, binary()} | {error, term()}.
+recv_read(#sk{sock = Sock}, Timeout) ->
+    read_within(Sock, sluice_deadline:at(Timeout)).
+
+read_within(Sock, Deadline) ->
+    case socket:recv(Sock, 0, nowait) of
+        {ok, Data} ->
+            {ok, Data};
+        {select, {SelectInfo, Data}} ->
+            _ = socket:cancel(Sock, SelectInfo),
+            {ok, Data};
+        {select, {select_info, _, Ref} = SelectInfo} ->
+            receive
+                {'$socket', Sock, select, Ref} -> read_within(Sock, Deadline);
+                {'$socket', Sock, abort, {Ref, Reason}} -> recv_error(Reason)
+            after sluice_deadline:left(Deadline) ->
+                    _ = socket:cancel(Sock, SelectInfo),
+                    {error, timeout}
+            end;
+        {error, {_Reason, Data}} when is_binary(Data), byte_size(Data) > 0 -> {ok, Data};
+        {error, {Reason, _}} -> recv_error(Reason);
+        {error, Reason} -> recv_error(Reason)
+    end.
+
+recv_error(Reason) ->
+    case ending(Reason) of
+        closed -> {error, closed};
+        Error -> Error
+    end.
+
+%% @doc No grant, and the next one reads at once: the select the loop had
+%% made was cancelled (recv_pause/1), and a message of it is ignored
+%% (classify/2).
+-spec recv_resume(#sk{}) -> #sk{}.
+recv_resume(T = #sk{reading = closed}) ->
+    T#sk{grant = 0, mode = once};
+recv_resume(T) ->
+    T#sk{grant = 0, mode = once, reading = ready}.
 
 %% @doc A list reply longer than this goes out in slices
 %% (sluice_conn_handler:send/2): OTP's socket:send/3 makes one binary of a list, and

@@ -33,6 +33,7 @@
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
          shutdown/2, close/1, info/1, socket/1]).
 -export([closed_by_peer/1, handoff/2]).
+-export([recv_pause/1, recv_read/2, recv_resume/1]).
 -export([check_opts/1]).
 
 -include_lib("public_key/include/public_key.hrl").
@@ -611,6 +612,49 @@ pause(T = #tls{ssl = S}) ->
         ok -> {ok, T};
         Error -> Error
     end.
+
+%% @doc sluice:recv/3 (sluice_transport): delivery stopped (a call to
+%% ssl's connection process, which has sent what it delivered before it
+%% answers), and the chunks, the end of a grant and the end taken out of
+%% the mailbox.
+-spec recv_pause(#tls{}) -> {[binary()], sluice_conn_recv:ending(), #tls{}}.
+recv_pause(T = #tls{ssl = S}) ->
+    %% ssl that has closed says so when read
+    _ = pause(T),
+    taken(S, [], T).
+
+taken(S, Acc, T) ->
+    receive
+        {ssl, S, Data} -> taken(S, [Data | Acc], T);
+        {ssl_passive, S} -> taken(S, Acc, T);
+        {ssl_closed, S} -> {lists:reverse(Acc), closed, T};
+        {ssl_error, S, Reason} -> {lists:reverse(Acc), {error, Reason}, T}
+    after 0 ->
+            {lists:reverse(Acc), none, T}
+    end.
+
+%% @doc ssl:recv/3 for whatever is there.
+-spec recv_read(#tls{}, timeout()) -> {ok, binary()} | {error, term()}.
+recv_read(#tls{ssl = S, tcp = Tcp}, Timeout) ->
+    case ssl:recv(S, 0, Timeout) of
+        {ok, Data} when is_binary(Data) -> {ok, Data};
+        {error, einval} = Error ->
+            %% the TCP socket closed under ssl (exit_on_close at the FIN),
+            %% as send/2 sees it
+            case erlang:port_info(Tcp, id) of
+                undefined -> {error, closed};
+                _ -> Error
+            end;
+        Error -> Error
+    end.
+
+%% @doc Paused again, and the end of a grant given meanwhile dropped: the
+%% loop grants anew.
+-spec recv_resume(#tls{}) -> #tls{}.
+recv_resume(T = #tls{ssl = S}) ->
+    _ = pause(T),
+    receive {ssl_passive, S} -> ok after 0 -> ok end,
+    T.
 
 %% @doc A list reply longer than this goes out in slices
 %% (sluice_conn_handler:send/2): ssl makes records, one binary, of a list, and

@@ -21,6 +21,7 @@
 -include_lib("common_test/include/ct.hrl").
 -include_lib("stdlib/include/assert.hrl").
 
+-export([bytes_a_recv_read_past_reach_to/1]).
 -export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
          init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
 -export([pipelined_in_the_same_write_reach_to_once/1,
@@ -49,7 +50,8 @@ all() ->
                           chunks_in_the_mailbox_reach_to_once,
                           handoff_from_handle_info_hands_a_line_begun,
                           counts_add_up_and_a_stop_leaves_the_socket_to_to,
-                          dead_to_closes_the_connection_counted]).
+                          dead_to_closes_the_connection_counted,
+                          bytes_a_recv_read_past_reach_to]).
 
 groups() ->
     [{inet, [], ?EVERY_TRANSPORT ++ [after_a_proxy_header]},
@@ -413,3 +415,20 @@ remove_connection_from_another_process_is_refused(Config) ->
     [Pid] = sluice:connections(?config(name, Config)),
     ?assertEqual({error, not_owner}, sluice:remove_connection(Pid)),
     #{uncounted := 0} = info(Config).
+
+%% A callback that read with sluice:recv/3 and then hands off: the bytes
+%% the recv read past what it asked for (left for the loop, which will
+%% never run again) are the taker's, first.
+bytes_a_recv_read_past_reach_to(Config) ->
+    Port = start(Config, #{}),
+    C = client(Config, Port),
+    send(C, <<"RECV-UPGRADE">>),
+    receive {recving, _} -> ok after 5000 -> error(no_recv) end,
+    send(C, <<"abcXYZ">>),
+    expect(C, <<"abc\n101\nXYZ">>),
+    {_Taker, _Conn, Buffered} = handed(),
+    ?assertEqual(<<"XYZ">>, Buffered),
+    {_, handoff} = terminated(),
+    ok = close(C),
+    wait_closed(Config, 1),
+    adds_up(Config).

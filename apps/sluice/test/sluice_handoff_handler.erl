@@ -5,6 +5,8 @@
 %% process.
 %%
 %% `PING' -> `PONG\n'; `UPGRADE' -> `101\n' and the hand-off;
+%% `RECV-UPGRADE' -> tells the test `{recving, self()}', reads 3 bytes with
+%% sluice:recv/3, answers them and `101\n' and hands off;
 %% `UPGRADE-DEAD' -> a hand-off to a process that is gone; `WAIT-UPGRADE'
 %% -> tells the test `{upgrading, self()}' and hands off once it says
 %% `go' (the test puts bytes in the connection's mailbox meanwhile);
@@ -32,6 +34,10 @@ upgrade(<<"PING\n">>, S) ->
 upgrade(<<"UPGRADE", _/binary>> = Data, S = #{test := Test})
   when Data =:= <<"UPGRADE">>; Data =:= <<"UPGRADE\n">> ->
     {handoff, <<"101\n">>, spawn_taker(Test), S};
+upgrade(<<"RECV-UPGRADE">>, S = #{test := Test, conn := Conn}) ->
+    Test ! {recving, self()},
+    {ok, Got} = sluice:recv(Conn, 3, 5000),
+    {handoff, [Got, <<"\n101\n">>], spawn_taker(Test), S};
 upgrade(<<"UPGRADE-DEAD">>, S) ->
     Dead = spawn(fun() -> ok end),
     Ref = monitor(process, Dead),
