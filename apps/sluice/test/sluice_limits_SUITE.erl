@@ -9,6 +9,7 @@
 -include_lib("common_test/include/ct.hrl").
 -include_lib("stdlib/include/assert.hrl").
 
+-export([a_connection_loads_no_code/1]).
 -export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
          init_per_group/2, end_per_group/2,
          init_per_testcase/2, end_per_testcase/2]).
@@ -48,7 +49,8 @@ groups() ->
                   killed_acceptor_loses_no_connection_handed_over,
                   killed_conns_sup_with_a_start_queued_leaves_the_count_exact]},
      {descriptors, [], [emfile_is_counted_logged_and_recovered_from,
-                        default_limit_rejects_before_emfile]}]
+                        default_limit_rejects_before_emfile,
+                        a_connection_loads_no_code]}]
         ++ sluice_test_lib:backend_groups([{group, limits}, {group, kills},
                                            {group, descriptors}]).
 
@@ -71,6 +73,7 @@ init_per_testcase(Case, Config) ->
     Peer = case Case of
                emfile_is_counted_logged_and_recovered_from -> sluice_test_lib:start_peer(64, []);
                default_limit_rejects_before_emfile -> sluice_test_lib:start_peer(256, []);
+               a_connection_loads_no_code -> sluice_test_lib:start_peer(256, []);
                _ -> undefined
            end,
     [{name, {?MODULE, Case}}, {peer, Peer} | Config].
@@ -593,3 +596,25 @@ killed_conns_sup_with_a_start_queued_leaves_the_count_exact(Config) ->
     ?assertMatch(#{connections := 1}, sluice:info(Name)),
     ok = gen_tcp:close(S2),
     ok = wait_info(Name, connections, 0, 2000).
+
+%% A connection's code is loaded when the listener starts, not by the
+%% first connection: with the descriptors gone (the case above), the code
+%% server could not open a .beam file and every connection would die with
+%% undef (counted `crashed', not `rejected'). In a fresh VM (interactive
+%% mode, as a release in development runs), a client's whole life on a
+%% listener (accept, a request, its close) loads no module.
+a_connection_loads_no_code(Config) ->
+    Peer = ?config(peer, Config),
+    {ok, _} = peer:call(Peer, sluice, start_listener,
+                        [nocode, #{ip => {127, 0, 0, 1}, port => 0,
+                                   transport => sluice_test_lib:transport(),
+                                   handler => {sluice_proto_ping, []}}]),
+    #{port := Port} = peer:call(Peer, sluice, info, [nocode]),
+    Loaded = fun() -> lists:sort([M || {M, _} <- peer:call(Peer, code, all_loaded, [])]) end,
+    Before = Loaded(),
+    [S] = admitted(ping_results(Port, 1)),
+    ?assert(ping_sock(S)),
+    close_all([S]),
+    ok = sluice_test_lib:wait_until(
+           fun() -> maps:get(closed, peer:call(Peer, sluice, info, [nocode])) =:= 1 end, 5000),
+    ?assertEqual([], Loaded() -- Before).
