@@ -379,9 +379,12 @@ read(Cb, {starttls, Reply, HState, Timeout}, Out, S)
 %% made, where Reply must not), then the socket is another process's. Not from init/2 (nothing is
 %% armed yet: there is nothing to hand but the socket, which a handler
 %% wanting that can take after a first message to itself), nor while
-%% draining. `To' a local pid: a socket has an owner on its own node.
+%% draining. `To' a local pid: a socket has an owner on its own node; not
+%% this process, which ends with the hand-off and would close the socket
+%% with it.
 read(Cb, {handoff, Reply, To, HState}, Out, S)
-  when ?IS_IODATA(Reply), is_pid(To), node(To) =:= node(), Cb =/= init, Cb =/= handle_drain ->
+  when ?IS_IODATA(Reply), is_pid(To), node(To) =:= node(), To =/= self(),
+       Cb =/= init, Cb =/= handle_drain ->
     {handoff, Out, Reply, To, timer(infinity, S#s{hstate = HState})};
 read(Cb, Other, Out, S = #s{handler = H}) ->
     ok = owed(Out, S),

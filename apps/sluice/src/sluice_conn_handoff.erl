@@ -1,7 +1,8 @@
 %% @doc A connection handed to another process, when its handler returns
 %% `{handoff, Reply, To, State}' (a WebSocket upgrade that another library
-%% takes over; ranch's `controlling_process/2'): the replies owed, then
-%% Reply, go out; the socket stops delivering; every byte the connection
+%% takes over; ranch's `controlling_process/2'): the replies owed, the
+%% handler's own sluice:send/2 calls, then Reply, go out; the socket
+%% stops delivering; every byte the connection
 %% read and did not give its handler is collected in order (the frames
 %% after the hand-off's in the same read and what the framer kept, passed
 %% in as Rest; then the chunks already delivered to this process, taken
@@ -37,10 +38,18 @@ handoff(Owed, Reply, To, kept, ReadPending, S) ->
 handoff(Owed, Reply, To, Rest, ReadPending, S = #s{t = T}) ->
     case unavailable(T, ReadPending) of
         false ->
-            ok = sluice_conn_close:send_queued(S),
-            case sluice_conn_handler:send(add(Owed, Reply), S) of
-                ok -> transfer(To, Rest, S);
-                {error, Reason} -> sluice_conn_close:finish({error, Reason}, S)
+            %% In the order they were asked for: the replies to the frames
+            %% before the hand-off's, then the handler's own sluice:send/2
+            %% calls (queued in the mailbox meanwhile), then Reply.
+            case send_owed(Owed, S) of
+                ok ->
+                    ok = sluice_conn_close:send_queued(S),
+                    case sluice_conn_handler:send(Reply, S) of
+                        ok -> transfer(To, Rest, S);
+                        {error, Reason} -> sluice_conn_close:finish({error, Reason}, S)
+                    end;
+                {error, Reason} ->
+                    sluice_conn_close:finish({error, Reason}, S)
             end;
         Why ->
             %% The handler's mistake (its listener's transport or mode):
@@ -55,8 +64,8 @@ handoff(Owed, Reply, To, Rest, ReadPending, S = #s{t = T}) ->
 kept(#s{frame = none}) -> <<>>;
 kept(#s{frame = F}) -> sluice_frame:kept(F).
 
-add([], Reply) -> Reply;
-add(Owed, Reply) -> [Owed, Reply].
+send_owed([], _S) -> ok;
+send_owed(Owed, S) -> sluice_conn_handler:send(Owed, S).
 
 %% A transport of the user's without handoff/2 cannot say which socket a
 %% new owner is to use (ssl's is not its raw one). On `inet' a pending read

@@ -790,6 +790,14 @@ format_error(not_a_map) ->
 format_error({post_listen, Reason}) ->
     lists:flatten(io_lib:format("the post_listen fun failed on a listen socket: ~0p "
                                 "(the listener's sockets were closed)", [Reason]));
+format_error({not_changeable, K}) ->
+    %% set_transport_opts/2's refusal: which options it does change, which
+    %% "{not_changeable,post_listen}" left to the docs.
+    lists:flatten(io_lib:format("option ~p cannot be changed while the listener runs: "
+                                "set_transport_opts/2 changes max_connections, tls_opts and "
+                                "handshake_timeout where connections run TLS, proxy_timeout "
+                                "and proxy_max_size with proxy_protocol; for the others stop "
+                                "the listener and start it again", [K]));
 format_error(already_started) ->
     "a listener of that name is running";
 format_error(Posix) when is_atom(Posix) ->

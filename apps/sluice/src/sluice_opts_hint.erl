@@ -136,10 +136,10 @@ tls({unknown_option, K}) ->
 tls({sni_hosts, Hosts}) when is_list(Hosts) ->
     %% An Elixir string ("example.com") is a binary; ssl takes host names
     %% as charlists and refuses the whole option without saying which.
-    case [H || {H, _} <- Hosts, is_binary(H)] of
-        [] -> none;
-        _ -> "sni_hosts' host names are strings (charlists), as ssl takes them: "
-             "in Elixir ~c\"example.com\", not \"example.com\""
+    case binary_host(Hosts) of
+        false -> none;
+        true -> "sni_hosts' host names are strings (charlists), as ssl takes them: "
+                "in Elixir ~c\"example.com\", not \"example.com\""
     end;
 tls({cacertfile, Empty}) when Empty =:= []; Empty =:= <<>> ->
     %% What ssl says for {verify, verify_peer} without cacertfile or
@@ -149,3 +149,10 @@ tls({cacertfile, Empty}) when Empty =:= []; Empty =:= <<>> ->
     "cacertfile or cacerts";
 tls(_Why) ->
     none.
+
+%% Whether a host of sni_hosts is a binary. Walked by hand: the value is
+%% one ssl refused, an improper list included (`[{<<"a">>, Opts} | b]'),
+%% on which a comprehension raised and format_error/1 with it.
+binary_host([{H, _} | _]) when is_binary(H) -> true;
+binary_host([_ | Rest]) -> binary_host(Rest);
+binary_host(_) -> false.

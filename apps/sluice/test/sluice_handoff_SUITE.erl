@@ -35,6 +35,9 @@
          bytes_the_framer_refuses_after_the_handoff_are_handed/1,
          parked_connection_woken_by_data_hands_off/1,
          handoff_from_handle_drain_crashes/1,
+         own_sends_between_the_replies_owed_and_the_handoffs/1,
+         handoff_to_the_connections_own_process_crashes/1,
+         after_starttls_to_gets_the_tls_socket/1,
          removed_connection_lets_a_waiting_one_in/1,
          removed_connection_still_drains_and_counts/1,
          remove_connection_from_another_process_is_refused/1]).
@@ -51,7 +54,8 @@ all() ->
                           handoff_from_handle_info_hands_a_line_begun,
                           counts_add_up_and_a_stop_leaves_the_socket_to_to,
                           dead_to_closes_the_connection_counted,
-                          bytes_a_recv_read_past_reach_to]).
+                          bytes_a_recv_read_past_reach_to,
+                          own_sends_between_the_replies_owed_and_the_handoffs]).
 
 groups() ->
     [{inet, [], ?EVERY_TRANSPORT ++ [after_a_proxy_header]},
@@ -60,7 +64,9 @@ groups() ->
      {framers, [], [length_frames_are_handed_as_sent, split_frames_are_handed_as_sent,
                     bytes_the_framer_refuses_after_the_handoff_are_handed,
                     parked_connection_woken_by_data_hands_off,
-                    handoff_from_handle_drain_crashes]},
+                    handoff_from_handle_drain_crashes,
+                    handoff_to_the_connections_own_process_crashes,
+                    after_starttls_to_gets_the_tls_socket]},
      {uncounted, [], [removed_connection_lets_a_waiting_one_in,
                       removed_connection_still_drains_and_counts,
                       remove_connection_from_another_process_is_refused]}].
@@ -362,6 +368,66 @@ handoff_from_handle_drain_crashes(Config) ->
         terminated(),
     ok = wait_closed(Config, 1),
     #{close_reasons := #{crashed := 1, handoff := 0}} = info(Config),
+    adds_up(Config).
+
+%% One write: a frame whose handler calls sluice:send/2 and replies, then
+%% the hand-off's. They go out in the order they were asked for: the reply
+%% owed, the handler's own send, then the hand-off's reply (the own send
+%% went out first, ahead of the reply owed to the frame before).
+own_sends_between_the_replies_owed_and_the_handoffs(Config) ->
+    Port = start(Config, #{framing => line}),
+    C = client(Config, Port),
+    send(C, <<"SEND\nUPGRADE\n">>),
+    expect(C, <<"replied\nsent\n101\n">>),
+    {Taker, _, <<>>} = handed(),
+    {_, handoff} = terminated(),
+    send(C, <<"after\n">>),
+    expect(C, <<"after\n">>),
+    ok = close(C),
+    receive {taker_done, Taker, closed} -> ok after 5000 -> error(taker_not_done) end.
+
+%% `To' the connection's own process: not a hand-off (the process ends
+%% with it, and the socket with the process, its Reply sent and nothing
+%% told), a bad result: the connection crashes, counted, before Reply.
+handoff_to_the_connections_own_process_crashes(Config) ->
+    Port = start(Config, #{}),
+    C = client(Config, Port),
+    send(C, <<"PING">>),
+    expect(C, <<"PONG\n">>),
+    [Conn] = sluice:connections(?config(name, Config)),
+    send(C, <<"UPGRADE-SELF">>),
+    ?assertMatch({error, _}, gen_tcp:recv(element(2, C), 0, 5000)),
+    {Conn, {bad_return_value, {sluice_handoff_handler, handle_data, {handoff, _, Conn, _}}}} =
+        terminated(),
+    ok = wait_closed(Config, 1),
+    #{close_reasons := #{crashed := 1, handoff := 0}} = info(Config),
+    adds_up(Config).
+
+%% A connection upgraded by STARTTLS hands off its TLS socket: `To' gets
+%% the sslsocket, the ssl transport and the TLS facts, and the bytes after
+%% the hand-off's frame in the same TLS record; it talks TLS to the client
+%% from there.
+after_starttls_to_gets_the_tls_socket(Config) ->
+    Port = start(Config, #{framing => line,
+                           tls_opts => sluice_tls_test_lib:server_opts(Config)}),
+    {ok, Plain} = sluice_test_lib:connect(Port),
+    ok = gen_tcp:send(Plain, <<"STARTTLS\n">>),
+    {ok, <<"go\n">>} = gen_tcp:recv(Plain, 0, 5000),
+    {ok, Tls} = ssl:connect(Plain, [binary, {active, false}
+                                    | sluice_tls_test_lib:client_opts(Config)], 5000),
+    C = {ssl, Tls},
+    send(C, <<"UPGRADE\nrest">>),
+    expect(C, <<"101\nrest">>),
+    {Taker, Conn, <<"rest">>} = handed(),
+    ?assertMatch(#{transport := sluice_transport_ssl, tls := #{protocol := _}}, Conn),
+    ?assertMatch({ok, {?LOOPBACK, _}}, ssl:peername(maps:get(socket, Conn))),
+    {_, handoff} = terminated(),
+    send(C, <<"more">>),
+    expect(C, <<"more">>),
+    ok = close(C),
+    receive {taker_done, Taker, closed} -> ok after 5000 -> error(taker_not_done) end,
+    ok = wait_closed(Config, 1),
+    #{close_reasons := #{handoff := 1}} = info(Config),
     adds_up(Config).
 
 %%% Uncounted ----------------------------------------------------------------

@@ -11,7 +11,10 @@
 %% -> tells the test `{upgrading, self()}' and hands off once it says
 %% `go' (the test puts bytes in the connection's mailbox meanwhile);
 %% `UNCOUNT' -> sluice:remove_connection/1 (twice: the second is a
-%% no-op), `uncounted\n'; `DRAIN-HANDOFF' -> handle_drain/1 will answer
+%% no-op), `uncounted\n'; `UPGRADE-SELF' -> a hand-off to the
+%% connection's own process; `STARTTLS' -> `go\n' and an upgrade to TLS;
+%% `SEND' -> sluice:send/2 of `sent\n', then the
+%% reply `replied\n'; `DRAIN-HANDOFF' -> handle_drain/1 will answer
 %% with a hand-off. A message `{handoff_now, Reply}' hands off from
 %% handle_info/2.
 -module(sluice_handoff_handler).
@@ -47,6 +50,13 @@ upgrade(<<"WAIT-UPGRADE">>, S = #{test := Test}) ->
     Test ! {upgrading, self()},
     receive go -> ok end,
     {handoff, <<"101\n">>, spawn_taker(Test), S};
+upgrade(<<"STARTTLS">>, S) ->
+    {starttls, <<"go\n">>, S};
+upgrade(<<"UPGRADE-SELF">>, S) ->
+    {handoff, <<"101\n">>, self(), S};
+upgrade(<<"SEND">>, S = #{conn := Conn}) ->
+    ok = sluice:send(Conn, <<"sent\n">>),
+    {reply, <<"replied\n">>, S};
 upgrade(<<"DRAIN-HANDOFF">>, S) ->
     {reply, <<"ok\n">>, S#{drain_handoff => true}};
 upgrade(<<"UNCOUNT">>, S = #{conn := Conn}) ->

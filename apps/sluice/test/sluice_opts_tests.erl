@@ -276,6 +276,23 @@ start_errors_are_said_in_words_test() ->
     ?assertEqual("no_such_reason", sluice:format_error(no_such_reason)),
     ?assertEqual("{some,term}", sluice:format_error({some, term})).
 
+%% set_transport_opts/2's `{not_changeable, Key}' is said in words, with
+%% what it does change.
+not_changeable_is_said_in_words_test() ->
+    Said = sluice:format_error({not_changeable, post_listen}),
+    ?assertMatch("option post_listen cannot be changed while the listener runs" ++ _, Said),
+    ?assertNotEqual(nomatch, string:find(Said, "max_connections")).
+
+%% A tls_opts error is said in words whatever the value ssl refused: an
+%% improper list of sni_hosts (which start_listener/2 returns as ssl
+%% refused it) raised bad_generator in format_error/1.
+tls_hint_of_an_improper_sni_hosts_test() ->
+    Said = fun(V) -> sluice:format_error({bad_option, tls_opts, {sni_hosts, V}}) end,
+    ?assertNotEqual(nomatch, string:find(Said([{<<"x">>, []} | b]), "charlists")),
+    ?assertEqual(nomatch, string:find(Said([{"x", []} | b]), "charlists")),
+    ?assertEqual(nomatch, string:find(Said([a | b]), "charlists")),
+    ?assertNotEqual(nomatch, string:find(Said([{"x", []}, {<<"y">>, []}]), "charlists")).
+
 %% An unknown key is said with what it was probably meant to be, and
 %% with nothing when no option is near it: a far name gets no guess.
 unknown_option_hints_test() ->
