@@ -322,10 +322,11 @@ pause(T) ->
 -spec handoff(#sk{}, pid()) -> {ok, socket:socket(), [binary()]} | {error, term()}.
 handoff(T, Pid) ->
     case sluice_transport:delivered(?MODULE, T) of
-        {ok, Unread, T2 = #sk{sock = Sock}} ->
-            Prefix = case T2#sk.reading of
-                         {prefix, Bytes} -> [Bytes];
-                         _ -> []
+        {ok, Unread, #sk{sock = Sock}} ->
+            %% Kept for a first grant not made yet (handshake/2)
+            Prefix = case erase(?PREFIX(Sock)) of
+                         undefined -> [];
+                         Bytes -> [Bytes]
                      end,
             case controlling_process(Sock, Pid) of
                 ok -> {ok, Sock, Prefix ++ Unread};
