@@ -638,14 +638,7 @@ taken(S, Acc, T) ->
 recv_read(#tls{ssl = S, tcp = Tcp}, Timeout) ->
     case ssl:recv(S, 0, Timeout) of
         {ok, Data} when is_binary(Data) -> {ok, Data};
-        {error, einval} = Error ->
-            %% the TCP socket closed under ssl (exit_on_close at the FIN),
-            %% as send/2 sees it
-            case erlang:port_info(Tcp, id) of
-                undefined -> {error, closed};
-                _ -> Error
-            end;
-        Error -> Error
+        Error -> tcp_closed(Error, Tcp)
     end.
 
 %% @doc Paused again, and the end of a grant given meanwhile dropped: the
@@ -666,20 +659,24 @@ send_slice() ->
 
 %% @doc Encrypts and queues in the TLS sender process; it waits on the TCP
 %% socket, bounded by its send_timeout, not the caller.
-%% A TCP socket that has closed (exit_on_close, at the client's FIN) is
-%% `einval' to the sender's gen_tcp:send/2 (prim_inet's answer for a port
-%% that is gone): `closed', as the inet transport says it.
+%% A TCP socket that has closed is `closed' (tcp_closed/2).
 -spec send(#tls{}, iodata()) -> ok | {error, term()}.
 send(#tls{ssl = S, tcp = Tcp}, Data) ->
     case ssl:send(S, Data) of
         ok -> ok;
-        {error, einval} = Error ->
-            case erlang:port_info(Tcp, id) of
-                undefined -> {error, closed};
-                _ -> Error
-            end;
-        Error -> Error
+        Error -> tcp_closed(Error, Tcp)
     end.
+
+%% ssl's `einval' when the TCP socket under it has closed (exit_on_close,
+%% at the client's FIN: prim_inet's answer for a port that is gone) is
+%% `closed', as the inet transport says it; any other error stands.
+tcp_closed({error, einval} = Error, Tcp) ->
+    case erlang:port_info(Tcp, id) of
+        undefined -> {error, closed};
+        _ -> Error
+    end;
+tcp_closed(Error, _Tcp) ->
+    Error.
 
 %% @doc What the TLS sender process could not write waits in the TCP
 %% socket's driver queue.
