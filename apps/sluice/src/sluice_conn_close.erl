@@ -265,5 +265,19 @@ label(Listener, Peer) ->
                                                     end}).
 
 stop(Reason, S = #s{listener = Name, started = Started}) ->
+    ok = recv_left(S),
     ok = sluice_conn_handler:terminate(Reason, S),
     sluice_telemetry:connection_stop(Name, self(), Started, Reason).
+
+%% A sluice:recv/3 in the callback that closed (`close', `reply_close', a
+%% drain's graceful close after it, a crash) left what it read past what
+%% it returned for the loop, which will not run again: dropped with the
+%% connection, but read from the socket, so counted in bytes_in as the
+%% loop would have when handing it to handle_data/2. Once per connection,
+%% at its end: the read path does not look for it.
+recv_left(#s{stats = Stats}) ->
+    case sluice_conn_recv:pending() of
+        {<<>>, _End} -> ok;
+        {Rest, _End} -> sluice_stats:received(Stats, byte_size(Rest));
+        none -> ok
+    end.

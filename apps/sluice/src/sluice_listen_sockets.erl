@@ -11,7 +11,8 @@
 %% here, once all of them listen and before any acceptor starts (the
 %% acceptors are started after this process, rest_for_one): every time
 %% they are opened, at start, on resume and when this process is
-%% restarted. If it fails for one, every socket is closed (and a Unix
+%% restarted. If it fails for one, or returns ok but leaves the socket
+%% closed (`{post_listen, closed}'), every socket is closed (and a Unix
 %% socket's file removed) and this process does not start: the listener's
 %% start fails with `{post_listen, Reason}'.
 %% @private
@@ -44,7 +45,7 @@ init(#{name := Name, transport := T, opts := Opts = #{ip := {local, Path}}}) ->
     process_flag(trap_exit, true),
     case listen_local(T, Path, Opts) of
         {ok, LSock, Identity} ->
-            case post_listen(Opts, [LSock]) of
+            case post_listen(T, Opts, [LSock]) of
                 ok ->
                     ok = sluice_registry:set(Name, listen_sockets, [LSock]),
                     {ok, {T, [LSock], {Path, Identity}}};
@@ -76,7 +77,7 @@ open(Name, T, Port0, N, Opts) ->
             {ok, Port} = T:listen_port(First),
             case open_more(T, Port, N - 1, Opts, [First]) of
                 {ok, LSocks} ->
-                    case post_listen(Opts, LSocks) of
+                    case post_listen(T, Opts, LSocks) of
                         ok ->
                             ok = sluice_registry:set(Name, port, Port),
                             ok = sluice_registry:set(Name, listen_sockets, LSocks),
@@ -122,25 +123,47 @@ try_port(T, Port, Opts) ->
 %% fun that raises is a failure too (caught: this process would otherwise
 %% die with the listener's whole state in its crash report), logged with
 %% where it raised, which the reason alone does not say.
-post_listen(#{post_listen := none}, _LSocks) ->
+post_listen(_T, #{post_listen := none}, _LSocks) ->
     ok;
-post_listen(#{post_listen := Fun}, LSocks) ->
-    post_listen_each(Fun, LSocks);
-post_listen(_NoOption, _LSocks) ->
+post_listen(T, #{post_listen := Fun}, LSocks) ->
+    post_listen_each(T, Fun, LSocks);
+post_listen(_T, _NoOption, _LSocks) ->
     %% the options of a listener started before the option existed
     ok.
 
-post_listen_each(_Fun, []) ->
+post_listen_each(_T, _Fun, []) ->
     ok;
-post_listen_each(Fun, [LSock | Rest]) ->
+post_listen_each(T, Fun, [LSock | Rest]) ->
+    Before = listens(T, LSock),
     try Fun(LSock) of
-        ok -> post_listen_each(Fun, Rest);
+        ok when Before =:= true ->
+            case listens(T, LSock) of
+                false -> {error, {post_listen, closed}};
+                _ -> post_listen_each(T, Fun, Rest)
+            end;
+        ok ->
+            post_listen_each(T, Fun, Rest);
         {error, Reason} -> {error, {post_listen, Reason}};
         Other -> {error, {post_listen, {bad_return, Other}}}
     catch Class:Reason:Stack ->
             ?LOG_ERROR("sluice: the post_listen fun raised ~p:~0p at ~0p",
                        [Class, Reason, Stack]),
             {error, {post_listen, {Class, Reason}}}
+    end.
+
+%% A fun that closed its socket and returned ok would otherwise leave a
+%% listener that says `running' while every acceptor has exited on the
+%% closed socket and every connect is refused, without a word. Whether it
+%% still listens is asked as cheaply as the transport can answer: its
+%% listen_port/1, which fails on a closed socket (inet: einval; socket:
+%% closed). Asked before the fun too: a transport of the user's that
+%% cannot answer it for this socket (a Unix socket has no port; it may
+%% fail or raise) is not checked, rather than taken for a closed one.
+listens(T, LSock) ->
+    try T:listen_port(LSock) of
+        {ok, _} -> true;
+        _ -> false
+    catch _:_ -> false
     end.
 
 open_more(_T, _Port, 0, _Opts, Acc) ->

@@ -756,14 +756,13 @@ format_error({bad_option, tls_opts, {transport, socket} = V}) ->
 format_error({bad_option, tls_opts, {transport, T} = V}) ->
     lists:flatten(io_lib:format("bad value for option tls_opts: ~0p (transport ~p says it "
                                 "runs no TLS: its tls/0 is none)", [V, T]));
-format_error({bad_option, tls_opts, {no_tls13_signature, Key}} = E) ->
-    lists:flatten(io_lib:format("bad value for option tls_opts: ~0p (the certificate's key, "
-                                "~s, can sign none of the TLS 1.3 signature schemes offered: "
-                                "every TLS 1.3 handshake would fail with insufficient_security. "
-                                "TLS 1.3 signs with ECDSA on secp256r1, secp384r1 or "
-                                "secp521r1, RSA (rsa_pss_*) or EdDSA, and no DSA; use such "
-                                "a key, or {versions, ['tlsv1.2']} for clients that accept "
-                                "this one over TLS 1.2)", [element(3, E), key_name(Key)]));
+format_error({bad_option, tls_opts, {no_tls13_signature, _} = Why}) ->
+    tls13_error(Why, "");
+format_error({bad_option, tls_opts, {no_tls13_signature, _, _} = Why}) ->
+    tls13_error(Why, "");
+format_error({bad_option, tls_opts, {sni_hosts, Host, Refusal} = Why})
+  when element(1, Refusal) =:= no_tls13_signature ->
+    tls13_error(Why, Refusal, io_lib:format("for sni_hosts' host ~0p, ", [Host]));
 format_error({bad_option, tls_opts, Why}) ->
     %% The generic words name a certificate and its key, which misled
     %% where the fault is elsewhere (an sni_hosts name as an Elixir
@@ -787,6 +786,10 @@ format_error({ssl_not_started, Reason}) ->
                                 "be started: ~0p", [Reason]));
 format_error(not_a_map) ->
     "options must be a map or a proplist";
+format_error({post_listen, closed}) ->
+    %% also a fun's own {error, closed}: the same advice either way
+    "the post_listen fun left a listen socket closed (it must not close the socket or give "
+    "it away; the listener's sockets were closed)";
 format_error({post_listen, Reason}) ->
     lists:flatten(io_lib:format("the post_listen fun failed on a listen socket: ~0p "
                                 "(the listener's sockets were closed)", [Reason]));
@@ -810,13 +813,64 @@ format_error(Posix) when is_atom(Posix) ->
 format_error(Other) ->
     lists:flatten(io_lib:format("~p", [Other])).
 
-key_name({ecdsa, Curve}) when Curve =:= secp256r1; Curve =:= secp384r1; Curve =:= secp521r1 ->
-    io_lib:format("ECDSA on ~p, with no ecdsa_~p_* scheme in signature_algs", [Curve, Curve]);
+%% The words for sluice_tls_key's refusal, by case: a key TLS 1.3 cannot
+%% sign with at all (another curve, DSA) needs another key, or TLS 1.2
+%% alone; a key it signs with whose scheme `signature_algs' leaves out
+%% is fine, and the option is what to change. With several certificates
+%% (certs_keys) the key named is the one ssl signs with, which is not the
+%% first that could: said, since the user may see a good key among them.
+tls13_error(Why, For) ->
+    tls13_error(Why, Why, For).
+
+tls13_error(Why, Refusal, For) ->
+    lists:flatten(io_lib:format("bad value for option tls_opts: ~0p (~s~s)",
+                                [Why, For, no_tls13_signature(Refusal)])).
+
+no_tls13_signature({no_tls13_signature, Taken, Keys}) when length(Keys) > 0 ->
+    io_lib:format("of certs_keys' certificates (keys: ~s), ssl signs a TLS 1.3 handshake with "
+                  "the one it ranks first (EdDSA, then ECDSA by curve, largest first, then "
+                  "RSASSA-PSS, then RSA; never DSA), whether or not its key can sign. Here ~s. Or "
+                  "take that certificate out of certs_keys",
+                  [lists:join("; ", [key_name(K) || K <- Keys]),
+                   no_tls13_signature({no_tls13_signature, Taken})]);
+no_tls13_signature({no_tls13_signature, Key}) ->
+    case tls13_scheme(Key) of
+        none ->
+            io_lib:format("the certificate's key, ~s, can sign none of the TLS 1.3 signature "
+                          "schemes: every TLS 1.3 handshake would fail with "
+                          "insufficient_security. TLS 1.3 signs with ECDSA on secp256r1, "
+                          "secp384r1 or secp521r1, RSA (rsa_pss_*) or EdDSA, and no DSA; use "
+                          "such a key, or {versions, ['tlsv1.2']} for clients that accept this "
+                          "one over TLS 1.2", [key_name(Key)]);
+        Scheme ->
+            io_lib:format("the certificate's key, ~s, can sign TLS 1.3, but signature_algs "
+                          "leaves out its scheme, ~p: every TLS 1.3 handshake would fail with "
+                          "insufficient_security. The key is fine: add ~p to signature_algs, "
+                          "or leave signature_algs out (ssl's default offers it)",
+                          [key_name(Key), Scheme, Scheme])
+    end;
+no_tls13_signature(Other) ->
+    io_lib:format("~0p", [Other]).
+
 key_name({ecdsa, Curve}) -> io_lib:format("ECDSA on ~p", [Curve]);
 key_name(dsa) -> "DSA";
-key_name(rsa) -> "RSA, with no rsa_pss_rsae_* scheme in signature_algs";
-key_name(rsa_pss) -> "RSASSA-PSS, with no rsa_pss_pss_* scheme in signature_algs";
-key_name(Ed) -> io_lib:format("~p, whose scheme is not in signature_algs", [Ed]).
+key_name(rsa) -> "RSA";
+key_name(rsa_pss) -> "RSASSA-PSS";
+key_name(ed25519) -> "Ed25519";
+key_name(ed448) -> "Ed448";
+key_name(Other) -> io_lib:format("~0p", [Other]).
+
+%% The TLS 1.3 scheme (RFC 8446, 4.2.3) that signs with a key, `none'
+%% where TLS 1.3 has none (the other curves; brainpool's only on an ssl
+%% that lists them, not this one's), as sluice_tls_key reads them.
+tls13_scheme({ecdsa, secp256r1}) -> ecdsa_secp256r1_sha256;
+tls13_scheme({ecdsa, secp384r1}) -> ecdsa_secp384r1_sha384;
+tls13_scheme({ecdsa, secp521r1}) -> ecdsa_secp521r1_sha512;
+tls13_scheme(rsa) -> rsa_pss_rsae_sha256;
+tls13_scheme(rsa_pss) -> rsa_pss_pss_sha256;
+tls13_scheme(ed25519) -> eddsa_ed25519;
+tls13_scheme(ed448) -> eddsa_ed448;
+tls13_scheme(_) -> none.
 
 %% What is wrong in a framing spec, from sluice_frame:new/1's error.
 framing_error({error, {unknown_option, K}}) ->

@@ -1,6 +1,6 @@
-%% @doc Whether the server certificate's key can sign a TLS 1.3 handshake
+%% @doc Whether the server's certificates can sign a TLS 1.3 handshake
 %% with the signature schemes the listener offers: checked once, at
-%% start, from the certificate alone (no handshake is run).
+%% start, from the certificates alone (no handshake is run).
 %%
 %% A TLS 1.3 server signs its handshake with one of the schemes it offers
 %% (its `signature_algs'), and each scheme names the kind of key, and for
@@ -17,37 +17,178 @@
 %% connect. TLS 1.2 alone (`{versions, ['tlsv1.2']}')
 %% does not sign with these schemes (the curve must be one the client
 %% offers instead, which varies by client): not checked.
+%%
+%% A server with several certificates (`certs_keys') is refused only when
+%% the one ssl signs a TLS 1.3 handshake with cannot (a second
+%% certificate for TLS 1.2 clients is legitimate). That is not any of
+%% them that can: ssl 10.8 takes the first in its own order and fails if
+%% its key cannot sign (taken/1). Each host of `sni_hosts' is a server of
+%% its own: its options are what ssl makes of them over the listener's
+%% (ssl:handle_options/3, as ssl does when the client names the host),
+%% checked the same way.
 %% @private
 -module(sluice_tls_key).
 
--export([check/2]).
+-export([check/1]).
 
 -include_lib("public_key/include/public_key.hrl").
 
-%% What check/2 refuses: the certificate's key, as `{ecdsa, Curve}',
+%% What check/1 refuses: a certificate's key, as `{ecdsa, Curve}',
 %% `dsa', `rsa', `rsa_pss', `ed25519' or `ed448'.
 -type key() :: {ecdsa, atom()} | dsa | rsa | rsa_pss | ed25519 | ed448.
+%% A server with one certificate: its key. With several (certs_keys):
+%% the key ssl would sign with (taken/1) and every certificate's key, in
+%% certs_keys' order.
+-type refusal() :: {no_tls13_signature, key()}
+                 | {no_tls13_signature, key(), [key(), ...]}.
+-type error() :: refusal() | {sni_hosts, string(), refusal()}.
+
+-export_type([key/0, refusal/0]).
 
 %% @doc `ok', or `{error, {no_tls13_signature, Key}}' when `Ssl' (the
 %% server options as ssl resolved them: ssl:handle_options/2's map, with
 %% `versions' as protocol tuples and `signature_algs' as it will offer
-%% them) offers TLS 1.3 and none of its schemes signs with the key of
-%% `Cert'. Anything this cannot read (a key of another kind, a curve
-%% without a name, options of another shape) passes: ssl says the rest.
--spec check(#'OTPCertificate'{}, map()) -> ok | {error, {no_tls13_signature, key()}}.
-check(Cert, #{versions := Versions, signature_algs := Schemes})
-  when is_list(Versions), is_list(Schemes) ->
-    case lists:member({3, 4}, Versions) andalso key(Cert) of
-        false -> ok;
-        unknown -> ok;
-        Key ->
-            case lists:any(fun(S) -> signs_with(S, Key) end, Schemes) of
-                true -> ok;
-                false -> {error, {no_tls13_signature, Key}}
-            end
+%% them) offers TLS 1.3 and none of its schemes signs with the key of its
+%% certificate (with several, `certs_keys', the one ssl signs with:
+%% `{no_tls13_signature, Key, Keys}'); then the same for each host of its
+%% `sni_hosts' (the host's options over the listener's, as ssl builds them
+%% when a client names it), `{error, {sni_hosts, Host, Refusal}}' for the
+%% first that cannot. Anything this cannot read (a
+%% certificate that cannot be read or decoded, a key of another kind, a
+%% curve without a name, options of another shape) passes: ssl says the
+%% rest.
+-spec check(map()) -> ok | {error, error()}.
+check(Ssl) ->
+    case check_server(Ssl) of
+        ok -> check_hosts(maps:get(sni_hosts, Ssl, []), Ssl);
+        Error -> Error
+    end.
+
+check_server(Ssl) ->
+    case certificates(Ssl) of
+        [] -> ok;
+        Certs -> signs(Ssl, [key(C) || C <- Certs])
+    end.
+
+check_hosts([{Host, HostOpts} | Rest], Ssl) when is_list(HostOpts) ->
+    case host_options(HostOpts, Ssl) of
+        {ok, HostSsl} ->
+            case check_server(HostSsl) of
+                ok -> check_hosts(Rest, Ssl);
+                {error, Why} -> {error, {sni_hosts, Host, Why}}
+            end;
+        unknown ->
+            check_hosts(Rest, Ssl)
     end;
-check(_Cert, _Ssl) ->
+check_hosts([_ | Rest], Ssl) ->
+    check_hosts(Rest, Ssl);
+check_hosts(_End, _Ssl) ->
     ok.
+
+%% ssl_gen_statem:update_ssl_options_from_sni/2's call (less its filter of
+%% options for other versions, none of which this check reads).
+host_options(HostOpts, Ssl) ->
+    try ssl:handle_options(HostOpts, server, Ssl) of
+        HostSsl when is_map(HostSsl) -> {ok, HostSsl};
+        _ -> unknown
+    catch _:_ -> unknown
+    end.
+
+signs(#{versions := Versions, signature_algs := Schemes}, Keys)
+  when is_list(Versions), is_list(Schemes) ->
+    case lists:member({3, 4}, Versions) andalso not lists:member(unknown, Keys) of
+        false -> ok;
+        true -> signs_tls13(Schemes, Keys)
+    end;
+signs(_Ssl, _Keys) ->
+    ok.
+
+signs_tls13(Schemes, [Key]) ->
+    case signs_with_any(Schemes, Key) of
+        true -> ok;
+        false -> {error, {no_tls13_signature, Key}}
+    end;
+signs_tls13(Schemes, Keys) ->
+    case taken(Keys) of
+        {ok, Taken} ->
+            case signs_with_any(Schemes, Taken) of
+                true -> ok;
+                false -> {error, {no_tls13_signature, Taken, Keys}}
+            end;
+        unknown ->
+            case lists:any(fun(Key) -> signs_with_any(Schemes, Key) end, Keys) of
+                true -> ok;
+                false -> {error, {no_tls13_signature, hd(Keys), Keys}}
+            end
+    end.
+
+signs_with_any(Schemes, Key) ->
+    lists:any(fun(S) -> signs_with(S, Key) end, Schemes).
+
+%% Which of several certificates a TLS 1.3 handshake signs with. ssl 10.8
+%% (OTP 25) does not look for one whose key can sign: it takes the first
+%% in its own order (ssl_certificate:available_cert_key_pairs/2 over
+%% ssl_config's groups: EdDSA, then ECDSA by its list of curves, largest
+%% first, then RSASSA-PSS, then RSA; never DSA, nor an ECDSA curve not in
+%% the list) and fails the handshake if that key cannot sign, however
+%% good the next one (erlang/otp#10915: secp256k1 beside P-256, or beside
+%% RSA, failed every TLS 1.3 handshake here; an ssl with
+%% erlang/otp#10924 would take the P-256 one, and this is then stricter
+%% than it). The order's curve list is ssl's tls_v1:ecc_curves/1 (not a
+%% documented function): if it cannot be read, `unknown', and the rule
+%% is then that one of the keys must sign. With no key ssl would take
+%% (all DSA), the first is named: no TLS 1.3 handshake can succeed.
+taken(Keys) ->
+    try
+        Curves = tls_v1:ecc_curves(all),
+        lists:keysort(1, [{R, K} || K <- Keys, (R = rank(K, Curves)) =/= none])
+    of
+        [{_, Taken} | _] -> {ok, Taken};
+        [] -> {ok, hd(Keys)}
+    catch _:_ -> unknown
+    end.
+
+rank(ed25519, _Curves) -> {0, 0};
+rank(ed448, _Curves) -> {0, 1};
+rank({ecdsa, Curve}, Curves) ->
+    case lists:member(Curve, Curves) of
+        true -> {1, length(lists:takewhile(fun(C) -> C =/= Curve end, Curves))};
+        false -> none
+    end;
+rank(rsa_pss, _Curves) -> {2, 0};
+rank(rsa, _Curves) -> {3, 0};
+rank(_Dsa, _Curves) -> none.
+
+%% The server's certificates as ssl_config:init/2 takes them from its
+%% options: `certs_keys' if given (then `cert' and `certfile' are not
+%% used), else `cert' if given, else the first of `certfile'. Each decoded,
+%% or `unknown'.
+certificates(#{certs_keys := CertsKeys}) when is_list(CertsKeys) ->
+    [certificate(CertKey) || CertKey <- CertsKeys];
+certificates(#{cert := Cert} = Ssl) when Cert =/= undefined ->
+    [certificate(maps:with([cert], Ssl))];
+certificates(#{certfile := File}) when File =/= <<>>, File =/= "" ->
+    [certificate(#{certfile => File})];
+certificates(_NoCertificate) ->
+    [].
+
+certificate(#{cert := [Der | _]}) -> decode(Der);
+certificate(#{cert := Der}) -> decode(Der);
+certificate(#{certfile := File}) ->
+    try {ok, Bin} = file:read_file(File),
+         [Der | _] = [D || {'Certificate', D, not_encrypted} <- public_key:pem_decode(Bin)],
+         decode(Der)
+    catch _:_ -> unknown
+    end;
+certificate(_) ->
+    unknown.
+
+decode(Der) when is_binary(Der) ->
+    try public_key:pkix_decode_cert(Der, otp)
+    catch _:_ -> unknown
+    end;
+decode(_) ->
+    unknown.
 
 key(#'OTPCertificate'{tbsCertificate = #'OTPTBSCertificate'{
                                           subjectPublicKeyInfo = #'OTPSubjectPublicKeyInfo'{

@@ -141,19 +141,14 @@ check_known(TlsOpts, Config) when is_tuple(Config), tuple_size(Config) >= 2,
 check_known(TlsOpts, _Config) ->
     check_files(TlsOpts, TlsOpts, #{}).
 
-%% The listener's own certificate, once its files are good: can its key
-%% sign a TLS 1.3 handshake with the schemes ssl will offer
-%% (sluice_tls_key; `Ssl' is ssl's resolved options, `#{}' where their
-%% shape is not known)?
+%% The listener's certificates (and each sni_hosts host's), once their
+%% files are good: can at least one key sign a TLS 1.3 handshake with the
+%% schemes ssl will offer (sluice_tls_key; `Ssl' is ssl's resolved
+%% options, `#{}' where their shape is not known, which checks nothing)?
 check_files(TlsOpts, All, Ssl) ->
     case check_files(TlsOpts, All) of
-        ok ->
-            case decoded(certificate(All)) of
-                {ok, Cert} -> sluice_tls_key:check(Cert, Ssl);
-                _NoneOrUndecodable -> ok
-            end;
-        Error ->
-            Error
+        ok -> sluice_tls_key:check(Ssl);
+        Error -> Error
     end.
 
 check_files(TlsOpts, All) ->

@@ -6,7 +6,9 @@
 %% socket); a failure (an error, a raise, another return) fails the start
 %% with `{post_listen, Reason}' and leaves no socket, file or listener
 %% behind; it runs again whenever the sockets are opened again (resume, a
-%% restart of their owner); a bad value is refused at start.
+%% restart of their owner); a fun that returns ok but closed its socket
+%% fails the start too (`{post_listen, closed}'); a bad value is refused
+%% at start.
 -module(sluice_post_listen_SUITE).
 
 -include_lib("common_test/include/ct.hrl").
@@ -21,6 +23,7 @@
          an_error_fails_the_start_and_closes_the_sockets/1,
          a_raise_or_another_return_fails_the_start/1,
          a_failure_on_a_unix_socket_removes_its_file/1,
+         a_socket_closed_by_the_fun_fails_the_start/1,
          again_on_resume_and_on_a_restart/1,
          a_failure_on_resume_is_resumes_error/1,
          ssl_gives_the_tcp_listen_socket/1,
@@ -46,6 +49,7 @@ groups() ->
        an_error_fails_the_start_and_closes_the_sockets,
        a_raise_or_another_return_fails_the_start,
        a_failure_on_a_unix_socket_removes_its_file,
+       a_socket_closed_by_the_fun_fails_the_start,
        again_on_resume_and_on_a_restart,
        a_failure_on_resume_is_resumes_error]).
 
@@ -197,6 +201,43 @@ a_failure_on_a_unix_socket_removes_its_file(Config) ->
     sluice_test_lib:start_listener(Name, #{handler => ?ECHO, ip => {local, Path}}),
     ?assertMatch({ok, #file_info{type = other}}, file:read_file_info(Path)).
 
+%% A fun that closes its socket and returns ok: without a check the start
+%% succeeded, info/1 said running and every connect was refused, without
+%% a word. The start fails with `{post_listen, closed}' (here the second
+%% of three TCP sockets: the other two are closed, the port free), and on
+%% a Unix socket the file is removed; format_error/1 says what happened.
+a_socket_closed_by_the_fun_fails_the_start(Config) ->
+    Name = ?config(name, Config),
+    Path = ?config(path, Config),
+    T = sluice_test_lib:transport(),
+    Test = self(),
+    Counter = counters:new(1, []),
+    CloseSecond = fun(S) ->
+                          counters:add(Counter, 1, 1),
+                          Test ! {port, listen_port(S)},
+                          case counters:get(Counter, 1) of
+                              2 -> close_lsock(T, S);
+                              _ -> ok
+                          end
+                  end,
+    Opts = #{handler => ?ECHO, ip => {127, 0, 0, 1}, port => 0, transport => T},
+    ?assertEqual({error, {post_listen, closed}},
+                 sluice:start_listener(Name, Opts#{num_listen_sockets => 3,
+                                                   post_listen => CloseSecond})),
+    Port = receive {port, P} -> P after ?WAIT -> ct:fail(no_call) end,
+    ?assertEqual(2, counters:get(Counter, 1)),
+    gone(Name),
+    {ok, L} = gen_tcp:listen(Port, [{ip, {127, 0, 0, 1}}]),
+    ok = gen_tcp:close(L),
+    Close = fun(S) -> close_lsock(T, S) end,
+    ?assertEqual({error, {post_listen, closed}},
+                 sluice:start_listener(Name, #{handler => ?ECHO, ip => {local, Path},
+                                               transport => T, post_listen => Close})),
+    ?assertEqual({error, enoent}, file:read_file_info(Path)),
+    gone(Name),
+    Msg = sluice:format_error({post_listen, closed}),
+    ?assertNotEqual(nomatch, string:find(Msg, "left a listen socket closed")).
+
 %% Each time the sockets are opened again the fun gets the new ones: on
 %% resume after suspend, and when their owner is killed and restarted by
 %% the listener's supervisor.
@@ -319,6 +360,11 @@ listen_port(S) when is_port(S) ->
 listen_port(S) ->
     {ok, #{port := P}} = socket:sockname(S),
     P.
+
+close_lsock(socket, S) ->
+    socket:close(S);
+close_lsock(inet, S) ->
+    gen_tcp:close(S).
 
 set_keepalive(socket, S) ->
     socket:setopt_native(S, ?KEEPALIVE, <<1:32/native>>);

@@ -21,7 +21,10 @@
 %%  <li>Length 0 from handle_info/2; a recv there that times out, then
 %%      data;</li>
 %%  <li>init/2 reading a greeting, in one write with a message and in
-%%      pieces.</li>
+%%      pieces;</li>
+%%  <li>init/2 reading a greeting, then closing (`close',
+%%      `reply_close'): the bytes recv read past it are dropped with the
+%%      connection but counted in bytes_in.</li>
 %% </ul>
 %% And: another process gets `{error, not_owner}'; a framed listener
 %% `{error, framed}'; a transport without the callbacks `{error,
@@ -49,7 +52,8 @@
          length_zero_from_handle_info/1,
          handle_info_recv_times_out_then_data/1,
          init_reads_a_greeting/1,
-         init_reads_a_greeting_in_pieces/1]).
+         init_reads_a_greeting_in_pieces/1,
+         recv_then_close_counts_what_it_read_past/1]).
 -export([another_process_is_not_the_owner/1,
          framed_listener_refuses/1,
          transport_without_recv/1,
@@ -71,7 +75,7 @@ cases() ->
     [large_message_then_a_pipelined_one, many_small_writes, keeps_serving_after_recv,
      timeout_loses_nothing, close_during_recv, length_zero_from_handle_info,
      handle_info_recv_times_out_then_data, init_reads_a_greeting,
-     init_reads_a_greeting_in_pieces].
+     init_reads_a_greeting_in_pieces, recv_then_close_counts_what_it_read_past].
 
 modes() -> [adaptive, true, once, false].
 
@@ -353,6 +357,33 @@ greeted(Config, C, Pid) ->
     expect_answers(C, [<<"first">>]),
     ?assertEqual([<<"first">>], bodies(Pid, 1)),
     done(Config, C, 5 + byte_size(msg(<<"first">>))).
+
+%% A callback that reads with recv, then closes (`close', `reply_close'):
+%% what recv read past what it returned never reaches handle_data/2 (the
+%% connection is closing), but it was read from the socket, and bytes_in
+%% counts it (it counted the 5 bytes recv returned only). The client's one
+%% write is there whole when recv reads (loopback), so recv reads past.
+recv_then_close_counts_what_it_read_past(Config) ->
+    Name = ?config(name, Config),
+    Sent = [<<"HELLO">>, msg(<<"never handled">>)],
+    [begin
+         Port = listener(Config, #{greeting => 5, then => Then}, #{}),
+         C = connect(Config, Port),
+         send(C, Sent),
+         Pid = receive {init, P, _} -> P after 5000 -> error(no_init) end,
+         ?assertEqual({ok, <<"HELLO">>},
+                      receive {greeting, Pid, R} -> R after 5000 -> error(no_greeting) end),
+         receive {terminate, Pid, recv_then_close} -> ok
+         after 5000 -> error(no_terminate)
+         end,
+         _ = Then =:= reply_close andalso ?assertEqual({ok, <<"bye">>}, recv(C, 3)),
+         sluice_test_lib:wait_info(Name, connections, 0, 5000),
+         Reasons = counted(Name, iolist_size(Sent)),
+         ?assertEqual(#{handler => 1}, maps:filter(fun(_, V) -> V > 0 end, Reasons)),
+         ?assertEqual([], bodies(Pid, 0)),
+         close(C),
+         ok = sluice:stop_listener(Name)
+     end || Then <- [close, reply_close]].
 
 %%% ------------------------------------------------------------------
 %%% Other

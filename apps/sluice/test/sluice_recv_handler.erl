@@ -13,7 +13,9 @@
 %% Options: `test' (the pid told `{init, Pid, Conn}', `{data, Pid, Chunk}'
 %% for every chunk, `{msg, Pid, Body}' for every message, in order);
 %% `greeting' N: init/2 reads N bytes with recv/3 first and tells
-%% `{greeting, Pid, Result}'; `timeout': recv/3's (5000 ms).
+%% `{greeting, Pid, Result}', then, with `then' `close' or `reply_close',
+%% closes (reason `recv_then_close'; `bye' said); `timeout': recv/3's
+%% (5000 ms).
 %% A message `{recv, Length, Timeout}' makes handle_info/2 call recv/3,
 %% tell `{info_recv, Pid, Result}' and parse what it got as if it were a
 %% chunk.
@@ -29,7 +31,11 @@ init(Conn, Opts = #{test := Test}) ->
     case Opts of
         #{greeting := N} ->
             Test ! {greeting, self(), sluice:recv(Conn, N, maps:get(timeout, S))},
-            {ok, S};
+            case Opts of
+                #{then := close} -> {close, recv_then_close, S};
+                #{then := reply_close} -> {reply_close, <<"bye">>, recv_then_close, S};
+                _ -> {ok, S}
+            end;
         _ ->
             {ok, S}
     end.
