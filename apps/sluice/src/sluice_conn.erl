@@ -156,7 +156,7 @@ through_gate({ok, Proxy, Prefix, TS}, Parent, Sock, S0, L = #{transport := T, op
              %% the listener started may have gained or lost one (l(Mod),
              %% a release upgrade), as a gen_server's would
              has = sluice_conn_handler:optional(S0#s.handler)},
-    ok = sluice_conn_recv:context(T, TS, S#s.stats, S#s.frame),
+    ok = sluice_conn_recv:context(T, TS, S#s.stats, S#s.woke, S#s.frame),
     start(S, L, conn(L, Sock, Proxy, TS), prefix(T, Prefix));
 through_gate({error, peer_closed}, _Parent, Sock, _S0, L) ->
     probed(Sock, L);
@@ -298,7 +298,7 @@ unpark(Parent, Sock, Parked, TS, {S00, _L, _Gate}) ->
     receive
         {sluice_go, Sock, Event} ->
             TS2 = T:unpark(TS),
-            ok = sluice_conn_recv:context(T, TS2, S0#s.stats, Frame),
+            ok = sluice_conn_recv:context(T, TS2, S0#s.stats, S0#s.woke, Frame),
             resumed(Event, S0#s{parent = Parent, ts = TS2, hstate = HState, frame = Frame,
                                 started = Started,
                                 has = sluice_conn_handler:optional(S0#s.handler),
@@ -551,7 +551,7 @@ on_tls(TS, S) ->
     S2 = S#s{t = T, ts = TS, classify = fun T:classify/2, send = fun T:send/2,
              activate = fun T:activate/2, small_read = small_read(T, 0),
              send_slice = T:send_slice(), credit = 0, exhausted = false},
-    ok = sluice_conn_recv:context(T, TS, S#s.stats, S#s.frame),
+    ok = sluice_conn_recv:context(T, TS, S#s.stats, S#s.woke, S#s.frame),
     S2#s{sent_ack = sent_ack(T, TS), data_tag = data_tag(S2, TS)}.
 
 %% The listener drains. A handler that closes then closes gracefully:

@@ -23,8 +23,19 @@
 %% as before, and the message is the only sign of a recv. What the loop
 %% needs of a connection to read it here, its transport, the transport's
 %% state (the parts of it that do not change: the socket; for TLS, ssl's
-%% socket) and the listener's counters, is left in the process dictionary
-%% when the connection starts (context/4), as proc_lib leaves its own.
+%% socket), the listener's counters and its sweep's table for wake
+%% reports, is left in the process dictionary when the connection starts
+%% (context/5), as proc_lib leaves its own.
+%%
+%% The idle timeout: a recv that waits blocks the process, and the
+%% sweep's nudge to close an idle connection (`{sluice_sweep,
+%% idle_timeout}') waits in the mailbox. If the client then sends and
+%% recv reads it, that verdict is stale: taken by the loop after the
+%% callback, it closed a connection whose client had just spoken, in the
+%% middle of its protocol. So a recv that read bytes from the socket takes
+%% such a nudge out and tells the sweep the connection is awake
+%% (sluice_sweep:report_woke/1), which reads the byte count again at its
+%% next tick. A recv that read nothing leaves it: the client was idle.
 %%
 %% Framing: refused (`{error, framed}'). A framed connection hands
 %% handle_data/2 one frame of a read at a time, and the frames after it
@@ -36,9 +47,9 @@
 %% @private
 -module(sluice_conn_recv).
 
--export([recv/3, context/4, pending/0]).
+-export([recv/3, context/5, pending/0]).
 
-%% The process dictionary's key for the connection's context (context/4).
+%% The process dictionary's key for the connection's context (context/5).
 -define(KEY, '$sluice_recv').
 %% The message a recv leaves for the loop.
 -define(MSG, '$sluice_recv').
@@ -51,17 +62,17 @@
 %% transport without the optional callbacks (recv/3 answers
 %% `{error, not_supported}'); `{framed, Socket}' for a framed connection.
 -spec context(module(), sluice_transport:tstate(), sluice_stats:stats(),
-              none | sluice_frame:state()) -> ok.
-context(T, TS, Stats, none) ->
+              sluice_sweep:woke_table(), none | sluice_frame:state()) -> ok.
+context(T, TS, Stats, Woke, none) ->
     %% (T is loaded: its handshake/2 has run)
     _ = case erlang:function_exported(T, recv_read, 2)
             andalso erlang:function_exported(T, recv_pause, 1)
             andalso erlang:function_exported(T, recv_resume, 1) of
-            true -> put(?KEY, {T, TS, Stats});
+            true -> put(?KEY, {T, TS, {Stats, Woke}});
             false -> erase(?KEY)
         end,
     ok;
-context(T, TS, _Stats, _Frame) ->
+context(T, TS, _Stats, _Woke, _Frame) ->
     _ = put(?KEY, {framed, T:socket(TS)}),
     ok.
 
@@ -72,9 +83,9 @@ context(T, TS, _Stats, _Frame) ->
 -spec recv(sluice:conn(), non_neg_integer(), timeout()) -> {ok, binary()} | {error, term()}.
 recv(Conn = #{socket := Sock}, Length, Timeout) ->
     case get(?KEY) of
-        {T, TS, Stats} ->
+        {T, TS, Ctx} ->
             case T:socket(TS) of
-                Sock -> read(Length, Timeout, T, TS, Stats);
+                Sock -> read(Length, Timeout, T, TS, Ctx);
                 _ -> {error, not_owner}
             end;
         {framed, Sock} ->
@@ -86,22 +97,35 @@ recv(Conn = #{socket := Sock}, Length, Timeout) ->
             end
     end.
 
-read(Length, Timeout, T, TS, Stats) ->
+read(Length, Timeout, T, TS, Ctx) ->
     Deadline = sluice_deadline:at(Timeout),
     {Before, End0} = case pending() of
                          none -> {<<>>, none};
                          Pending -> Pending
                      end,
     {Chunks, End1, TS2} = T:recv_pause(TS),
-    _ = TS2 =:= TS orelse put(?KEY, {T, TS2, Stats}),
+    _ = TS2 =:= TS orelse put(?KEY, {T, TS2, Ctx}),
     Got = [Before | Chunks],
-    fill(Length, Got, iolist_size(Got), ended(End0, End1), Deadline, T, TS2, Stats).
+    {Result, Heard} = fill(Length, Got, iolist_size(Got), ended(End0, End1), Deadline, T,
+                           TS2, Ctx, false),
+    woke(Heard, Ctx),
+    Result.
+
+%% Heard: the recv read bytes from the socket. A nudge to close for
+%% idleness waiting in the mailbox is then stale (see the module's doc).
+woke(true, {_Stats, Woke}) ->
+    receive
+        {sluice_sweep, idle_timeout} -> ok = sluice_sweep:report_woke(Woke)
+    after 0 -> ok
+    end;
+woke(false, _Ctx) ->
+    ok.
 
 %% The end recv saw before (a previous recv's) stands.
 ended(none, End) -> End;
 ended(End, _) -> End.
 
-fill(Length, Got, Size, End, _Deadline, _T, _TS, Stats)
+fill(Length, Got, Size, End, _Deadline, _T, _TS, Ctx, Heard)
   when Size >= Length, Size > 0 ->
     %% Length 0: all there is
     Take = case Length of
@@ -109,19 +133,19 @@ fill(Length, Got, Size, End, _Deadline, _T, _TS, Stats)
                _ -> Length
            end,
     <<Out:Take/binary, Rest/binary>> = iolist_to_binary(Got),
-    give({ok, Out}, Rest, End, Stats);
-fill(_Length, Got, _Size, End, _Deadline, _T, _TS, Stats) when End =/= none ->
-    give(reason(End), iolist_to_binary(Got), End, Stats);
-fill(Length, Got, Size, none, Deadline, T, TS, Stats) ->
+    {give({ok, Out}, Rest, End, Ctx), Heard};
+fill(_Length, Got, _Size, End, _Deadline, _T, _TS, Ctx, Heard) when End =/= none ->
+    {give(reason(End), iolist_to_binary(Got), End, Ctx), Heard};
+fill(Length, Got, Size, none, Deadline, T, TS, Ctx, Heard) ->
     case T:recv_read(TS, sluice_deadline:left(Deadline)) of
         {ok, Data} ->
-            fill(Length, [Got, Data], Size + byte_size(Data), none, Deadline, T, TS, Stats);
+            fill(Length, [Got, Data], Size + byte_size(Data), none, Deadline, T, TS, Ctx, true);
         {error, timeout} ->
-            give({error, timeout}, iolist_to_binary(Got), none, Stats);
+            {give({error, timeout}, iolist_to_binary(Got), none, Ctx), Heard};
         {error, closed} ->
-            give({error, closed}, iolist_to_binary(Got), closed, Stats);
+            {give({error, closed}, iolist_to_binary(Got), closed, Ctx), Heard};
         {error, Reason} ->
-            give({error, Reason}, iolist_to_binary(Got), {error, Reason}, Stats)
+            {give({error, Reason}, iolist_to_binary(Got), {error, Reason}, Ctx), Heard}
     end.
 
 reason(closed) -> {error, closed};
@@ -129,7 +153,7 @@ reason({error, Reason}) -> {error, Reason}.
 
 %% What the caller gets is counted in bytes_in now; Rest when the loop
 %% hands it to handle_data/2, as any chunk.
-give(Result, Rest, End, Stats) ->
+give(Result, Rest, End, {Stats, _Woke}) ->
     self() ! {?MSG, Rest, End},
     _ = case Result of
             {ok, Out} -> sluice_stats:received(Stats, byte_size(Out));

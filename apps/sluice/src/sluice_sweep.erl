@@ -130,10 +130,14 @@ closing(#entry{run = Run}) ->
 
 %% A hibernated connection reported by `Now' that it woke: awake
 %% again. What woke it may not have been the client, so the idle clock
-%% is left alone; the next tick reads the byte count.
+%% is left alone; the next tick reads the byte count. One told to close
+%% reports itself awake only when it did not close (sluice_conn_recv: a
+%% recv read what the client sent meanwhile) or on its way to closing:
+%% watched again either way (an entry left closing was never nudged
+%% again, so that connection would never have idled out); the next tick
+%% finds the bytes the recv read, or the process gone.
 woke(Pid, Now, Children) ->
     case Children of
-        #{Pid := #entry{run = closing}} -> Children;
         #{Pid := E} -> Children#{Pid := E#entry{run = awake, reds = unread, quiet_since = Now}};
         _ -> Children
     end.
