@@ -319,8 +319,14 @@ handle({sluice_drain, Deadline}, St = #st{children = Children}) ->
                 St#st{drain = {Deadline, Children}, drain_new = true},
                 sluice_parking:sockets(St#st.parked));
 handle({'$gen_call', From, sluice_cut}, St) ->
+    %% Those cut now, and those the deadline's timer cut a moment ago
+    %% whose 'EXIT' is not handled yet: the drain counts what is left as
+    %% soon as this answers, and a connection killed but not yet counted
+    %% closed was one too many.
     Cut = case St#st.drain of
-              {_, Drained} -> cut_off(maps:keys(Drained), St);
+              {_, Drained} ->
+                  _ = cut_off(maps:keys(Drained), St),
+                  [Pid || Pid <- maps:keys(Drained), was_cut(Pid, St)];
               none -> []
           end,
     St2 = lists:foldl(fun wait_cut/2, St, Cut),
@@ -412,6 +418,11 @@ cut_off(Pids, #st{gate = Gate, children = Children}) ->
     Cut = [Pid || Pid <- Pids, is_map_key(Pid, Children), ets:insert_new(Gate, {Pid, cut})],
     _ = [exit(Pid, kill) || Pid <- Cut],
     Cut.
+
+was_cut(_Pid, #st{gate = none}) ->
+    false;
+was_cut(Pid, #st{gate = Gate, children = Children}) ->
+    is_map_key(Pid, Children) andalso ets:lookup(Gate, Pid) =:= [{Pid, cut}].
 
 wait_cut(Pid, St) ->
     receive
