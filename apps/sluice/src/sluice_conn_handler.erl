@@ -12,10 +12,12 @@
 -include("sluice_conn.hrl").
 
 -define(IS_TIMEOUT(T), (T =:= infinity orelse (is_integer(T) andalso T >= 0))).
-%% A persistent Timeout, `{persistent, Ms}' (sluice_conn_timeout): read in
-%% clauses of its own, after those of the plain ones.
+%% A persistent Timeout, `{persistent, Ms}' (sluice_conn_timeout).
 -define(IS_PERSISTENT(T), (tuple_size(T) =:= 2 andalso element(1, T) =:= persistent
                            andalso ?IS_TIMEOUT(element(2, T)))).
+%% Any result's Timeout: a plain one passes at its first tests, so a
+%% result with one pays nothing for the persistent kind.
+-define(IS_TIMEOUT_SPEC(T), (?IS_TIMEOUT(T) orelse ?IS_PERSISTENT(T))).
 %% What a reply may be at a glance (a type test, no walk): a list's
 %% elements are checked when it is sent (send/2).
 -define(IS_IODATA(D), (is_binary(D) orelse is_list(D))).
@@ -335,9 +337,9 @@ read(_Cb, {ok, HState}, Out, S) ->
     {continue, Out, timer(none, S#s{hstate = HState})};
 read(_Cb, {reply, More, HState}, Out, S) when ?IS_IODATA(More) ->
     {continue, add(Out, More), timer(none, S#s{hstate = HState})};
-read(_Cb, {ok, HState, Timeout}, Out, S) when ?IS_TIMEOUT(Timeout) ->
+read(_Cb, {ok, HState, Timeout}, Out, S) when ?IS_TIMEOUT_SPEC(Timeout) ->
     {continue, Out, timer(Timeout, S#s{hstate = HState})};
-read(_Cb, {reply, More, HState, Timeout}, Out, S) when ?IS_IODATA(More), ?IS_TIMEOUT(Timeout) ->
+read(_Cb, {reply, More, HState, Timeout}, Out, S) when ?IS_IODATA(More), ?IS_TIMEOUT_SPEC(Timeout) ->
     {continue, add(Out, More), timer(Timeout, S#s{hstate = HState})};
 read(_Cb, {close, Reason, HState}, Out, S) ->
     {stop, Out, ?BY_HANDLER(Reason), S#s{hstate = HState}};
@@ -350,7 +352,7 @@ read(_Cb, {reply_close, More, Reason, HState}, Out, S) when ?IS_IODATA(More) ->
 read(Cb, {starttls, Reply, HState}, Out, S) when ?IS_IODATA(Reply), Cb =/= handle_drain ->
     {starttls, Out, Reply, timer(none, S#s{hstate = HState})};
 read(Cb, {starttls, Reply, HState, Timeout}, Out, S)
-  when ?IS_IODATA(Reply), ?IS_TIMEOUT(Timeout), Cb =/= handle_drain ->
+  when ?IS_IODATA(Reply), ?IS_TIMEOUT_SPEC(Timeout), Cb =/= handle_drain ->
     {starttls, Out, Reply, timer(Timeout, S#s{hstate = HState})};
 %% A half-close (sluice_conn_halfclose): the replies owed to earlier frames
 %% of the read, then this one, go out now, then FIN, so that the frames
@@ -359,21 +361,8 @@ read(Cb, {starttls, Reply, HState, Timeout}, Out, S)
 read(_Cb, {reply_shutdown, More, HState}, Out, S) when ?IS_IODATA(More) ->
     half_close(add(Out, More), none, S#s{hstate = HState});
 read(_Cb, {reply_shutdown, More, HState, Timeout}, Out, S)
-  when ?IS_IODATA(More), ?IS_TIMEOUT(Timeout) ->
+  when ?IS_IODATA(More), ?IS_TIMEOUT_SPEC(Timeout) ->
     half_close(add(Out, More), Timeout, S#s{hstate = HState});
-%% A persistent Timeout (sluice_conn_timeout), in any result that takes a
-%% Timeout.
-read(_Cb, {ok, HState, Timeout}, Out, S) when ?IS_PERSISTENT(Timeout) ->
-    {continue, Out, timer(Timeout, S#s{hstate = HState})};
-read(_Cb, {reply, More, HState, Timeout}, Out, S)
-  when ?IS_IODATA(More), ?IS_PERSISTENT(Timeout) ->
-    {continue, add(Out, More), timer(Timeout, S#s{hstate = HState})};
-read(_Cb, {reply_shutdown, More, HState, Timeout}, Out, S)
-  when ?IS_IODATA(More), ?IS_PERSISTENT(Timeout) ->
-    half_close(add(Out, More), Timeout, S#s{hstate = HState});
-read(Cb, {starttls, Reply, HState, Timeout}, Out, S)
-  when ?IS_IODATA(Reply), ?IS_PERSISTENT(Timeout), Cb =/= handle_drain ->
-    {starttls, Out, Reply, timer(Timeout, S#s{hstate = HState})};
 %% A hand-off (sluice_conn_handoff): Reply goes out behind the replies
 %% owed (Out, kept apart: they go out even when the hand-off cannot be
 %% made, where Reply must not), then the socket is another process's. Not from init/2 (nothing is

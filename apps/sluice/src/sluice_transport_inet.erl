@@ -425,8 +425,14 @@ pause(T = #inet{sock = Sock}) ->
 -spec release(#inet{}) -> {ok, gen_tcp:socket(), [binary()]} | {error, term()}.
 release(T = #inet{sock = Sock}) ->
     case pause(T) of
-        {ok, _} -> delivered(Sock, []);
-        Error -> Error
+        {ok, _} ->
+            case delivered(Sock, true, []) of
+                {Chunks, none} -> {ok, Sock, Chunks};
+                {_, closed} -> {error, closed};
+                {_, {error, _} = Error} -> Error
+            end;
+        Error ->
+            Error
     end.
 
 %% @doc sluice_transport's handoff/2: the socket released as for a
@@ -445,18 +451,24 @@ handoff(T, Pid) ->
             Error
     end.
 
-delivered(Sock, Acc) ->
+%% What a paused socket had delivered, taken out of the mailbox in order:
+%% its chunks, the end of a grant, and its end (`closed', `{error, _}') or
+%% `none'. The acknowledgements of sends too if `Acks' (the socket is
+%% leaving this process: release/1), else they stay for the loop
+%% (recv_pause/1).
+delivered(Sock, Acks, Acc) ->
     receive
-        {tcp, Sock, Data} -> delivered(Sock, [Data | Acc]);
-        {inet_async, Sock, _Ref, {ok, Data}} -> delivered(Sock, [Data | Acc]);
-        {inet_reply, Sock, ok} -> delivered(Sock, Acc);
-        {tcp_passive, Sock} -> delivered(Sock, Acc);
-        {tcp_closed, Sock} -> {error, closed};
-        {inet_async, Sock, _Ref, {error, Reason}} -> {error, Reason};
-        {tcp_error, Sock, Reason} -> {error, Reason};
-        {inet_reply, Sock, {error, Reason}} -> {error, Reason}
+        {tcp, Sock, Data} -> delivered(Sock, Acks, [Data | Acc]);
+        {inet_async, Sock, _Ref, {ok, Data}} -> delivered(Sock, Acks, [Data | Acc]);
+        {tcp_passive, Sock} -> delivered(Sock, Acks, Acc);
+        {inet_reply, Sock, ok} when Acks -> delivered(Sock, Acks, Acc);
+        {tcp_closed, Sock} -> {lists:reverse(Acc), closed};
+        {inet_async, Sock, _Ref, {error, closed}} -> {lists:reverse(Acc), closed};
+        {inet_async, Sock, _Ref, {error, Reason}} -> {lists:reverse(Acc), {error, Reason}};
+        {tcp_error, Sock, Reason} -> {lists:reverse(Acc), {error, Reason}};
+        {inet_reply, Sock, {error, Reason}} when Acks -> {lists:reverse(Acc), {error, Reason}}
     after 0 ->
-            {ok, Sock, lists:reverse(Acc)}
+            {lists:reverse(Acc), none}
     end.
 
 %% @doc sluice:recv/3 (sluice_transport): delivery stopped, and the
@@ -467,20 +479,8 @@ delivered(Sock, Acc) ->
 recv_pause(T = #inet{sock = Sock}) ->
     %% A port that has closed cannot be paused, and says so when read
     _ = pause(T),
-    taken(Sock, [], T).
-
-taken(Sock, Acc, T) ->
-    receive
-        {tcp, Sock, Data} -> taken(Sock, [Data | Acc], T);
-        {inet_async, Sock, _Ref, {ok, Data}} -> taken(Sock, [Data | Acc], T);
-        {tcp_passive, Sock} -> taken(Sock, Acc, T);
-        {tcp_closed, Sock} -> {lists:reverse(Acc), closed, T};
-        {inet_async, Sock, _Ref, {error, closed}} -> {lists:reverse(Acc), closed, T};
-        {tcp_error, Sock, Reason} -> {lists:reverse(Acc), {error, Reason}, T};
-        {inet_async, Sock, _Ref, {error, Reason}} -> {lists:reverse(Acc), {error, Reason}, T}
-    after 0 ->
-            {lists:reverse(Acc), none, T}
-    end.
+    {Chunks, End} = delivered(Sock, false, []),
+    {Chunks, End, T}.
 
 %% @doc gen_tcp:recv/3 for whatever is there. With a read of mode `false'
 %% pending (the callback is not handle_data/2's), the driver refuses a
