@@ -36,8 +36,9 @@
 %% getopts/2); with the PROXY protocol, the header the load balancer sent
 %% (`proxy': the client's
 %% `source' and `destination' addresses, TLVs); under TLS, `tls':
-%% `protocol', `cipher', `sni', `alpn' and `peer_cert' (the client's
-%% certificate, DER, or `undefined').
+%% `protocol', `cipher', `sni', `alpn', `peer_cert' (the client's
+%% certificate, DER, or `undefined') and `socket' (ssl's socket, for ssl's
+%% calls that neither read nor write; sluice:recv/3 reads through it).
 -type conn() :: #{listener := name(), pid := pid(), socket := term(), transport := module(),
                   proxy => sluice_proxy_header:header(), tls => map()}.
 

@@ -156,7 +156,6 @@ through_gate({ok, Proxy, Prefix, TS}, Parent, Sock, S0, L = #{transport := T, op
              %% the listener started may have gained or lost one (l(Mod),
              %% a release upgrade), as a gen_server's would
              has = sluice_conn_handler:optional(S0#s.handler)},
-    ok = sluice_conn_recv:context(T, TS, S#s.stats, S#s.woke, S#s.frame),
     start(S, L, conn(L, Sock, Proxy, TS), prefix(T, Prefix));
 through_gate({error, peer_closed}, _Parent, Sock, _S0, L) ->
     probed(Sock, L);
@@ -298,7 +297,8 @@ unpark(Parent, Sock, Parked, TS, {S00, _L, _Gate}) ->
     receive
         {sluice_go, Sock, Event} ->
             TS2 = T:unpark(TS),
-            ok = sluice_conn_recv:context(T, TS2, S0#s.stats, S0#s.woke, Frame),
+            %% The handler's Conn names the pid that parked (sluice:recv/3)
+            ok = sluice_conn_recv:context(T, TS2, S0#s.stats, Frame),
             resumed(Event, S0#s{parent = Parent, ts = TS2, hstate = HState, frame = Frame,
                                 started = Started,
                                 has = sluice_conn_handler:optional(S0#s.handler),
@@ -381,7 +381,8 @@ control({timeout, Ref, sluice_drain}, S = #s{drain = {Ref, _}}) ->
     %% (draining/2). Matched by its reference: a handler's own timer
     %% with the same message still goes to handle_info/2.
     drained(S);
-control({'$sluice_recv', Rest, End}, S) ->
+control({'$sluice_recv', _, _, _} = Recv, S) ->
+    {Rest, End} = sluice_conn_recv:taken(Recv, S#s.woke),
     recv_done(Rest, End, S);
 control({'$sluice', From, {send, Data}}, S) ->
     case sluice_conn_halfclose:is_shut(S) of
@@ -512,7 +513,7 @@ recv_done(Rest, End, S = #s{t = T, ts = TS}) ->
     end.
 
 recv_end(none, S) ->
-    case sluice_conn_recv:pending() of
+    case sluice_conn_recv:pending(S#s.woke) of
         {Rest, End} -> recv_done(Rest, End, S);
         none -> resume(S)
     end;
@@ -551,7 +552,8 @@ on_tls(TS, S) ->
     S2 = S#s{t = T, ts = TS, classify = fun T:classify/2, send = fun T:send/2,
              activate = fun T:activate/2, small_read = small_read(T, 0),
              send_slice = T:send_slice(), credit = 0, exhausted = false},
-    ok = sluice_conn_recv:context(T, TS, S#s.stats, S#s.woke, S#s.frame),
+    %% The handler's Conn names the plaintext socket (sluice:recv/3)
+    ok = sluice_conn_recv:context(T, TS, S#s.stats, S#s.frame),
     S2#s{sent_ack = sent_ack(T, TS), data_tag = data_tag(S2, TS)}.
 
 %% The listener drains. A handler that closes then closes gracefully:

@@ -275,8 +275,8 @@ stop(Reason, S = #s{listener = Name, started = Started}) ->
 %% connection, but read from the socket, so counted in bytes_in as the
 %% loop would have when handing it to handle_data/2. Once per connection,
 %% at its end: the read path does not look for it.
-recv_left(#s{stats = Stats}) ->
-    case sluice_conn_recv:pending() of
+recv_left(#s{stats = Stats, woke = Woke}) ->
+    case sluice_conn_recv:pending(Woke) of
         {<<>>, _End} -> ok;
         {Rest, _End} -> sluice_stats:received(Stats, byte_size(Rest));
         none -> ok

@@ -105,7 +105,7 @@ transfer(To, Rest, S = #s{t = T, ts = TS}) ->
             %% what it returned for the loop, which will not run again:
             %% those bytes came after Rest and before what the transport
             %% delivered since (recv stopped its delivery).
-            Recv = case sluice_conn_recv:pending() of
+            Recv = case sluice_conn_recv:pending(S#s.woke) of
                        {Bytes, _End} -> Bytes;
                        none -> <<>>
                    end,

@@ -20,12 +20,18 @@
 %% Rest. A second recv in the same callback takes that message back first.
 %%
 %% Nothing of this is on the loop's path for a read: the loop's receive is
-%% as before, and the message is the only sign of a recv. What the loop
-%% needs of a connection to read it here, its transport, the transport's
-%% state (the parts of it that do not change: the socket; for TLS, ssl's
-%% socket), the listener's counters and its sweep's table for wake
-%% reports, is left in the process dictionary when the connection starts
-%% (context/5), as proc_lib leaves its own.
+%% as before, and the message is the only sign of a recv. What recv needs
+%% of a connection, it finds without the loop (a callback cannot reach the
+%% loop's state): the socket in the handler's `Conn' (with ssl's socket in
+%% its `tls'), the listener's counters and whether it frames in the
+%% listener's row of sluice_registry, read at each recv. Nothing is left in
+%% the process of a connection that never calls recv, whose handler would
+%% see it (its dictionary, `get/0'). Only where `Conn' no longer says the
+%% truth does the connection keep what recv needs in its process
+%% dictionary (context/4): after a STARTTLS (`Conn' names the plaintext
+%% socket, the reads are ssl's) and in a parked connection's new process
+%% (`Conn' names the pid that parked), both asked for by the handler or
+%% the listener's options.
 %%
 %% The idle timeout: a recv that waits blocks the process, and the
 %% sweep's nudge to close an idle connection (`{sluice_sweep,
@@ -33,9 +39,12 @@
 %% recv reads it, that verdict is stale: taken by the loop after the
 %% callback, it closed a connection whose client had just spoken, in the
 %% middle of its protocol. So a recv that read bytes from the socket takes
-%% such a nudge out and tells the sweep the connection is awake
+%% such a nudge out and says so in the message it leaves; the loop, which
+%% knows its sweep's table, then tells the sweep the connection is awake
 %% (sluice_sweep:report_woke/1), which reads the byte count again at its
-%% next tick. A recv that read nothing leaves it: the client was idle.
+%% next tick (pending/1). Until then the sweep leaves the connection
+%% alone, as it leaves one it told to close. A recv that read nothing
+%% leaves the nudge: the client was idle.
 %%
 %% Framing: refused (`{error, framed}'). A framed connection hands
 %% handle_data/2 one frame of a read at a time, and the frames after it
@@ -47,9 +56,9 @@
 %% @private
 -module(sluice_conn_recv).
 
--export([recv/3, context/5, pending/0]).
+-export([recv/3, context/4, pending/1, taken/2]).
 
-%% The process dictionary's key for the connection's context (context/5).
+%% The process dictionary's key for the connection's context (context/4).
 -define(KEY, '$sluice_recv').
 %% The message a recv leaves for the loop.
 -define(MSG, '$sluice_recv').
@@ -57,75 +66,86 @@
 -type ending() :: none | closed | {error, term()}.
 -export_type([ending/0]).
 
-%% @doc Keep what recv/3 needs of a connection: set when it starts, when
-%% a parked one wakes and when it moves to TLS (STARTTLS). Nothing for a
-%% transport without the optional callbacks (recv/3 answers
-%% `{error, not_supported}'); `{framed, Socket}' for a framed connection.
+%% @doc Keep what recv/3 needs of a connection whose handler's `Conn' no
+%% longer says it (see the module's doc): when it moves to TLS (STARTTLS),
+%% and in a parked connection's new process.
 -spec context(module(), sluice_transport:tstate(), sluice_stats:stats(),
-              sluice_sweep:woke_table(), none | sluice_frame:state()) -> ok.
-context(T, TS, Stats, Woke, none) ->
-    %% (T is loaded: its handshake/2 has run)
-    _ = case erlang:function_exported(T, recv_read, 2)
-            andalso erlang:function_exported(T, recv_pause, 1)
-            andalso erlang:function_exported(T, recv_resume, 1) of
-            true -> put(?KEY, {T, TS, {Stats, Woke}});
-            false -> erase(?KEY)
-        end,
-    ok;
-context(T, TS, _Stats, _Woke, _Frame) ->
-    _ = put(?KEY, {framed, T:socket(TS)}),
+              none | sluice_frame:state()) -> ok.
+context(T, TS, Stats, Frame) ->
+    Conn = maps:merge(#{transport => T, socket => T:socket(TS)}, T:info(TS)),
+    _ = put(?KEY, {Conn, Stats, Frame =/= none}),
     ok.
 
-%% @doc See sluice:recv/3. The caller is the connection's process if it
-%% holds the context of the connection's socket: its pid may not be the
-%% one `Conn' names, which a parked connection's new process does not
-%% have (sluice_conn:unpark/5).
+%% @doc See sluice:recv/3. The caller is the connection's process if
+%% `Conn' names it, or if it holds the context of `Conn''s socket: the
+%% pid in `Conn' is not a woken parked connection's (sluice_conn:unpark/5).
 -spec recv(sluice:conn(), non_neg_integer(), timeout()) -> {ok, binary()} | {error, term()}.
 recv(Conn = #{socket := Sock}, Length, Timeout) ->
     case get(?KEY) of
-        {T, TS, Ctx} ->
-            case T:socket(TS) of
-                Sock -> read(Length, Timeout, T, TS, Ctx);
-                _ -> {error, not_owner}
-            end;
-        {framed, Sock} ->
-            {error, framed};
+        undefined ->
+            own(Conn, Length, Timeout);
+        {Ctx = #{socket := Sock}, Stats, Framed} ->
+            start(Ctx, Stats, Framed, Length, Timeout);
         _ ->
-            case Conn of
-                #{pid := Pid} when Pid =:= self() -> {error, not_supported};
-                _ -> {error, not_owner}
-            end
+            {error, not_owner}
     end.
 
-read(Length, Timeout, T, TS, Ctx) ->
+own(Conn = #{pid := Pid, listener := Name}, Length, Timeout) when Pid =:= self() ->
+    case sluice_registry:recv_facts(Name) of
+        {ok, Stats, Framed} -> start(Conn, Stats, Framed, Length, Timeout);
+        %% The listener is gone: its connections are being shut down
+        error -> {error, closed}
+    end;
+own(_Conn, _Length, _Timeout) ->
+    {error, not_owner}.
+
+start(_Conn, _Stats, true, _Length, _Timeout) ->
+    {error, framed};
+start(Conn = #{transport := T}, Stats, false, Length, Timeout) ->
+    %% (T is loaded: its handshake/2 has run)
+    case erlang:function_exported(T, recv_read, 2)
+        andalso erlang:function_exported(T, recv_pause, 1)
+        andalso erlang:function_exported(T, recv_resume, 1) of
+        true -> read(Length, Timeout, T, Conn, Stats);
+        false -> {error, not_supported}
+    end.
+
+read(Length, Timeout, T, Conn, Stats) ->
     Deadline = sluice_deadline:at(Timeout),
-    {Before, End0} = case pending() of
-                         none -> {<<>>, none};
-                         Pending -> Pending
-                     end,
-    {Chunks, End1, TS2} = T:recv_pause(TS),
-    _ = TS2 =:= TS orelse put(?KEY, {T, TS2, Ctx}),
+    %% A recv before this one in the same callback left its message
+    {Before, End0, Woke0} = case left() of
+                                none -> {<<>>, none, false};
+                                Left -> Left
+                            end,
+    {Chunks, End1} = T:recv_pause(Conn),
     Got = [Before | Chunks],
-    {Result, Heard} = fill(Length, Got, iolist_size(Got), ended(End0, End1), Deadline, T,
-                           TS2, Ctx, false),
-    woke(Heard, Ctx),
+    {Result, Rest, End, Heard} = fill(Length, Got, iolist_size(Got), ended(End0, End1),
+                                      Deadline, T, Conn, false),
+    self() ! {?MSG, Rest, End, Woke0 orelse woke(Heard)},
+    _ = case Result of
+            %% What the caller gets is counted in bytes_in now; Rest when
+            %% the loop hands it to handle_data/2, as any chunk
+            {ok, Out} -> sluice_stats:received(Stats, byte_size(Out));
+            _ -> ok
+        end,
     Result.
 
 %% Heard: the recv read bytes from the socket. A nudge to close for
-%% idleness waiting in the mailbox is then stale (see the module's doc).
-woke(true, {_Stats, Woke}) ->
+%% idleness waiting in the mailbox is then stale (see the module's doc):
+%% taken out, and the loop told.
+woke(true) ->
     receive
-        {sluice_sweep, idle_timeout} -> ok = sluice_sweep:report_woke(Woke)
-    after 0 -> ok
+        {sluice_sweep, idle_timeout} -> true
+    after 0 -> false
     end;
-woke(false, _Ctx) ->
-    ok.
+woke(false) ->
+    false.
 
 %% The end recv saw before (a previous recv's) stands.
 ended(none, End) -> End;
 ended(End, _) -> End.
 
-fill(Length, Got, Size, End, _Deadline, _T, _TS, Ctx, Heard)
+fill(Length, Got, Size, End, _Deadline, _T, _Conn, Heard)
   when Size >= Length, Size > 0 ->
     %% Length 0: all there is
     Take = case Length of
@@ -133,40 +153,45 @@ fill(Length, Got, Size, End, _Deadline, _T, _TS, Ctx, Heard)
                _ -> Length
            end,
     <<Out:Take/binary, Rest/binary>> = iolist_to_binary(Got),
-    {give({ok, Out}, Rest, End, Ctx), Heard};
-fill(_Length, Got, _Size, End, _Deadline, _T, _TS, Ctx, Heard) when End =/= none ->
-    {give(reason(End), iolist_to_binary(Got), End, Ctx), Heard};
-fill(Length, Got, Size, none, Deadline, T, TS, Ctx, Heard) ->
-    case T:recv_read(TS, sluice_deadline:left(Deadline)) of
+    {{ok, Out}, Rest, End, Heard};
+fill(_Length, Got, _Size, End, _Deadline, _T, _Conn, Heard) when End =/= none ->
+    {reason(End), iolist_to_binary(Got), End, Heard};
+fill(Length, Got, Size, none, Deadline, T, Conn, Heard) ->
+    case T:recv_read(Conn, sluice_deadline:left(Deadline)) of
         {ok, Data} ->
-            fill(Length, [Got, Data], Size + byte_size(Data), none, Deadline, T, TS, Ctx, true);
+            fill(Length, [Got, Data], Size + byte_size(Data), none, Deadline, T, Conn, true);
         {error, timeout} ->
-            {give({error, timeout}, iolist_to_binary(Got), none, Ctx), Heard};
+            {{error, timeout}, iolist_to_binary(Got), none, Heard};
         {error, closed} ->
-            {give({error, closed}, iolist_to_binary(Got), closed, Ctx), Heard};
+            {{error, closed}, iolist_to_binary(Got), closed, Heard};
         {error, Reason} ->
-            {give({error, Reason}, iolist_to_binary(Got), {error, Reason}, Ctx), Heard}
+            {{error, Reason}, iolist_to_binary(Got), {error, Reason}, Heard}
     end.
 
 reason(closed) -> {error, closed};
 reason({error, Reason}) -> {error, Reason}.
 
-%% What the caller gets is counted in bytes_in now; Rest when the loop
-%% hands it to handle_data/2, as any chunk.
-give(Result, Rest, End, {Stats, _Woke}) ->
-    self() ! {?MSG, Rest, End},
-    _ = case Result of
-            {ok, Out} -> sluice_stats:received(Stats, byte_size(Out));
-            _ -> ok
-        end,
-    Result.
-
 %% @doc The message a recv left and the loop has not taken yet, taken:
 %% the bytes it read past what it returned and the end of the stream if
-%% it saw it; `none' if there is none.
--spec pending() -> {binary(), ending()} | none.
-pending() ->
+%% it saw it; `none' if there is none. If the recv took the sweep's
+%% nudge to close for idleness, the sweep is told the connection is
+%% awake (`Woke', the connection's sweep table).
+-spec pending(sluice_sweep:woke_table()) -> {binary(), ending()} | none.
+pending(Woke) ->
     receive
-        {?MSG, Rest, End} -> {Rest, End}
+        {?MSG, _, _, _} = Msg -> taken(Msg, Woke)
+    after 0 -> none
+    end.
+
+%% @doc What pending/1 makes of a recv's message the loop took itself.
+-spec taken({?MSG, binary(), ending(), boolean()}, sluice_sweep:woke_table()) ->
+          {binary(), ending()}.
+taken({?MSG, Rest, End, Woke}, Tab) ->
+    _ = Woke andalso sluice_sweep:report_woke(Tab),
+    {Rest, End}.
+
+left() ->
+    receive
+        {?MSG, Rest, End, Woke} -> {Rest, End, Woke}
     after 0 -> none
     end.

@@ -180,7 +180,7 @@ init(Parent, Listener0 = #{name := Name, transport := T, stats := Stats}, Index)
     _ = [{module, M} = code:ensure_loaded(M)
          || M <- [sluice_conn, sluice_conn_handler, sluice_conn_close, sluice_proxy,
                   sluice_telemetry, sluice_log, sluice_stats, sluice_frame, T,
-                  %% every connection (sluice_conn_recv:context/5), and what
+                  %% every connection at its end (sluice_conn_recv:pending/1), and what
                   %% a handler's result may call for at any time
                   sluice_conn_recv, sluice_conn_halfclose, sluice_conn_timeout,
                   sluice_conn_handoff, sluice_deadline]

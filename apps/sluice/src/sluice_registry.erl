@@ -11,7 +11,7 @@
 -behaviour(gen_server).
 
 -export([start_link/0, register_listener/3, lookup/1, lookup/2, set/3,
-         set_conns_sup/3, conns_sup/2, count_accept_error/2, accept_errors/1,
+         set_conns_sup/3, conns_sup/2, recv_facts/1, count_accept_error/2, accept_errors/1,
          listeners/0, with_lock/2]).
 -export([init/1, handle_call/3, handle_cast/2, handle_info/2]).
 
@@ -42,6 +42,17 @@ lookup(Name) ->
 lookup(Name, Key) ->
     {ok, Info} = lookup(Name),
     maps:get(Key, Info).
+
+%% @doc What sluice:recv/3 needs of a connection's listener
+%% (sluice_conn_recv): its counters, and whether it frames. Read at each
+%% recv: a row of its own, which a lookup copies whole (the listener's
+%% row holds its options: a select that took two fields of it cost 8 us).
+-spec recv_facts(term()) -> {ok, sluice_stats:stats(), boolean()} | error.
+recv_facts(Name) ->
+    case ets:lookup(?TAB, {recv, Name}) of
+        [{_, Stats, Framed}] -> {ok, Stats, Framed};
+        [] -> error
+    end.
 
 %% @doc Set one field of a listener's row (e.g. its real port once bound).
 %% `{error, not_found}' if the listener is gone.
@@ -178,6 +189,11 @@ handle_info(_Msg, Monitors) ->
 insert_listener(Name, Sup, Info, Monitors) ->
     delete_rows(Name),
     true = ets:insert(?TAB, {{listener, Name}, Info#{sup => Sup}}),
+    _ = case Info of
+            #{stats := Stats, opts := #{framing := Framing}} ->
+                ets:insert(?TAB, {{recv, Name}, Stats, Framing =/= none});
+            _ -> true
+        end,
     MRef = erlang:monitor(process, Sup),
     {reply, ok, Monitors#{MRef => {Name, Sup}}}.
 
@@ -196,5 +212,6 @@ delete_dead_lock(Name) ->
 delete_rows(Name) ->
     _ = ets:select_delete(?TAB, [{{{listener, Name}, '_'}, [], [true]},
                                  {{{conns_sup, Name, '_'}, '_'}, [], [true]},
+                                 {{{recv, Name}, '_', '_'}, [], [true]},
                                  {{{accept_error, Name, '_'}, '_'}, [], [true]}]),
     ok.

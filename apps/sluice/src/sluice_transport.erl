@@ -216,9 +216,11 @@
 
 %%% A handler's synchronous read (optional): sluice:recv/3, from inside a
 %%% callback, in the connection process (sluice_conn_recv). Without all
-%%% three, recv/3 answers `{error, not_supported}'. The state they are
-%%% given is the one the connection had when it started (its socket does
-%%% not change), or what recv_pause/1 returned last.
+%%% three, recv/3 answers `{error, not_supported}'. recv_pause/1 and
+%%% recv_read/2 are given the handler's `Conn' (sluice:conn(): its
+%%% `socket', and what info/1 added to it, such as ssl's socket), not the
+%%% loop's state, which a callback cannot reach; after a STARTTLS, a
+%%% `Conn' of the upgraded connection.
 
 %% Stop delivery synchronously, as pause/1, and take out of the mailbox,
 %% in order, the chunks delivered meanwhile (and any bytes the transport
@@ -226,12 +228,12 @@
 %% taken, not delivered again), and the end of the stream if it came:
 %% `closed' (the peer's close) or `{error, Reason}'. The acknowledgements
 %% of sends stay for the loop. May be called again while paused.
--callback recv_pause(tstate()) ->
-    {[binary()], none | closed | {error, term()}, tstate()}.
+-callback recv_pause(sluice:conn()) ->
+    {[binary()], none | closed | {error, term()}}.
 %% A read of the paused socket: whatever is there, at least one byte,
 %% waiting up to Timeout (`{error, timeout}'); `{error, closed}' at the
 %% peer's close. Bytes it returns are the caller's: nothing is kept back.
--callback recv_read(tstate(), timeout()) -> {ok, binary()} | {error, term()}.
+-callback recv_read(sluice:conn(), timeout()) -> {ok, binary()} | {error, term()}.
 %% The connection loop's state after a recv: delivery stopped again
 %% (synchronously: the loop may have granted more since), nothing of the
 %% grant before pending, ready for a first grant.

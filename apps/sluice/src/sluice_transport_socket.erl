@@ -347,8 +347,8 @@ handoff(T, Pid) ->
 %% both are dropped; what that read finds is the next chunk. Then the
 %% PROXY header's leftover if the first grant has not taken it, and the
 %% end of the stream that a last read found behind its data.
--spec recv_pause(#sk{}) -> {[binary()], sluice_conn_recv:ending(), #sk{}}.
-recv_pause(T = #sk{sock = Sock}) ->
+-spec recv_pause(sluice:conn()) -> {[binary()], sluice_conn_recv:ending()}.
+recv_pause(#{socket := Sock}) ->
     Prefix = case erase(?PREFIX(Sock)) of
                  undefined -> [];
                  Bytes -> [Bytes]
@@ -358,12 +358,12 @@ recv_pause(T = #sk{sock = Sock}) ->
     case End of
         none ->
             receive
-                {?MODULE, Sock, ended, Reason} -> {Prefix ++ Chunks, ending(Reason), T}
+                {?MODULE, Sock, ended, Reason} -> {Prefix ++ Chunks, ending(Reason)}
             after 0 ->
-                    {Prefix ++ Chunks, none, T}
+                    {Prefix ++ Chunks, none}
             end;
         _ ->
-            {Prefix ++ Chunks, End, T}
+            {Prefix ++ Chunks, End}
     end.
 
 %% Read until the kernel has nothing, and cancel the select that read
@@ -411,8 +411,8 @@ ending(Reason) ->
 %% wait, then a select if the kernel had nothing), and the select a short
 %% read leaves cancelled: when this returns no select of the socket is
 %% left to fire for the loop (recv_pause/1).
--spec recv_read(#sk{}, timeout()) -> {ok, binary()} | {error, term()}.
-recv_read(#sk{sock = Sock}, Timeout) ->
+-spec recv_read(sluice:conn(), timeout()) -> {ok, binary()} | {error, term()}.
+recv_read(#{socket := Sock}, Timeout) ->
     read_within(Sock, sluice_deadline:at(Timeout)).
 
 read_within(Sock, Deadline) ->

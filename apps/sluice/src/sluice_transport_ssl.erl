@@ -612,25 +612,25 @@ pause(T = #tls{ssl = S}) ->
 %% ssl's connection process, which has sent what it delivered before it
 %% answers), and the chunks, the end of a grant and the end taken out of
 %% the mailbox.
--spec recv_pause(#tls{}) -> {[binary()], sluice_conn_recv:ending(), #tls{}}.
-recv_pause(T = #tls{ssl = S}) ->
+-spec recv_pause(sluice:conn()) -> {[binary()], sluice_conn_recv:ending()}.
+recv_pause(#{tls := #{socket := S}}) ->
     %% ssl that has closed says so when read
-    _ = pause(T),
-    taken(S, [], T).
+    _ = ssl:setopts(S, [{active, false}]),
+    taken(S, []).
 
-taken(S, Acc, T) ->
+taken(S, Acc) ->
     receive
-        {ssl, S, Data} -> taken(S, [Data | Acc], T);
-        {ssl_passive, S} -> taken(S, Acc, T);
-        {ssl_closed, S} -> {lists:reverse(Acc), closed, T};
-        {ssl_error, S, Reason} -> {lists:reverse(Acc), {error, Reason}, T}
+        {ssl, S, Data} -> taken(S, [Data | Acc]);
+        {ssl_passive, S} -> taken(S, Acc);
+        {ssl_closed, S} -> {lists:reverse(Acc), closed};
+        {ssl_error, S, Reason} -> {lists:reverse(Acc), {error, Reason}}
     after 0 ->
-            {lists:reverse(Acc), none, T}
+            {lists:reverse(Acc), none}
     end.
 
 %% @doc ssl:recv/3 for whatever is there.
--spec recv_read(#tls{}, timeout()) -> {ok, binary()} | {error, term()}.
-recv_read(#tls{ssl = S, tcp = Tcp}, Timeout) ->
+-spec recv_read(sluice:conn(), timeout()) -> {ok, binary()} | {error, term()}.
+recv_read(#{socket := Tcp, tls := #{socket := S}}, Timeout) ->
     case ssl:recv(S, 0, Timeout) of
         {ok, Data} when is_binary(Data) -> {ok, Data};
         Error -> tcp_closed(Error, Tcp)
@@ -762,7 +762,11 @@ info(#tls{ssl = S}) ->
                cipher => maps:get(selected_cipher_suite, Info, undefined),
                sni => maps:get(sni_hostname, Info, undefined),
                alpn => Alpn,
-               peer_cert => PeerCert}}.
+               peer_cert => PeerCert,
+               %% ssl's own calls that neither read nor write
+               %% (connection_information/2, export_key_materials/4) and
+               %% sluice:recv/3, which finds it here
+               socket => S}}.
 
 %% @doc Whether ssl ended the connection at the client's close: OTP 25's
 %% ssl has no half-close. A client's close_notify ends it in both
