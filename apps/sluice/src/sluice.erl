@@ -76,7 +76,7 @@ start_listener(Name, Opts) ->
             case can_listen(Name, Valid) of
                 ok ->
                     case supervisor:start_child(sluice_sup, spec(Name, Valid)) of
-                        {ok, Pid} -> {ok, Pid};
+                        {ok, Pid} -> give_listen_socket(Valid, Pid);
                         {error, {already_started, _}} -> {error, already_started};
                         {error, already_present} -> {error, already_started};
                         {error, Reason} -> {error, start_error(Reason)}
@@ -101,6 +101,27 @@ can_listen(Name, Opts) ->
         false -> try_listen(Name, Opts)
     end.
 
+%% A socket of the user's is the listener's from its start on: its
+%% supervisor, which lives as long as the listener, is made its owner, so
+%% that it closes when the listener stops and not before (the caller
+%% may exit meanwhile). Only its owner may hand it over: the caller,
+%% checked before the start (owns_listen_socket/1).
+give_listen_socket(#{listen_socket := none}, Pid) ->
+    {ok, Pid};
+give_listen_socket(#{listen_socket := LSock, transport := T}, Pid) ->
+    ok = sluice_listen_socket:give(sluice_transport:module(T), LSock, Pid),
+    {ok, Pid}.
+
+owns_listen_socket(#{listen_socket := LSock, transport := T}) ->
+    case sluice_listen_socket:owner(sluice_transport:module(T), LSock) =:= self() of
+        true -> ok;
+        false -> {error, {bad_option, listen_socket, not_owner}}
+    end.
+
+try_listen(_Name, Opts = #{listen_socket := LSock}) when LSock =/= none ->
+    %% nothing to bind: the socket listens (checked by validation); its
+    %% owner must be the caller, who hands it over
+    owns_listen_socket(Opts);
 try_listen(Name, Opts = #{transport := T, port := Port, ip := IP}) ->
     case sluice_listen_sockets:try_port(sluice_transport:module(T), Port, Opts) of
         ok ->
@@ -320,7 +341,7 @@ resume(Name) ->
                            case can_rebind(Name, Sup) of
                                ok ->
                                    case restart(Sup, sluice_listen_sockets) of
-                                       ok -> restart(Sup, sluice_acceptors_sup);
+                                       ok -> restart_acceptors(Sup);
                                        Error -> Error
                                    end;
                                Error ->
@@ -338,9 +359,28 @@ can_rebind(Name, Sup) ->
             ok;
         _ ->
             case sluice_registry:lookup(Name) of
-                {ok, #{opts := Opts, port := Port}} -> try_listen(Name, Opts#{port := Port});
-                _ -> ok
+                {ok, #{opts := #{listen_socket := LSock}}} when LSock =/= none ->
+                    %% the user's socket is still open (suspend/1 leaves it)
+                    ok;
+                {ok, #{opts := Opts}} ->
+                    %% the options set_transport_opts/2 stored: a new port
+                    %% is tried as at start
+                    try_listen(Name, Opts#{port := sluice_listen_sockets:port_to_bind(Name, Opts)});
+                _ ->
+                    ok
             end
+    end.
+
+%% Sockets without acceptors would take connects that nobody serves: if
+%% the acceptors cannot start, the sockets close again and the listener
+%% stays suspended.
+restart_acceptors(Sup) ->
+    case restart(Sup, sluice_acceptors_sup) of
+        ok ->
+            ok;
+        Error ->
+            _ = supervisor:terminate_child(Sup, sluice_listen_sockets),
+            Error
     end.
 
 %% Each connection supervisor stops draining the connections it starts
@@ -402,7 +442,9 @@ info(Name) ->
 
 info(Name, Status, #{opts := Opts, stats := Stats} = Info) ->
     maps:merge(sluice_stats:read(Stats),
-               #{ip => maps:get(ip, Opts),
+               %% the address and port the sockets were opened on, which
+               %% set_transport_opts/2 does not change until they open again
+               #{ip => maps:get(ip, maps:get(listening, Info, Opts)),
                  port => maps:get(port, Info, maps:get(port, Opts)),
                  status => Status,
                  accept_errors => sluice_registry:accept_errors(Name),
@@ -496,7 +538,16 @@ get_handler_opts(Name) ->
 %%      `tls_opts' are checked as at start, their files read then: `ssl''s
 %%      cache of certificate files is cleared (ssl:clear_pem_cache/0), so
 %%      that the files served are the ones checked;</li>
-%%  <li>`max_connections', as set_max_connections/2.</li>
+%%  <li>`max_connections', as set_max_connections/2;</li>
+%%  <li>the listen side: `port', `ip' (of the same kind), `backlog',
+%%      `reuseport', `num_listen_sockets', `num_acceptors', `socket_opts'
+%%      and `post_listen' are stored at once and used when the listener
+%%      next opens its sockets: resume/1 after suspend/1 or drain/2, or
+%%      the sockets' owner restarted by the listener's supervisor (as
+%%      ranch applies them at the next suspend and resume). Until then
+%%      the listener accepts as before and info/1 says the address and
+%%      port bound; a port that cannot be had then is resume/1's
+%%      error.</li>
 %% </ul>
 %% Any other option given with the value it has is accepted (the map
 %% get_transport_opts/1 gives, changed and given back whole, is taken);

@@ -38,6 +38,9 @@
 %% not kept from its other work by a flood.
 -define(SHED_MAX, 1000).
 -define(SHED_MS, 20).
+%% How often an acceptor on a socket of the user's looks up to see whether
+%% the listener suspends (wait/1): what a suspend/1 may wait for.
+-define(OWN_SOCKET_POLL_MS, 100).
 
 -spec start_link(sluice_listener_sup:listener(), sluice_transport:lsock(), pos_integer()) -> {ok, pid()}.
 start_link(Listener, LSock, Index) ->
@@ -66,13 +69,26 @@ init(Parent, Listener = #{opts := #{num_conns_sups := NS, num_listen_sockets := 
                 false -> none
             end,
     proc_lib:init_ack(Parent, {ok, self()}),
-    loop(Listener, LSock, (Index - 1) rem NS + 1, Spare).
+    loop(Listener, LSock, (Index - 1) rem NS + 1, Spare, wait(Listener)).
 
-loop(L = #{transport := T}, LSock, SupIndex, Spare) ->
-    case T:accept(LSock, infinity) of
+%% How long an accept waits. A socket the listener opened is closed to
+%% suspend it, which ends the accept; a socket of the user's
+%% (`listen_socket') stays open, so its acceptors look up from their
+%% accept this often to see whether the listener is suspending
+%% (sluice:suspend/1 waits for them).
+wait(#{opts := #{listen_socket := LSock}}) when LSock =/= none -> ?OWN_SOCKET_POLL_MS;
+wait(_) -> infinity.
+
+loop(L = #{transport := T}, LSock, SupIndex, Spare, Wait) ->
+    case T:accept(LSock, Wait) of
         {ok, Sock} ->
             admit(L, Sock, SupIndex),
-            loop(L, LSock, SupIndex, reopen(Spare));
+            loop(L, LSock, SupIndex, reopen(Spare), Wait);
+        {error, timeout} when Wait =/= infinity ->
+            case sluice_stats:suspended(maps:get(stats, L)) of
+                true -> exit(normal);
+                false -> loop(L, LSock, SupIndex, Spare, Wait)
+            end;
         {error, closed} ->
             %% The listen socket is closed: the listener is suspending
             %% (sluice:suspend/1 closes the sockets first and waits for
@@ -95,7 +111,7 @@ loop(L = #{transport := T}, LSock, SupIndex, Spare) ->
                              ok = sluice_stats:set_shedding(maps:get(stats, L), false),
                              lost
                      end,
-            loop(L, LSock, SupIndex, Spare2)
+            loop(L, LSock, SupIndex, Spare2, Wait)
     end.
 
 %% The spare descriptor: an open file, `lost' when it could not be opened

@@ -13,8 +13,13 @@ start_link(Listener) ->
 
 -spec init(sluice_listener_sup:listener()) ->
           {ok, {supervisor:sup_flags(), [supervisor:child_spec()]}}.
-init(Listener = #{name := Name, stats := Stats, opts := #{num_acceptors := NA}}) ->
-    {ok, #{listen_sockets := LSocks}} = sluice_registry:lookup(Name),
+init(Listener0 = #{name := Name, stats := Stats}) ->
+    %% The options the sockets were just opened with (sluice_listen_sockets),
+    %% which set_transport_opts/2 may have changed since the listener
+    %% started: `num_acceptors' among them.
+    {ok, Row = #{listen_sockets := LSocks}} = sluice_registry:lookup(Name),
+    Listener = #{opts := #{num_acceptors := NA}} =
+        Listener0#{opts := maps:get(listening, Row, maps:get(opts, Listener0))},
     %% The listener accepts again (started, resumed, or restarted by its
     %% supervisor): its acceptors wait for slots as they should.
     ok = sluice_stats:set_suspended(Stats, false),

@@ -225,9 +225,14 @@ gate(#{transport := T, opts := Opts}) ->
 %% keeps (its own supervisor starts it with the listener's start options).
 current_opts(L = #{name := Name, opts := Opts}) ->
     case sluice_registry:lookup(Name) of
-        {ok, #{opts := Now}} ->
+        {ok, Row = #{opts := Now}} ->
             Live = maps:with([handler | sluice_opts_change:per_connection()], Now),
-            L#{opts := maps:merge(Opts, Live)};
+            %% `socket_opts' as the listen sockets open now have them
+            %% (set_transport_opts/2 stores new ones for the next time
+            %% they open: sluice_listen_sockets tells this process then).
+            Listening = maps:with(sluice_opts_change:per_socket(),
+                                  maps:get(listening, Row, #{})),
+            L#{opts := maps:merge(maps:merge(Opts, Live), Listening)};
         error ->
             L
     end.
@@ -235,8 +240,14 @@ current_opts(L = #{name := Name, opts := Opts}) ->
 %% A set_opts/2: the new values in both the template of the connections
 %% started from now on and this process's copy of the listener.
 changed_opts(Changes, St = #st{listener = L = #{opts := Opts}}) ->
-    St#st{listener = L#{opts := maps:merge(Opts, Changes)},
-          template = sluice_conn:template_opts(St#st.template, Changes)}.
+    L2 = L#{opts := maps:merge(Opts, Changes)},
+    Template = case maps:is_key(socket_opts, Changes) of
+                   %% `buffer' shapes the connection's state itself (its
+                   %% read size, its grant's bounds): made anew, as at start
+                   true -> sluice_conn:template(L2, St#st.woke, St#st.gate);
+                   false -> sluice_conn:template_opts(St#st.template, Changes)
+               end,
+    St#st{listener = L2, template = Template}.
 
 now_ms() -> erlang:monotonic_time(millisecond).
 

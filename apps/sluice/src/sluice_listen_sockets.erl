@@ -1,5 +1,9 @@
 %% @doc Owns a listener's listen sockets: opens them when it starts and
-%% closes them when it stops. A process of its own so that the sockets
+%% closes them when it stops, with the listener's options as last stored
+%% (sluice:set_transport_opts/2 changes the listen side for the next
+%% open). A socket of the user's (`listen_socket') is neither opened nor
+%% closed here: it is checked and prepared, and outlives this process
+%% (sluice_listen_socket). A process of its own so that the sockets
 %% outlive any acceptor (an acceptor that dies is restarted and the port
 %% stays open), and so that stopping it closes them before
 %% supervisor:terminate_child/2 returns: once sluice:suspend/1 returns, new
@@ -19,35 +23,48 @@
 -module(sluice_listen_sockets).
 -behaviour(gen_server).
 
--export([start_link/1, try_port/3]).
+-export([start_link/1, try_port/3, port_to_bind/2]).
 -export([init/1, handle_call/3, handle_cast/2, terminate/2]).
 
 -include_lib("kernel/include/logger.hrl").
 
 %% The transport and its listen sockets; for a Unix socket also its path
-%% and the file bound there (removed when they close). A TCP listener's
-%% state keeps the shape it had before Unix sockets, for a process that
-%% lives through a code upgrade.
+%% and the file bound there (removed when they close); for a socket of the
+%% user's (`listen_socket') `own': it is not closed here. A TCP
+%% listener's state keeps the shape it had before Unix sockets, for a
+%% process that lives through a code upgrade.
 -type state() :: {module(), [sluice_transport:lsock()]}
-               | {module(), [sluice_transport:lsock()], {binary(), sluice_local_socket:identity()}}.
+               | {module(), [sluice_transport:lsock()], {binary(), sluice_local_socket:identity()}}
+               | {module(), [sluice_transport:lsock()], own}.
 
 -spec start_link(sluice_listener_sup:listener()) -> {ok, pid()} | ignore | {error, term()}.
 start_link(Listener) ->
     gen_server:start_link(?MODULE, Listener, []).
 
+%% The options are the registry's, not those this process was started
+%% with: sluice:set_transport_opts/2 stores the listen side's there, for
+%% the next time the sockets open (a resume, or this process restarted
+%% by the listener's supervisor), as ranch's set_transport_options/2.
+%%
 %% On resume (and after a restart) the port found the first time is bound
-%% again, so that a listener asked for port 0 keeps its port. The first
-%% socket learns the real port when 0 was asked; the others bind that same
-%% port (SO_REUSEPORT, which the option validation turns on when there is
-%% more than one).
+%% again, so that a listener asked for port 0 keeps its port, unless the
+%% port or address asked for has changed since (port_to_bind/2). The
+%% first socket learns the real port when 0 was asked; the others bind
+%% that same port (SO_REUSEPORT, which the option validation turns on when
+%% there is more than one).
 -spec init(sluice_listener_sup:listener()) -> {ok, state()} | {stop, term()}.
-init(#{name := Name, transport := T, opts := Opts = #{ip := {local, Path}}}) ->
+init(#{name := Name, transport := T, opts := Opts0}) ->
     process_flag(trap_exit, true),
+    init(Name, T, stored_opts(Name, Opts0)).
+
+init(Name, T, Opts = #{listen_socket := LSock}) when LSock =/= none ->
+    own(Name, T, LSock, Opts);
+init(Name, T, Opts = #{ip := {local, Path}}) ->
     case listen_local(T, Path, Opts) of
         {ok, LSock, Identity} ->
             case post_listen(T, Opts, [LSock]) of
                 ok ->
-                    ok = sluice_registry:set(Name, listen_sockets, [LSock]),
+                    ok = opened(Name, Opts, 0, [LSock]),
                     {ok, {T, [LSock], {Path, Identity}}};
                 {error, Reason} ->
                     ok = close_local(T, [LSock], Path, Identity),
@@ -56,12 +73,8 @@ init(#{name := Name, transport := T, opts := Opts = #{ip := {local, Path}}}) ->
         {error, Reason} ->
             {stop, Reason}
     end;
-init(#{name := Name, transport := T, opts := Opts = #{num_listen_sockets := N}}) ->
-    process_flag(trap_exit, true),
-    Port0 = case sluice_registry:lookup(Name) of
-                {ok, #{port := P}} when is_integer(P) -> P;
-                _ -> maps:get(port, Opts)
-            end,
+init(Name, T, Opts = #{num_listen_sockets := N}) ->
+    Port0 = port_to_bind(Name, Opts),
     %% Several sockets share the port through SO_REUSEPORT, which would also
     %% let them join another listener's sockets that have it: try it alone
     %% first (a single socket's own bind does that by itself; port 0 is
@@ -71,6 +84,72 @@ init(#{name := Name, transport := T, opts := Opts = #{num_listen_sockets := N}})
         _ -> open(Name, T, Port0, N, Opts)
     end.
 
+%% The listener's options as last stored (those it started with if the
+%% registry has none: a row written before this process could read it).
+stored_opts(Name, Opts) ->
+    case sluice_registry:lookup(Name) of
+        {ok, #{opts := Stored}} -> Stored;
+        error -> Opts
+    end.
+
+%% @doc The port the listener binds when its sockets open next: the one
+%% its sockets had last time if it asked for the same port and address
+%% since (port 0's real port is kept over a suspend), else the one asked.
+-spec port_to_bind(sluice:name(), sluice_opts:opts()) -> inet:port_number().
+port_to_bind(Name, #{port := Asked, ip := IP}) ->
+    case sluice_registry:lookup(Name) of
+        {ok, #{port := P, listening := #{port := Asked, ip := IP}}} when is_integer(P) -> P;
+        {ok, #{port := P} = Row} when is_integer(P), not is_map_key(listening, Row) -> P;
+        _ -> Asked
+    end.
+
+%% A socket of the user's, listened on as it is: it is not opened and,
+%% whatever happens, not closed here (the listener's supervisor owns it:
+%% sluice_listen_socket). The library's options and `socket_opts' are set
+%% on it each time, as on a socket the listener opens, and `post_listen'
+%% runs on it.
+own(Name, T, LSock, Opts) ->
+    Steps = [fun() -> sluice_listen_socket:check(T, LSock) end,
+             fun() -> sluice_listen_socket:prepare(T, LSock, Opts) end,
+             fun() -> post_listen(T, Opts, [LSock]) end],
+    case sluice_socket_opts:steps(Steps) of
+        ok ->
+            %% info/1 says the address it listens on, not the `ip' option
+            %% (left at its default: refused with a socket of one's own)
+            {ok, {IP, Port}} = T:sockname(LSock),
+            ok = opened(Name, Opts#{ip := IP}, Port, [LSock]),
+            {ok, {T, [LSock], own}};
+        {error, Reason} when is_atom(Reason); element(1, Reason) =/= post_listen ->
+            {stop, {bad_option, listen_socket, Reason}};
+        {error, Reason} ->
+            {stop, Reason}
+    end.
+
+%% The sockets listen: published for the acceptors (started next) and
+%% info/1, with the options they were opened with (`listening'), which
+%% the acceptors and the connection supervisors take theirs from. The
+%% connection supervisors are told the options they read from there when
+%% these differ from the last sockets' (set_transport_opts/2 changed
+%% them), before any acceptor hands them a connection from these sockets.
+opened(Name, Opts, Port, LSocks) ->
+    Before = case sluice_registry:lookup(Name) of
+                 {ok, #{listening := L}} -> L;
+                 _ -> Opts
+             end,
+    ok = sluice_registry:set(Name, port, Port),
+    ok = sluice_registry:set(Name, listen_sockets, LSocks),
+    ok = sluice_registry:set(Name, listening, Opts),
+    Keys = sluice_opts_change:per_socket(),
+    case maps:with(Keys, Opts) =:= maps:with(Keys, Before) of
+        true -> ok;
+        false -> tell_conns_sups(Name, Opts, maps:with(Keys, Opts))
+    end.
+
+tell_conns_sups(Name, #{num_conns_sups := NS}, Changes) ->
+    _ = [sluice_conns_sup:set_opts(Sup, Changes)
+         || I <- lists:seq(1, NS), Sup <- [sluice_registry:conns_sup(Name, I)], is_pid(Sup)],
+    ok.
+
 open(Name, T, Port0, N, Opts) ->
     case T:listen(Port0, Opts) of
         {ok, First} ->
@@ -79,8 +158,7 @@ open(Name, T, Port0, N, Opts) ->
                 {ok, LSocks} ->
                     case post_listen(T, Opts, LSocks) of
                         ok ->
-                            ok = sluice_registry:set(Name, port, Port),
-                            ok = sluice_registry:set(Name, listen_sockets, LSocks),
+                            ok = opened(Name, Opts, Port, LSocks),
                             {ok, {T, LSocks}};
                         {error, Reason} ->
                             _ = [T:close_listener(S) || S <- LSocks],
@@ -188,6 +266,11 @@ handle_cast(_Msg, State) ->
 -spec terminate(term(), state()) -> ok.
 terminate(_Reason, {T, LSocks}) ->
     _ = [T:close_listener(S) || S <- LSocks],
+    ok;
+terminate(_Reason, {_T, _LSocks, own}) ->
+    %% The user's socket stays open while the listener lives (suspended, or
+    %% this process restarted): it cannot be opened again. It closes with
+    %% its owner, the listener's supervisor.
     ok;
 terminate(_Reason, {T, LSocks, {Path, Identity}}) ->
     close_local(T, LSocks, Path, Identity).

@@ -22,7 +22,22 @@
 
 -spec start_link(sluice:name(), sluice_opts:opts()) -> {ok, pid()} | ignore | {error, term()}.
 start_link(Name, Opts) ->
-    supervisor:start_link(?MODULE, {Name, Opts}).
+    case supervisor:start_link(?MODULE, {Name, Opts}) of
+        {ok, Pid} -> {ok, own_listen_socket(Opts, Pid)};
+        Other -> Other
+    end.
+
+%% A listener embedded with sluice:child_spec/1,2 by a supervisor that
+%% owns the `listen_socket' (opened in its init/1) is given it, as
+%% sluice:start_listener/2 gives it: it then closes with the listener.
+%% Owned by another process it stays that process's.
+own_listen_socket(#{listen_socket := LSock, transport := T}, Pid) when LSock =/= none ->
+    Mod = sluice_transport:module(T),
+    _ = sluice_listen_socket:owner(Mod, LSock) =:= self()
+        andalso sluice_listen_socket:give(Mod, LSock, Pid),
+    Pid;
+own_listen_socket(_Opts, Pid) ->
+    Pid.
 
 -spec init({sluice:name(), sluice_opts:opts()}) ->
           {ok, {supervisor:sup_flags(), [supervisor:child_spec()]}}.

@@ -38,12 +38,14 @@
                   proxy_timeout := timeout(),
                   proxy_max_size := pos_integer(),
                   framing := none | sluice_frame:spec(),
-                  post_listen := none | fun((sluice_transport:lsock()) -> ok | {error, term()})}.
+                  post_listen := none | fun((sluice_transport:lsock()) -> ok | {error, term()}),
+                  listen_socket := none | sluice_transport:lsock()}.
 -type error() :: {unknown_option, term()}
                | {missing_option, atom()}
                | {bad_option, atom(), term()}
                | {ssl_not_started, term()}
                | {not_for_local, atom(), term()}
+               | {not_with_listen_socket, atom(), term()}
                | not_a_map.
 
 %% Descriptors kept back from the VM's limit for listen sockets, files,
@@ -224,7 +226,12 @@ defaults() ->
       framing => none,
       %% A fun given each listen socket once it listens, before the first
       %% accept (ranch's post_listen_callback): sluice_listen_sockets.
-      post_listen => none}.
+      post_listen => none,
+      %% A socket that already listens, opened by the user (systemd's
+      %% socket activation, a port bound before dropping privileges),
+      %% listened on instead of one the listener opens (ranch 1's
+      %% `socket'): sluice_listen_socket.
+      listen_socket => none}.
 
 %% @doc The bounds of `active => adaptive' (sluice_conn): the grant of
 %% reads starts at `min', where the mailbox of a client that outruns its
@@ -283,6 +290,7 @@ validate(Opts) when is_map(Opts) ->
                 Merged = nested(maps:merge(defaults(), Opts)),
                 maps:foreach(fun check/2, Merged),
                 ok = check_local(Merged),
+                ok = check_listen_socket(Opts, Merged),
                 ok = check_tls(Merged),
                 ok = check_watermarks(Merged),
                 ok = check_raw(Merged),
@@ -375,6 +383,10 @@ check_max_connections(Max) ->
 %% VM's working directory is by then), one listen socket (the kernel lets
 %% one socket bind a path: num_listen_sockets is at most that, as it is
 %% at most num_acceptors) and no TCP or IP options.
+normalize(Opts = #{listen_socket := LSock}) when LSock =/= none ->
+    %% The one socket given, which the listener does not share (its
+    %% reuseport is its opener's business).
+    normalize_tcp(Opts#{num_listen_sockets := 1, reuseport := false});
 normalize(Opts = #{ip := {local, Path}, socket_opts := SO}) ->
     Local = Opts#{ip := {local, local_path(Path)}, num_listen_sockets := 1,
                   socket_opts := [O || O <- SO, not tcp_only(O)]},
@@ -456,6 +468,9 @@ check(post_listen, none) ->
     true;
 check(post_listen, F) ->
     is_function(F, 1) orelse bad(post_listen, F);
+check(listen_socket, _) ->
+    %% its kind depends on the transport: check_listen_socket/2
+    true;
 check(shutdown_timeout, T) ->
     T =:= infinity orelse (is_integer(T) andalso T > 0 andalso T =< ?MAX_SHUTDOWN_TIMEOUT)
         orelse bad(shutdown_timeout, T);
@@ -476,6 +491,28 @@ check_local(#{ip := {local, _}, reuseport := true}) ->
     throw({not_for_local, reuseport, true});
 check_local(_) ->
     ok.
+
+%% A listen socket of the user's is listened on as it is: the options that
+%% say how to open one cannot apply to it, and are refused rather than
+%% ignored when given (in `Given', the options as the caller wrote them:
+%% the defaults merged in are not the caller's). Then the socket itself:
+%% sluice_listen_socket:check/2.
+check_listen_socket(_Given, #{listen_socket := none}) ->
+    ok;
+check_listen_socket(Given, #{listen_socket := LSock, transport := T}) ->
+    Defaults = defaults(),
+    _ = [throw({not_with_listen_socket, K, V})
+         || K <- [ip, port, backlog, reuseport],
+            {ok, V} <- [maps:find(K, Given)],
+            V =/= maps:get(K, Defaults)],
+    _ = case maps:find(num_listen_sockets, Given) of
+            {ok, N} when N =/= 1 -> throw({not_with_listen_socket, num_listen_sockets, N});
+            _ -> ok
+        end,
+    case sluice_listen_socket:check(sluice_transport:module(T), LSock) of
+        ok -> ok;
+        {error, Why} -> bad(listen_socket, Why)
+    end.
 
 is_local(#{ip := {local, _}}) -> true;
 is_local(_) -> false.
@@ -772,6 +809,9 @@ format_error({bad_option, tls_opts, Why}) ->
                Words -> Words
            end,
     lists:flatten(io_lib:format("bad value for option tls_opts: ~0p (~s)", [Why, Hint]));
+format_error({bad_option, listen_socket, Why}) ->
+    lists:flatten(io_lib:format("bad value for option listen_socket: ~s",
+                                [sluice_listen_socket:format_error(Why)]));
 format_error({bad_option, K, V}) ->
     lists:flatten(io_lib:format("bad value for option ~p: ~0p (expected ~s)",
                                 [K, V, expected(K)]));
@@ -781,6 +821,10 @@ format_error({not_for_local, port, Port}) ->
 format_error({not_for_local, reuseport, _}) ->
     "reuseport does not apply to a Unix socket (ip => {local, Path}): a path is bound by "
     "one socket only, and cannot be shared with another listener or process";
+format_error({not_with_listen_socket, K, V}) ->
+    lists:flatten(io_lib:format("option ~p => ~0p does not apply with listen_socket: the socket "
+                                "given already listens, on the address, port and backlog it "
+                                "was opened with, alone; leave ~p out", [K, V, K]));
 format_error({ssl_not_started, Reason}) ->
     lists:flatten(io_lib:format("transport ssl needs OTP's ssl application, which could not "
                                 "be started: ~0p", [Reason]));
@@ -799,8 +843,11 @@ format_error({not_changeable, K}) ->
     lists:flatten(io_lib:format("option ~p cannot be changed while the listener runs: "
                                 "set_transport_opts/2 changes max_connections, tls_opts and "
                                 "handshake_timeout where connections run TLS, proxy_timeout "
-                                "and proxy_max_size with proxy_protocol; for the others stop "
-                                "the listener and start it again", [K]));
+                                "and proxy_max_size with proxy_protocol, and (from the next "
+                                "resume) port, ip of the same kind, backlog, reuseport, "
+                                "num_listen_sockets, num_acceptors, socket_opts and "
+                                "post_listen; for the others stop the listener and start it "
+                                "again", [K]));
 format_error(already_started) ->
     "a listener of that name is running";
 format_error(Posix) when is_atom(Posix) ->

@@ -22,7 +22,7 @@
 -export([received/2, sent/2, unsent/2, ended/2, ended_by_handler/2, crashed/1]).
 %% admission (acceptors)
 -export([admit/1, admit_within/2, release/1, rejected/1, shedding/1, set_shedding/2,
-         set_max_connections/2, max_connections/1, set_suspended/2, log_due/4]).
+         set_max_connections/2, max_connections/1, set_suspended/2, suspended/1, log_due/4]).
 %% connection supervisors
 -export([sup_claim/2, sup_unclaim/3, sup_reset/2, sup_gone/2, parked/3, parked_reset/2,
          uncount/2, uncounted_gone/2]).
@@ -303,6 +303,11 @@ stop_shedding(A, N) ->
 -spec set_suspended(stats(), boolean()) -> ok.
 set_suspended(#stats{a = A}, true) -> atomics:put(A, ?SUSPENDED, 1);
 set_suspended(#stats{a = A}, false) -> atomics:put(A, ?SUSPENDED, 0).
+
+%% @doc Whether the listener is suspended or being suspended (an acceptor
+%% on a listen socket that suspend/1 does not close looks: sluice_acceptor).
+-spec suspended(stats()) -> boolean().
+suspended(#stats{a = A}) -> atomics:get(A, ?SUSPENDED) =:= 1.
 
 %% @doc Set the connection limit, checked as the `max_connections' option
 %% is at start (sluice_opts): sluice:set_max_connections/2 comes here, and

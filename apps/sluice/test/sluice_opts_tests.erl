@@ -279,8 +279,8 @@ start_errors_are_said_in_words_test() ->
 %% set_transport_opts/2's `{not_changeable, Key}' is said in words, with
 %% what it does change.
 not_changeable_is_said_in_words_test() ->
-    Said = sluice:format_error({not_changeable, post_listen}),
-    ?assertMatch("option post_listen cannot be changed while the listener runs" ++ _, Said),
+    Said = sluice:format_error({not_changeable, num_conns_sups}),
+    ?assertMatch("option num_conns_sups cannot be changed while the listener runs" ++ _, Said),
     ?assertNotEqual(nomatch, string:find(Said, "max_connections")).
 
 %% A tls_opts error is said in words whatever the value ssl refused: an
