@@ -18,6 +18,8 @@
          listeners/0, connections/1, format_error/1]).
 -export([child_spec/1, send/2, close/1, call/3, reply/2, peername/1, sockname/1,
          setopts/2, getopts/2, remove_connection/1, recv/3]).
+-export([procs/2, wait_for_connections/3, wait_for_connections/4,
+         wait_for_connections/5]).
 
 -export_type([conn/0, name/0, sockopt/0, sockopt_name/0, dest/0, address/0]).
 
@@ -146,13 +148,13 @@ start_error(Reason) -> Reason.
 %% @doc child_spec/2 with the name in the options (`name'; the default is
 %% `{sluice, Port}', `{sluice, {local, Path}}' for a Unix socket), for supervisors that take a module and one argument:
 %% `{sluice, Opts}' in a child list, as Elixir's `{:sluice, opts}' does.
-%% Raises `error({badarg, Reason})' on bad options, as child_spec/2 does
-%% (`not_a_map' for what is neither a map nor a list).
+%% Raises on bad options as child_spec/2 does (`not_a_map' for what is
+%% neither a map nor a list).
 -spec child_spec(term()) -> supervisor:child_spec().
 child_spec(Opts) when is_list(Opts) ->
     case sluice_opts:from_list(Opts) of
         {ok, Map} -> child_spec(Map);
-        {error, Reason} -> erlang:error({badarg, Reason})
+        {error, Reason} -> bad_options(Reason)
     end;
 child_spec(Opts) when is_map(Opts) ->
     {Name, Rest} = case maps:take(name, Opts) of
@@ -161,7 +163,7 @@ child_spec(Opts) when is_map(Opts) ->
                    end,
     child_spec(Name, Rest);
 child_spec(_Opts) ->
-    erlang:error({badarg, not_a_map}).
+    bad_options(not_a_map).
 
 %% `{sluice, Port}', or `{sluice, {local, Path}}' for a Unix socket (whose
 %% port is 0, as every listener's on a free port).
@@ -169,13 +171,28 @@ default_name(#{ip := {local, _} = Local}) -> {sluice, Local};
 default_name(Opts) -> {sluice, maps:get(port, Opts, 0)}.
 
 %% @doc A child spec to embed a listener in the caller's own supervision
-%% tree. Raises `error({badarg, Reason})' on bad options.
+%% tree. Raises on bad options: an error whose `message' is
+%% format_error/1's sentence and whose `reason' is the term
+%% start_listener/2 would return in `{error, Reason}' (see bad_options/1).
 -spec child_spec(name(), map() | list()) -> supervisor:child_spec().
 child_spec(Name, Opts) ->
     case sluice_opts:validate(Opts) of
         {ok, Valid} -> spec(Name, Valid);
-        {error, Reason} -> erlang:error({badarg, Reason})
+        {error, Reason} -> bad_options(Reason)
     end.
+
+%% child_spec/1,2 run where no `{error, _}' can be returned (a child list,
+%% Elixir's `{:sluice, opts}'), so the error raised is the user's one
+%% message: Elixir's ArgumentError, which Elixir shows as its message
+%% (it showed `{badarg, Reason}' as "argument error: {:bad_option, ...}",
+%% the raw term), and a plain map to Erlang, matched as
+%% `error:#{reason := Reason}'.
+-spec bad_options(term()) -> no_return().
+bad_options(Reason) ->
+    erlang:error(#{'__struct__' => 'Elixir.ArgumentError',
+                   '__exception__' => true,
+                   message => unicode:characters_to_binary(format_error(Reason)),
+                   reason => Reason}).
 
 spec(Name, Opts) ->
     #{id => {sluice_listener, Name},
@@ -597,6 +614,7 @@ apply_opts(Name, New = #{num_conns_sups := NS}, Changed) ->
     case sluice_registry:set(Name, opts, New) of
         ok ->
             ok = apply_max_connections(Name, Changed),
+            ok = apply_alarms(Name, Changed),
             tell_conns_sups(Name, NS, maps:with(sluice_opts_change:per_connection(), Changed));
         {error, not_found} ->
             {error, not_found}
@@ -615,6 +633,9 @@ apply_max_connections(Name, #{max_connections := Max}) ->
     end;
 apply_max_connections(_Name, _Changed) ->
     ok.
+
+apply_alarms(Name, #{alarms := Alarms}) -> sluice_alarms:set(Name, Alarms);
+apply_alarms(_Name, _Changed) -> ok.
 
 %% @doc The listener's options now, but the handler's (get_handler_opts/1):
 %% those it was started with, validated (every default filled in), as the
@@ -651,6 +672,56 @@ connections(Name) ->
                                       catch exit:_ -> [] end];
         error ->
             []
+    end.
+
+%% @doc The pids of a listener's acceptors or of its connections, as
+%% ranch:procs/2 gives them. `connections' is connections/1: a parked
+%% connection has no process and is not among them, and a connection
+%% that was parked and woke, or that upgraded with STARTTLS, is there
+%% with the pid it has now. `acceptors' is `[]' while the listener is
+%% suspended. `[]' for an unknown listener; another `Type' raises
+%% `badarg'.
+-spec procs(name(), acceptors | connections) -> [pid()].
+procs(Name, connections) ->
+    connections(Name);
+procs(Name, acceptors) ->
+    case sluice_registry:lookup(Name) of
+        {ok, #{sup := Sup}} -> try acceptors(Sup) catch exit:_ -> [] end;
+        error -> []
+    end;
+procs(Name, Type) ->
+    erlang:error(badarg, [Name, Type]).
+
+%% @doc wait_for_connections/4 polling every 100 ms.
+-spec wait_for_connections(name(), sluice_watch:op(), non_neg_integer()) ->
+          ok | {error, not_found}.
+wait_for_connections(Name, Op, N) ->
+    wait_for_connections(Name, Op, N, 100).
+
+%% @doc Return once the listener's live connections (info/1's
+%% `connections', parked and uncounted ones included) compare with `N' by
+%% `Op' (`Count Op N', with `Op' one of `>', `>=', `==', `=<', `<'), looking every
+%% `Interval' ms, as ranch:wait_for_connections/4 does; with no timeout.
+%% `{error, not_found}' for a listener that is not there or stops
+%% meanwhile (ranch counts it 0). A bad `Op', `N' (a negative, `< 0') or
+%% `Interval' raises `badarg', as ranch's does.
+-spec wait_for_connections(name(), sluice_watch:op(), non_neg_integer(),
+                           non_neg_integer()) -> ok | {error, not_found}.
+wait_for_connections(Name, Op, N, Interval) ->
+    case sluice_watch:valid(Op, N, Interval, infinity) of
+        true -> sluice_watch:wait_for_connections(Name, Op, N, Interval, infinity);
+        false -> erlang:error(badarg, [Name, Op, N, Interval])
+    end.
+
+%% @doc wait_for_connections/4 for at most `Timeout' ms (or `infinity'):
+%% `{error, timeout}' if the count has not compared so by then.
+-spec wait_for_connections(name(), sluice_watch:op(), non_neg_integer(),
+                           non_neg_integer(), timeout()) ->
+          ok | {error, not_found | timeout}.
+wait_for_connections(Name, Op, N, Interval, Timeout) ->
+    case sluice_watch:valid(Op, N, Interval, Timeout) of
+        true -> sluice_watch:wait_for_connections(Name, Op, N, Interval, Timeout);
+        false -> erlang:error(badarg, [Name, Op, N, Interval, Timeout])
     end.
 
 %% @doc The calling connection no longer counts against its listener's

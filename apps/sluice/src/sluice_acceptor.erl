@@ -167,6 +167,11 @@ admit(#{stats := Stats, transport := T, name := Name,
     case sluice_stats:admit_within(Stats, Wait) of
         admitted ->
             start(Name, Stats, T, Sock, SupIndex);
+        alarm ->
+            %% Told after the handover, so that the connection that
+            %% reached the threshold is among those its callback gets.
+            _ = start(Name, Stats, T, Sock, SupIndex),
+            sluice_alarms:reached(Name, Stats);
         over_limit ->
             reject(Name, Stats, T, Sock, max_connections),
             sluice_log:over_limit(Name, Stats);

@@ -1,7 +1,9 @@
 %% @doc One listener's supervisor (rest_for_one): the connection
 %% supervisors first, then the owner of the listen sockets, then the
-%% acceptors. Suspending the listener stops the last two (the sockets
-%% close, new connects are refused) and leaves the connections running.
+%% acceptors, then the process of its alarms (sluice_alarms). Suspending
+%% the listener stops the sockets' owner and the acceptors (the sockets
+%% close, new connects are refused) and leaves the connections and the
+%% alarms running.
 %% The listener's figures (sluice_stats) are made here and published in the
 %% registry, so that they survive the restart of any child below.
 %% @private
@@ -59,5 +61,11 @@ init({Name, Opts = #{num_conns_sups := NS, max_connections := Max, transport := 
                   type => worker},
                 #{id => sluice_acceptors_sup,
                   start => {sluice_acceptors_sup, start_link, [Listener]},
-                  type => supervisor, shutdown => infinity}],
+                  type => supervisor, shutdown => infinity},
+                %% Last: a suspend/1 (which stops the two before it) leaves
+                %% it running; it arms the alarms once it runs, so the
+                %% acceptors started before it never find it missing.
+                #{id => sluice_alarms,
+                  start => {sluice_alarms, start_link, [Listener]},
+                  type => worker}],
     {ok, {#{strategy => rest_for_one, intensity => 10, period => 10}, Children}}.

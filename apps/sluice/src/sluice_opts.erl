@@ -39,7 +39,8 @@
                   proxy_max_size := pos_integer(),
                   framing := none | sluice_frame:spec(),
                   post_listen := none | fun((sluice_transport:lsock()) -> ok | {error, term()}),
-                  listen_socket := none | sluice_transport:lsock()}.
+                  listen_socket := none | sluice_transport:lsock(),
+                  alarms := sluice_alarms:alarms()}.
 -type error() :: {unknown_option, term()}
                | {missing_option, atom()}
                | {bad_option, atom(), term()}
@@ -231,7 +232,10 @@ defaults() ->
       %% socket activation, a port bound before dropping privileges),
       %% listened on instead of one the listener opens (ranch 1's
       %% `socket'): sluice_listen_socket.
-      listen_socket => none}.
+      listen_socket => none,
+      %% Funs called when the live connections reach a threshold
+      %% (ranch's alarms): sluice_alarms.
+      alarms => #{}}.
 
 %% @doc The bounds of `active => adaptive' (sluice_conn): the grant of
 %% reads starts at `min', where the mailbox of a client that outruns its
@@ -471,6 +475,11 @@ check(post_listen, F) ->
 check(listen_socket, _) ->
     %% its kind depends on the transport: check_listen_socket/2
     true;
+check(alarms, A) ->
+    case sluice_alarms:check(A) of
+        ok -> true;
+        {error, Why} -> bad(alarms, Why)
+    end;
 check(shutdown_timeout, T) ->
     T =:= infinity orelse (is_integer(T) andalso T > 0 andalso T =< ?MAX_SHUTDOWN_TIMEOUT)
         orelse bad(shutdown_timeout, T);
@@ -812,6 +821,8 @@ format_error({bad_option, tls_opts, Why}) ->
 format_error({bad_option, listen_socket, Why}) ->
     lists:flatten(io_lib:format("bad value for option listen_socket: ~s",
                                 [sluice_listen_socket:format_error(Why)]));
+format_error({bad_option, alarms, Why}) ->
+    sluice_alarms:format_error(Why);
 format_error({bad_option, K, V}) ->
     lists:flatten(io_lib:format("bad value for option ~p: ~0p (expected ~s)",
                                 [K, V, expected(K)]));
@@ -841,7 +852,7 @@ format_error({not_changeable, K}) ->
     %% set_transport_opts/2's refusal: which options it does change, which
     %% "{not_changeable,post_listen}" left to the docs.
     lists:flatten(io_lib:format("option ~p cannot be changed while the listener runs: "
-                                "set_transport_opts/2 changes max_connections, tls_opts and "
+                                "set_transport_opts/2 changes max_connections, alarms, tls_opts and "
                                 "handshake_timeout where connections run TLS, proxy_timeout "
                                 "and proxy_max_size with proxy_protocol, and (from the next "
                                 "resume) port, ip of the same kind, backlog, reuseport, "

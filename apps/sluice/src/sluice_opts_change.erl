@@ -25,7 +25,9 @@
 %%      connections they accept (`socket_opts' reach the connection
 %%      supervisors' template when the new sockets open:
 %%      sluice_listen_sockets);</li>
-%%  <li>`max_connections', as sluice:set_max_connections/2 changes it.</li>
+%%  <li>`max_connections', as sluice:set_max_connections/2 changes it;</li>
+%%  <li>`alarms', which the listener's sluice_alarms process holds
+%%      (sluice_alarms:set/2).</li>
 %% </ul>
 %% The others are read once, where a change could not be kept to new
 %% connections without breaking the running ones: the processes
@@ -139,7 +141,7 @@ changeable(Opts = #{ip := IP}, #{ip := IP2}) ->
                  true -> listen_side();
                  false -> listen_side() -- [ip]
              end,
-    [max_connections | Listen]
+    [alarms, max_connections | Listen]
         ++ [K || K <- per_connection(), read_by_connections(K, Opts)].
 
 is_local({local, _}) -> true;

@@ -23,6 +23,8 @@
 %% admission (acceptors)
 -export([admit/1, admit_within/2, release/1, rejected/1, shedding/1, set_shedding/2,
          set_max_connections/2, max_connections/1, set_suspended/2, suspended/1, log_due/4]).
+%% alarms (sluice_alarms)
+-export([arm_alarms/2, disarm_alarms/1]).
 %% connection supervisors
 -export([sup_claim/2, sup_unclaim/3, sup_reset/2, sup_gone/2, parked/3, parked_reset/2,
          uncount/2, uncounted_gone/2]).
@@ -84,7 +86,12 @@
 %% info/1 reports (accepted = closed + connections), and taken off it
 %% where admission compares it with the limit.
 -define(UNCOUNTED, 12).
--define(FIXED_ATOMICS, 12).
+%% The live count at which admit/1 says `alarm': the lowest threshold of
+%% the listener's alarms that are not cooling down (sluice_alarms), the
+%% largest value when none is armed (no alarms, or all cooling down, or
+%% one reported and not yet seen to).
+-define(ALARM_AT, 13).
+-define(FIXED_ATOMICS, 13).
 -define(COUNT_BITS, 32).
 -define(COUNT_MASK, ((1 bsl ?COUNT_BITS) - 1)).
 %% atomics are signed 64-bit; `infinity' is stored as the largest.
@@ -98,6 +105,7 @@ new(NumSups, Max) ->
                 a = atomics:new(?FIXED_ATOMICS + 3 * NumSups, [{signed, true}]),
                 sups = NumSups},
     ok = set_max_connections(St, Max),
+    atomics:put(St#stats.a, ?ALARM_AT, ?INFINITY),
     %% The first fault of each kind is always logged.
     Long = erlang:monotonic_time(millisecond) - 3600000,
     _ = [atomics:put(St#stats.a, ?LAST_LOG(K), Long) || K <- [accept, refused, full]],
@@ -194,16 +202,21 @@ index(X, [_ | T], I) -> index(X, T, I + 1).
 %% connections (uncount/2) are read after the increment: one that ends
 %% meanwhile is taken off ?UNCOUNTED before ?CONNS (uncounted_gone/2 comes
 %% before sup_gone/2), so that a race can only refuse, never admit one
-%% too many.
--spec admit(stats()) -> admitted | over_limit | shedding.
+%% too many. `alarm': admitted, and the live count with it has reached
+%% an armed alarm's threshold (arm_alarms/2): the one read an admission
+%% costs for alarms, whether the listener has any or not.
+-spec admit(stats()) -> admitted | alarm | over_limit | shedding.
 admit(#stats{a = A, c = C}) ->
     case atomics:get(A, ?SHEDDING) of
         0 ->
-            case atomics:add_get(A, ?CONNS, 1) - atomics:get(A, ?UNCOUNTED)
-                =< atomics:get(A, ?MAX_CONNS) of
+            Live = atomics:add_get(A, ?CONNS, 1),
+            case Live - atomics:get(A, ?UNCOUNTED) =< atomics:get(A, ?MAX_CONNS) of
                 true ->
                     counters:add(C, ?ACCEPTED, 1),
-                    admitted;
+                    case Live >= atomics:get(A, ?ALARM_AT) of
+                        false -> admitted;
+                        true -> alarm
+                    end;
                 false ->
                     atomics:sub(A, ?CONNS, 1),
                     over_limit
@@ -219,7 +232,7 @@ admit(#stats{a = A, c = C}) ->
 %% full for longer than Wait closes newcomers at once again (so a
 %% sustained overload costs no waiting acceptors); any admission ends it.
 -spec admit_within(stats(), non_neg_integer()) ->
-          admitted | over_limit | shedding | suspended.
+          admitted | alarm | over_limit | shedding | suspended.
 admit_within(St = #stats{a = A}, Wait) ->
     case admit(St) of
         over_limit when Wait > 0 -> retry_admit(St, full_since(A) + Wait);
@@ -256,9 +269,9 @@ full_since(A) ->
     end.
 
 %% An admission ends the full spell.
-not_full(A, admitted) ->
+not_full(A, Admitted) when Admitted =:= admitted; Admitted =:= alarm ->
     _ = atomics:get(A, ?FULL_SINCE) =:= 0 orelse atomics:put(A, ?FULL_SINCE, 0),
-    admitted;
+    Admitted;
 not_full(_A, Result) ->
     Result.
 
@@ -346,6 +359,24 @@ log_due(#stats{a = A}, Kind, Now, Interval) ->
         false ->
             atomics:add(A, ?SUPPRESSED(Kind), 1),
             false
+    end.
+
+%%% Alarms ------------------------------------------------------------
+
+%% @doc admit/1 says `alarm' from now on when the live count reaches
+%% `Threshold' (`infinity': never).
+-spec arm_alarms(stats(), pos_integer() | infinity) -> ok.
+arm_alarms(#stats{a = A}, infinity) -> atomics:put(A, ?ALARM_AT, ?INFINITY);
+arm_alarms(#stats{a = A}, Threshold) -> atomics:put(A, ?ALARM_AT, Threshold).
+
+%% @doc An acceptor told `alarm' takes the alarms off until sluice_alarms
+%% arms them again: true for the one acceptor that did (the one to tell
+%% it), false for others told `alarm' at the same moment.
+-spec disarm_alarms(stats()) -> boolean().
+disarm_alarms(#stats{a = A}) ->
+    case atomics:get(A, ?ALARM_AT) of
+        ?INFINITY -> false;
+        Armed -> atomics:compare_exchange(A, ?ALARM_AT, Armed, ?INFINITY) =:= ok
     end.
 
 %%% Connection supervisors --------------------------------------------

@@ -25,10 +25,33 @@ child_spec_names_a_listener_by_its_port_by_default_test() ->
                  sluice:child_spec(#{port => 4042, handler => ?HANDLER})).
 
 child_spec_raises_on_a_bad_option_test() ->
-    ?assertError({badarg, {bad_option, framing, {line, [{max, -1}]}}},
+    ?assertError(#{reason := {bad_option, framing, {line, [{max, -1}]}}},
                  sluice:child_spec([{handler, ?HANDLER}, {framing, {line, [{max, -1}]}}])),
-    ?assertError({badarg, {unknown_option, prot}},
+    ?assertError(#{reason := {unknown_option, prot}},
                  sluice:child_spec([{handler, ?HANDLER}, {prot, 1}])).
+
+%% Elixir's `{:sluice, opts}' raises what child_spec/1 raises, shown by
+%% its message: an ArgumentError whose message is format_error/1's
+%% sentence (it was `{badarg, Reason}', which Elixir shows as "argument
+%% error: {:bad_option, :port, 70000}"), the reason beside it.
+child_spec_raises_an_argument_error_with_the_sentence_test() ->
+    [begin
+         try Call() of
+             Spec -> error({no_raise, Spec})
+         catch error:#{'__struct__' := 'Elixir.ArgumentError', '__exception__' := true,
+                       message := Message, reason := Reason} ->
+                 ?assertEqual(Expected, Reason),
+                 ?assertEqual(unicode:characters_to_binary(sluice:format_error(Expected)),
+                              Message),
+                 ?assertMatch(<<"bad value for option port: 70000 (expected", _/binary>>,
+                              Message)
+         end
+     end || {Expected, Call} <- [{{bad_option, port, 70000},
+                                  fun() -> sluice:child_spec([{handler, ?HANDLER},
+                                                              {port, 70000}]) end},
+                                 {{bad_option, port, 70000},
+                                  fun() -> sluice:child_spec(kv, #{handler => ?HANDLER,
+                                                                   port => 70000}) end}]].
 
 framing_options_as_a_keyword_list_test() ->
     Split = fun(B) -> erlang:decode_packet(1, B, []) end,
@@ -67,14 +90,14 @@ child_spec_reads_a_bare_atom_as_true_test() ->
               sluice:child_spec([reuseport, {name, kv}, {handler, ?HANDLER}])]].
 
 child_spec_raises_on_a_list_that_is_not_a_proplist_test() ->
-    ?assertError({badarg, not_a_map}, sluice:child_spec([{handler, ?HANDLER}, 42])),
-    ?assertError({badarg, not_a_map}, sluice:child_spec(kv, [{handler, ?HANDLER}, 42])).
+    ?assertError(#{reason := not_a_map}, sluice:child_spec([{handler, ?HANDLER}, 42])),
+    ?assertError(#{reason := not_a_map}, sluice:child_spec(kv, [{handler, ?HANDLER}, 42])).
 
 %% Neither a map nor a list: the same badarg (it was a function_clause,
 %% an Elixir FunctionClauseError rather than an ArgumentError).
 child_spec_raises_badarg_on_what_is_not_options_test() ->
-    ?assertError({badarg, not_a_map}, sluice:child_spec(foo)),
-    ?assertError({badarg, not_a_map}, sluice:child_spec(kv, foo)).
+    ?assertError(#{reason := not_a_map}, sluice:child_spec(foo)),
+    ?assertError(#{reason := not_a_map}, sluice:child_spec(kv, foo)).
 
 %% socket_opts and tls_opts are read as the listener's own options are: the
 %% first of a repeated key wins (`socket_opts: [buffer: 4096] ++ base'),

@@ -237,7 +237,7 @@ bad_options_are_rejected_with_clear_errors(Config) ->
 child_spec_raises(Name, Opts, Expected) ->
     try sluice:child_spec(Name, Opts) of
         _ -> false
-    catch error:{badarg, Expected} -> true
+    catch error:#{reason := Expected} -> true
     end.
 
 %% Starting twice under one name, on a port already in use, and stopping

@@ -215,7 +215,7 @@ missing_handler_module_is_said_as_such_test() ->
 an_unknown_key_is_said_before_a_missing_handler_test() ->
     ?assertEqual({error, {unknown_option, hanlder}},
                  sluice_opts:validate([{port, 0}, {hanlder, ?HANDLER}])),
-    ?assertError({badarg, {unknown_option, handler_module}},
+    ?assertError(#{reason := {unknown_option, handler_module}},
                  sluice:child_spec([{port, 0}, {handler_module, 'Elixir.Echo'}])),
     ?assertMatch("unknown option handler_module (the handler and its options are one "
                  "option: handler => {Module, Opts})",

@@ -264,12 +264,12 @@ options_that_cannot_change_are_refused(Config) ->
     ?assertEqual({error, {bad_option, tls_opts, {transport, socket}}},
                  sluice:set_transport_opts(Socket, #{tls_opts => Files})),
     ok = sluice:stop_listener(Socket),
-    %% Every listener option is in the list but max_connections (which
-    %% changes), the TLS ones (above), the listen side's (which change at
+    %% Every listener option is in the list but max_connections and
+    %% alarms (which change: alarms in sluice_watch_SUITE), the TLS ones (above), the listen side's (which change at
     %% the next resume), listen_socket and the handler's own
     %% (get_transport_opts/1 leaves it out).
     ?assertEqual(lists:sort(maps:keys(sluice_opts:defaults()))
-                 -- ([handler, max_connections, tls_opts, handshake_timeout, listen_socket]
+                 -- ([handler, max_connections, alarms, tls_opts, handshake_timeout, listen_socket]
                      ++ sluice_opts_change:listen_side()),
                  lists:sort(proplists:get_keys(Other)) -- [handler]),
     ?assertEqual(lists:sort(maps:keys(sluice_opts:defaults())) -- [handler],

@@ -107,6 +107,25 @@ defmodule KVTest do
     assert {:ok, [buffer: 4096, nodelay: false]} = :inet.getopts(port, [:buffer, :nodelay])
   end
 
+  # A bad option in {:sluice, opts} raises an ArgumentError whose message
+  # is :sluice.format_error/1's sentence (docs/elixir.md); it showed the
+  # raw term ("argument error: {:bad_option, :port, 70000}"). The term is
+  # the exception's :reason.
+  test "a bad option raises an ArgumentError that says what was expected" do
+    e = assert_raise ArgumentError, fn -> :sluice.child_spec(port: 70_000, handler: {KV, nil}) end
+    assert e.message == to_string(:sluice.format_error({:bad_option, :port, 70_000}))
+    assert e.message =~ "bad value for option port: 70000 (expected an integer 0..65535"
+    assert e.reason == {:bad_option, :port, 70_000}
+
+    assert_raise ArgumentError, ~r/^unknown option prot /, fn ->
+      Supervisor.child_spec({:sluice, prot: 1, handler: {KV, nil}}, [])
+    end
+
+    assert_raise ArgumentError, ~r/^bad value for option framing/, fn ->
+      :sluice.child_spec(:kv_bad, handler: {KV, nil}, framing: {:line, max: -1})
+    end
+  end
+
   # Nested options are a keyword list or a map (docs/elixir.md): tls_opts
   # as a map used to be refused, where socket_opts and framing took one.
   # They are checked at start (for STARTTLS on the default transport), so
