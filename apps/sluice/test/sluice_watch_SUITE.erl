@@ -141,12 +141,7 @@ wait_for_each_op_times_out(Config) ->
 %% The count is info/1's `connections': a parked connection (no process)
 %% and one that removed itself from the limit's count are in it.
 wait_counts_parked_and_uncounted_connections(Config) ->
-    Name = ?config(name, Config),
-    Port = start(Config, #{handler => {sluice_proto_ping, []}, transport => inet,
-                           hibernate_after => 20, park_after => 200}),
-    {ok, S} = sluice_test_lib:connect(Port),
-    ok = gen_tcp:send(S, <<"Ping\n">>),
-    {ok, <<"Pong\n">>} = gen_tcp:recv(S, 5, ?WAIT),
+    {Name, S} = pinged_on_a_parking_listener(Config),
     ok = sluice_test_lib:wait_info(Name, parked, 1, ?WAIT),
     ?assertEqual([], sluice:procs(Name, connections)),
     ?assertEqual(ok, sluice:wait_for_connections(Name, '==', 1, 5, 1000)),
@@ -207,12 +202,7 @@ procs_before_and_after_connections(Config) ->
 
 %% A parked connection has no process; woken, it is there with its new pid.
 procs_has_a_woken_connections_new_pid(Config) ->
-    Name = ?config(name, Config),
-    Port = start(Config, #{handler => {sluice_proto_ping, []}, transport => inet,
-                           hibernate_after => 20, park_after => 200}),
-    {ok, S} = sluice_test_lib:connect(Port),
-    ok = gen_tcp:send(S, <<"Ping\n">>),
-    {ok, <<"Pong\n">>} = gen_tcp:recv(S, 5, ?WAIT),
+    {Name, S} = pinged_on_a_parking_listener(Config),
     [Before] = sluice:procs(Name, connections),
     ok = sluice_test_lib:wait_info(Name, parked, 1, ?WAIT),
     ?assertEqual([], sluice:procs(Name, connections)),
@@ -225,6 +215,17 @@ procs_has_a_woken_connections_new_pid(Config) ->
     end,
     ?assertNot(is_process_alive(Before)),
     ok = gen_tcp:close(S).
+
+%% A client on a listener whose connections park, after one round trip:
+%% its connection's process runs, and parks 200 ms later.
+pinged_on_a_parking_listener(Config) ->
+    Name = ?config(name, Config),
+    Port = start(Config, #{handler => {sluice_proto_ping, []}, transport => inet,
+                           hibernate_after => 20, park_after => 200}),
+    {ok, S} = sluice_test_lib:connect(Port),
+    ok = gen_tcp:send(S, <<"Ping\n">>),
+    {ok, <<"Pong\n">>} = gen_tcp:recv(S, 5, ?WAIT),
+    {Name, S}.
 
 %%% alarms --------------------------------------------------------------
 
