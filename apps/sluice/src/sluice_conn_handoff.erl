@@ -109,6 +109,12 @@ transfer(To, Rest, S = #s{t = T, ts = TS}) ->
                        {Bytes, _End} -> Bytes;
                        none -> <<>>
                    end,
+            %% Read from the client, and counted so (bytes_in) as any
+            %% chunk is when it is read: Rest was, with its chunk.
+            _ = case iolist_size([Recv | Delivered]) of
+                    0 -> ok;
+                    Unread -> sluice_stats:received(S#s.stats, Unread)
+                end,
             To ! {sluice_handoff, Conn, iolist_to_binary([Rest, Recv | Delivered])},
             sluice_conn_close:handed_off(S);
         false ->
