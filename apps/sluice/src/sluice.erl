@@ -77,7 +77,11 @@ start_listener(Name, Opts) ->
         {ok, Valid} ->
             case can_listen(Name, Valid) of
                 ok ->
-                    case supervisor:start_child(sluice_sup, spec(Name, Valid)) of
+                    %% a start anew: the listen side a listener of this
+                    %% name last opened (stopped, or not restarted) is not
+                    %% this one's
+                    ok = forget_listen_side(Name),
+                    case supervisor:start_child(sluice_sup, top_spec(Name, Valid)) of
                         {ok, Pid} -> give_listen_socket(Valid, Pid);
                         {error, {already_started, _}} -> {error, already_started};
                         {error, already_present} -> {error, already_started};
@@ -194,6 +198,17 @@ bad_options(Reason) ->
                    message => unicode:characters_to_binary(format_error(Reason)),
                    reason => Reason}).
 
+%% Under sluice_sup, a listener on a socket of the user's is not restarted
+%% if its supervisor dies: the socket, whose owner that supervisor was,
+%% closed with it, so each restart failed, and after ten sluice_sup gave
+%% up, with every listener of the node and the application. It ends alone
+%% (its name free again). Embedded (child_spec/1,2), the failed restart is
+%% its owner's supervisor's to handle, which may open a socket anew.
+top_spec(Name, Opts = #{listen_socket := LSock}) when LSock =/= none ->
+    (spec(Name, Opts))#{restart => temporary};
+top_spec(Name, Opts) ->
+    spec(Name, Opts).
+
 spec(Name, Opts) ->
     #{id => {sluice_listener, Name},
       start => {sluice_listener_sup, start_link, [Name, Opts]},
@@ -206,8 +221,20 @@ spec(Name, Opts) ->
 -spec stop_listener(name()) -> ok | {error, not_found}.
 stop_listener(Name) ->
     case supervisor:terminate_child(sluice_sup, {sluice_listener, Name}) of
-        ok -> _ = supervisor:delete_child(sluice_sup, {sluice_listener, Name}), ok;
-        {error, _} -> {error, not_found}
+        ok ->
+            _ = supervisor:delete_child(sluice_sup, {sluice_listener, Name}),
+            forget_listen_side(Name);
+        {error, _} ->
+            {error, not_found}
+    end.
+
+%% The listen side a listener of sluice_sup's last opened its sockets
+%% with, kept for a restart (sluice_registry:keep_listen_side/2), is not
+%% a new start's, nor kept once it stops; not while one runs.
+forget_listen_side(Name) ->
+    case supervisor:get_childspec(sluice_sup, {sluice_listener, Name}) of
+        {ok, _} -> ok;
+        {error, not_found} -> sluice_registry:forget_listen_side(Name)
     end.
 
 %% @doc Drain, then stop: stop accepting at once, tell every connection
@@ -564,7 +591,8 @@ get_handler_opts(Name) ->
 %%      ranch applies them at the next suspend and resume). Until then
 %%      the listener accepts as before and info/1 says the address and
 %%      port bound; a port that cannot be had then is resume/1's
-%%      error.</li>
+%%      error. A listener of start_listener/2 restarted by sluice's
+%%      supervisor opens them with the values they last opened with.</li>
 %% </ul>
 %% Any other option given with the value it has is accepted (the map
 %% get_transport_opts/1 gives, changed and given back whole, is taken);

@@ -132,18 +132,32 @@ own(Name, T, LSock, Opts) ->
 %% these differ from the last sockets' (set_transport_opts/2 changed
 %% them), before any acceptor hands them a connection from these sockets.
 opened(Name, Opts, Port, LSocks) ->
-    Before = case sluice_registry:lookup(Name) of
-                 {ok, #{listening := L}} -> L;
-                 _ -> Opts
-             end,
+    Row = case sluice_registry:lookup(Name) of
+              {ok, R} -> R;
+              error -> #{}
+          end,
+    Before = maps:get(listening, Row, Opts),
     ok = sluice_registry:set(Name, port, Port),
     ok = sluice_registry:set(Name, listen_sockets, LSocks),
     ok = sluice_registry:set(Name, listening, Opts),
+    ok = keep(Row, Name, Opts),
     Keys = sluice_opts_change:per_socket(),
     case maps:with(Keys, Opts) =:= maps:with(Keys, Before) of
         true -> ok;
         false -> tell_conns_sups(Name, Opts, maps:with(Keys, Opts))
     end.
+
+%% A listener of sluice_sup's is restarted by it from its child spec: the
+%% listen side that has just opened is kept for that restart
+%% (sluice_listener_sup:start_link/2), one that set_transport_opts/2
+%% stored and no socket has opened with yet is not (it may not open). A
+%% socket of the user's is not opened again: such a listener is not
+%% restarted (sluice:start_listener/2).
+keep(#{top := true}, Name, Opts = #{listen_socket := none}) ->
+    sluice_registry:keep_listen_side(
+      Name, maps:with([own_port | sluice_opts_change:listen_side()], Opts));
+keep(_Row, _Name, _Opts) ->
+    ok.
 
 tell_conns_sups(Name, #{num_conns_sups := NS}, Changes) ->
     _ = [sluice_conns_sup:set_opts(Sup, Changes)

@@ -23,8 +23,19 @@
                       stats := sluice_stats:stats()}.
 
 -spec start_link(sluice:name(), sluice_opts:opts()) -> {ok, pid()} | ignore | {error, term()}.
-start_link(Name, Opts) ->
-    case supervisor:start_link(?MODULE, {Name, Opts}) of
+start_link(Name, Opts0) ->
+    %% Under sluice_sup (start_listener/2), restarted by it: with the
+    %% listen side its sockets were last opened with, which
+    %% set_transport_opts/2 may have changed since the start, rather than
+    %% the child spec's (sluice_listen_sockets keeps it). On the start's
+    %% port, another's by then, each restart failed, and sluice_sup gave
+    %% up, with every listener. Embedded, the owner restarts it.
+    Top = whereis(sluice_sup) =:= self(),
+    Opts = case Top of
+               true -> maps:merge(Opts0, sluice_registry:kept_listen_side(Name));
+               false -> Opts0
+           end,
+    case supervisor:start_link(?MODULE, {Name, Opts, Top}) of
         {ok, Pid} -> {ok, own_listen_socket(Opts, Pid)};
         Other -> Other
     end.
@@ -41,11 +52,12 @@ own_listen_socket(#{listen_socket := LSock, transport := T}, Pid) when LSock =/=
 own_listen_socket(_Opts, Pid) ->
     Pid.
 
--spec init({sluice:name(), sluice_opts:opts()}) ->
+-spec init({sluice:name(), sluice_opts:opts(), boolean()}) ->
           {ok, {supervisor:sup_flags(), [supervisor:child_spec()]}}.
-init({Name, Opts = #{num_conns_sups := NS, max_connections := Max, transport := T}}) ->
+init({Name, Opts = #{num_conns_sups := NS, max_connections := Max, transport := T}, Top}) ->
     Stats = sluice_stats:new(NS, Max),
-    case sluice_registry:register_listener(Name, self(), #{opts => Opts, stats => Stats}) of
+    case sluice_registry:register_listener(Name, self(),
+                                           #{opts => Opts, stats => Stats, top => Top}) of
         ok -> ok;
         %% A shutdown reason: the start fails with it, without a crash
         %% report (sluice:start_listener/2 says `already_started').

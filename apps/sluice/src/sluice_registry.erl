@@ -12,7 +12,8 @@
 
 -export([start_link/0, register_listener/3, lookup/1, lookup/2, set/3,
          set_conns_sup/3, conns_sup/2, recv_facts/1, count_accept_error/2, accept_errors/1,
-         listeners/0, with_lock/2]).
+         listeners/0, with_lock/2, keep_listen_side/2, kept_listen_side/1,
+         forget_listen_side/1]).
 -export([init/1, handle_call/3, handle_cast/2, handle_info/2]).
 
 -define(TAB, ?MODULE).
@@ -53,6 +54,30 @@ recv_facts(Name) ->
         [{_, Stats, Framed}] -> {ok, Stats, Framed};
         [] -> error
     end.
+
+%% @doc The listen side a listener under sluice_sup last opened its
+%% sockets with (sluice_listen_sockets), for sluice_sup's restart of it,
+%% which starts from the child spec: the start's options, whose port may
+%% be another's by then (sluice:set_transport_opts/2 moved it). A row that
+%% outlives the listener's supervisor (its other rows go when it goes
+%% down, maybe before the restart reads this), removed when the listener
+%% stops or starts anew (forget_listen_side/1).
+-spec keep_listen_side(term(), map()) -> ok.
+keep_listen_side(Name, Opts) ->
+    true = ets:insert(?TAB, {{listen_side, Name}, Opts}),
+    ok.
+
+-spec kept_listen_side(term()) -> map().
+kept_listen_side(Name) ->
+    case ets:lookup(?TAB, {listen_side, Name}) of
+        [{_, Opts}] -> Opts;
+        [] -> #{}
+    end.
+
+-spec forget_listen_side(term()) -> ok.
+forget_listen_side(Name) ->
+    true = ets:delete(?TAB, {listen_side, Name}),
+    ok.
 
 %% @doc Set one field of a listener's row (e.g. its real port once bound).
 %% `{error, not_found}' if the listener is gone.
@@ -168,8 +193,12 @@ handle_info({'DOWN', MRef, process, Sup, _}, Monitors) ->
     case maps:take(MRef, Monitors) of
         {{Name, Sup}, Rest} ->
             case lookup(Name) of
-                {ok, #{sup := Sup}} -> delete_rows(Name);
-                _ -> ok   % already replaced by a newer supervisor
+                {ok, #{sup := Sup} = Info} ->
+                    delete_rows(Name),
+                    %% sluice_sup's listeners' is for their restart
+                    _ = maps:get(top, Info, false) orelse forget_listen_side(Name);
+                _ ->
+                    ok   % already replaced by a newer supervisor
             end,
             ok = delete_dead_lock(Name),
             {noreply, Rest};

@@ -27,10 +27,12 @@
          port_taken_at_resume_leaves_a_resumable_listener/1,
          one_bad_key_changes_nothing/1,
          sockets_owner_restart_uses_the_new_values/1,
+         listener_restart_keeps_the_listen_side_opened/1,
          own_socket_inet/1,
          own_socket_socket/1,
          own_socket_ssl/1,
          own_socket_kept_over_suspend_and_restart/1,
+         own_socket_listener_is_not_restarted/1,
          own_socket_bad_inputs/1,
          own_socket_listen_options_refused/1]).
 
@@ -45,10 +47,12 @@ all() ->
      port_taken_at_resume_leaves_a_resumable_listener,
      one_bad_key_changes_nothing,
      sockets_owner_restart_uses_the_new_values,
+     listener_restart_keeps_the_listen_side_opened,
      own_socket_inet,
      own_socket_socket,
      own_socket_ssl,
      own_socket_kept_over_suspend_and_restart,
+     own_socket_listener_is_not_restarted,
      own_socket_bad_inputs,
      own_socket_listen_options_refused].
 
@@ -325,6 +329,44 @@ sockets_owner_restart_uses_the_new_values(Config) ->
     echo(New),
     refused(Old).
 
+%% A listener moved to another port whose supervisor dies is restarted by
+%% sluice's supervisor from its child spec: it bound the port it had
+%% started on, another listener's by then, and failed, each time, until
+%% sluice's supervisor gave up, taking every listener of the node down.
+%% It comes back with the listen side it last opened its sockets with (a
+%% change stored and not opened yet may not open: here a port taken); a
+%% new start is the start's own options again.
+listener_restart_keeps_the_listen_side_opened(Config) ->
+    Name = {?config(name, Config), inet},
+    Other = {?config(name, Config), socket},
+    First = free_port(),
+    Sup = start(Name, inet, #{port => First, num_acceptors => 3}),
+    Second = free_port(),
+    ok = sluice:set_transport_opts(Name, #{port => Second, num_acceptors => 5}),
+    ok = sluice:suspend(Name),
+    ok = sluice:resume(Name),
+    echo(Second),
+    start(Other, inet, #{port => First}),
+    ok = sluice:set_transport_opts(Name, #{port => First}),
+    Top = whereis(sluice_sup),
+    exit(Sup, kill),
+    ok = sluice_test_lib:wait_until(
+           fun() ->
+                   case sluice_registry:lookup(Name) of
+                       {ok, #{sup := Sup2, port := Second}} when Sup2 =/= Sup ->
+                           length(sluice_test_lib:acceptor_pids(Name)) =:= 5;
+                       _ ->
+                           false
+                   end
+           end, 5000),
+    ?assertEqual(Top, whereis(sluice_sup)),
+    echo(Second),
+    echo(First),
+    ?assertMatch({ok, #{port := Second, num_acceptors := 5}}, sluice:get_transport_opts(Name)),
+    ok = sluice:stop_listener(Name),
+    start(Name, inet, #{port => 0}),
+    ?assertMatch({ok, #{port := 0, num_acceptors := 10}}, sluice:get_transport_opts(Name)).
+
 %%% ------------------------------------------------------------------
 %%% A listen socket of one's own
 %%% ------------------------------------------------------------------
@@ -420,6 +462,34 @@ own_socket_kept(Config, T) ->
     echo(Port),
     ok = sluice:stop_listener(Name),
     ?assertNot(Open()).
+
+%% A listener on a socket of the user's whose supervisor dies cannot
+%% come back: the socket closed with its owner, that supervisor. Restarted
+%% by sluice_sup, each try failed on the closed socket, and sluice_sup gave
+%% up after ten, with every other listener of the node and the sluice
+%% application. It ends alone, its name free for a new start.
+own_socket_listener_is_not_restarted(Config) ->
+    Name = {?config(name, Config), inet},
+    Other = {?config(name, Config), socket},
+    start(Other, inet, #{}),
+    OtherPort = sluice_test_lib:port(Other),
+    Top = whereis(sluice_sup),
+    {L, _Port, Open} = own_listen_socket(inet),
+    Sup = start(Name, inet, #{listen_socket => L}),
+    exit(Sup, kill),
+    ok = sluice_test_lib:wait_until(fun() -> not Open() end, 5000),
+    ok = sluice_test_lib:wait_until(
+           fun() -> not lists:member(Name, sluice:listeners()) end, 5000),
+    ?assertEqual(error, sluice_registry:lookup(Name)),
+    ?assertEqual(Top, whereis(sluice_sup)),
+    ?assertMatch(#{status := running}, sluice:info(Other)),
+    echo(OtherPort),
+    ?assertEqual({error, not_found}, sluice:stop_listener(Name)),
+    {L2, Port2, Open2} = own_listen_socket(inet),
+    start(Name, inet, #{listen_socket => L2}),
+    echo(Port2),
+    ok = sluice:stop_listener(Name),
+    ?assertNot(Open2()).
 
 own_listen_socket(inet) ->
     {ok, L} = gen_tcp:listen(0, [{ip, ?LOOPBACK}]),
