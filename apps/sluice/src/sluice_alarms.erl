@@ -244,8 +244,16 @@ check_now(St = #st{stats = Stats, alarms = Alarms}, Fired) ->
     St2 = lists:foldl(fun(N, S) -> fire(N, Live, S) end, St, Due),
     ok = sluice_stats:arm_alarms(Stats, armed(St2#st.alarms)),
     case Due of
-        [] -> St2;
-        _ -> check_now(St2, Fired ++ Due)
+        [] ->
+            %% A connection admitted between the count's read and the
+            %% arming was compared with no threshold (the alarms were
+            %% off): read again, and look again if the count moved.
+            case sluice_stats:live(Stats) of
+                Live -> St2;
+                _ -> check_now(St2, Fired)
+            end;
+        _ ->
+            check_now(St2, Fired ++ Due)
     end.
 
 %% The lowest threshold of the alarms not cooling down (those of cooldown
