@@ -16,14 +16,15 @@
 
 %% @doc Whether the arguments are ones wait_for_connections/5 takes (the
 %% caller raises badarg otherwise, as ranch does): an Op of the five, a
-%% count, a `<' that can be met (ranch refuses `< 0' too), an interval and
-%% a timeout in ms.
+%% count, a `<' that can be met (ranch refuses `< 0' too), an interval (at
+%% least 1 ms) and a timeout in ms.
 -spec valid(term(), term(), term(), term()) -> boolean().
 valid(Op, N, Interval, Timeout) ->
     lists:member(Op, ['>', '>=', '==', '=<', '<'])
         andalso is_integer(N) andalso N >= 0
         andalso not (Op =:= '<' andalso N =:= 0)
-        andalso is_ms(Interval)
+        %% 0 would poll without a pause, copying the listener's row each time
+        andalso is_ms(Interval) andalso Interval > 0
         andalso (Timeout =:= infinity orelse is_ms(Timeout)).
 
 is_ms(Ms) ->

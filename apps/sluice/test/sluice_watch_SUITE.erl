@@ -163,7 +163,7 @@ wait_errors(Config) ->
     _ = start(Config, #{}),
     [?assertError(badarg, sluice:wait_for_connections(Name, Op, N, I, T), {Op, N, I, T})
      || {Op, N, I, T} <- [{'=:=', 1, 10, 100}, {'<', 0, 10, 100}, {'>', -1, 10, 100},
-                          {'>', 1.0, 10, 100}, {'>', 1, -1, 100}, {'>', 1, 10, -1},
+                          {'>', 1.0, 10, 100}, {'>', 1, -1, 100}, {'>', 1, 0, 100}, {'>', 1, 10, -1},
                           {'>', 1, 10, 1 bsl 32}, {'>', 1, infinity, 100}]],
     ?assertError(badarg, sluice:wait_for_connections(Name, '<', 0)),
     ?assertError(badarg, sluice:wait_for_connections(Name, '>', 1, foo)),
