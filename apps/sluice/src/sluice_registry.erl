@@ -118,6 +118,13 @@ listeners() ->
 %% the kernel and never served) or acceptors on closed sockets. A row of
 %% the table, not a call to this server, which a listener that stops may
 %% keep busy; a lock whose holder died is taken over. Re-entrant.
+%%
+%% Taken in turn: the row holds the callers waiting, in the order they
+%% came, and the holder hands the lock to the first of them. A waiter
+%% that only looked again every few ms never had it while another process
+%% called suspend/1 and resume/1 in a loop (that one took it back within
+%% microseconds of letting it go): its drain/2 or set_transport_opts/2
+%% waited as long as the loop ran.
 -spec with_lock(term(), fun(() -> T)) -> T.
 with_lock(Name, Fun) ->
     Key = {lock, Name},
@@ -126,28 +133,82 @@ with_lock(Name, Fun) ->
             Fun();
         taken ->
             try Fun()
-            after ets:delete_object(?TAB, {Key, self()})
+            after unlock(Key)
             end
     end.
 
+%% The row: {Key, Holder, Waiters}; changed only by compare-and-swap
+%% (swap/3), as several processes change it.
 lock(Key) ->
-    case ets:insert_new(?TAB, {Key, self()}) of
-        true ->
-            taken;
+    case ets:insert_new(?TAB, {Key, self(), []}) of
+        true -> taken;
         false ->
             case ets:lookup(?TAB, Key) of
-                [{_, Holder}] when Holder =:= self() ->
-                    held;
-                [{_, Holder}] ->
-                    _ = case is_process_alive(Holder) of
-                            true -> receive after ?LOCK_POLL_MS -> ok end;
-                            false -> ets:delete_object(?TAB, {Key, Holder})
-                        end,
-                    lock(Key);
-                [] ->
-                    lock(Key)
+                [{_, Holder, _}] when Holder =:= self() -> held;
+                _ -> wait(Key)
             end
     end.
+
+%% In the queue until the lock is handed over (or found free, or its
+%% holder dead: then the first waiter alive takes it).
+wait(Key) ->
+    case ets:lookup(?TAB, Key) of
+        [] ->
+            case ets:insert_new(?TAB, {Key, self(), []}) of
+                true -> taken;
+                false -> wait(Key)
+            end;
+        [{_, Holder, _}] when Holder =:= self() ->
+            taken;
+        [{_, Holder} = Old] ->
+            %% the shape of a lock taken by this module's code before
+            %% the queue (a code upgrade in the middle of a suspend/1)
+            _ = is_process_alive(Holder) orelse ets:delete_object(?TAB, Old),
+            receive after ?LOCK_POLL_MS -> wait(Key) end;
+        [{_, Holder, Waiters} = Row] ->
+            Alive = is_process_alive(Holder),
+            case lists:member(self(), Waiters) of
+                false ->
+                    _ = swap(Key, Row, {Key, Holder, Waiters ++ [self()]}),
+                    wait(Key);
+                true when Alive ->
+                    receive after ?LOCK_POLL_MS -> wait(Key) end;
+                true ->
+                    %% the holder died holding it (or died as it was
+                    %% handed the lock): the next in line has it
+                    [Next | Rest] = [P || P <- Waiters, P =:= self() orelse is_process_alive(P)],
+                    _ = swap(Key, Row, {Key, Next, Rest}),
+                    wait(Key)
+            end
+    end.
+
+%% To the first waiter alive (one killed as it waited is passed over),
+%% or free.
+unlock(Key) ->
+    case ets:lookup(?TAB, Key) of
+        [{_, Holder, Waiters} = Row] when Holder =:= self() ->
+            Done = case [P || P <- Waiters, is_process_alive(P)] of
+                       [] -> ets:select_delete(?TAB, [{{'$1', '$2', '$3'}, same(Row), [true]}]) =:= 1;
+                       [Next | Rest] -> swap(Key, Row, {Key, Next, Rest})
+                   end,
+            %% not done: a waiter came meanwhile
+            _ = Done orelse unlock(Key),
+            ok;
+        _ ->
+            ok   % taken over (this process was taken for dead: it never is)
+    end.
+
+%% Row replaced by {Key, Holder, Waiters} if it is still Row (the key
+%% kept as matched: select_replace/2 takes no other).
+swap(_Key, Row, {_, Holder, Waiters}) ->
+    ets:select_replace(?TAB, [{{'$1', '$2', '$3'}, same(Row),
+                               [{{'$1', {const, Holder}, {const, Waiters}}}]}]) =:= 1.
+
+%% The guards of a match on Row's fields: a listener's name is any term
+%% (an atom such as '_' in it would be a pattern's wildcard).
+same({Key, Holder, Waiters}) ->
+    [{'=:=', '$1', {const, Key}}, {'=:=', '$2', {const, Holder}},
+     {'=:=', '$3', {const, Waiters}}].
 
 %% gen_server
 
@@ -228,11 +289,12 @@ insert_listener(Name, Sup, Info, Monitors) ->
 
 %% A lock (with_lock/2) left by a process that died holding it, on a
 %% listener that is gone: nobody may come to take it over. One whose holder
-%% lives is deleted by that holder.
+%% or a waiter lives is deleted by them.
 delete_dead_lock(Name) ->
     case ets:lookup(?TAB, {lock, Name}) of
-        [{_, Holder} = Row] ->
-            _ = is_process_alive(Holder) orelse ets:delete_object(?TAB, Row),
+        [{_, Holder, Waiters} = Row] ->
+            _ = lists:any(fun erlang:is_process_alive/1, [Holder | Waiters])
+                orelse ets:delete_object(?TAB, Row),
             ok;
         [] ->
             ok
