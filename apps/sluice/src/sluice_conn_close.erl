@@ -272,12 +272,8 @@ stop(Reason, S = #s{listener = Name, started = Started}) ->
 %% A sluice:recv/3 in the callback that closed (`close', `reply_close', a
 %% drain's graceful close after it, a crash) left what it read past what
 %% it returned for the loop, which will not run again: dropped with the
-%% connection, but read from the socket, so counted in bytes_in as the
-%% loop would have when handing it to handle_data/2. Once per connection,
-%% at its end: the read path does not look for it.
+%% connection, counted (sluice_conn_recv:unhandled/2). Once per
+%% connection, at its end: the read path does not look for it.
 recv_left(#s{stats = Stats, woke = Woke}) ->
-    case sluice_conn_recv:pending(Woke) of
-        {<<>>, _End} -> ok;
-        {Rest, _End} -> sluice_stats:received(Stats, byte_size(Rest));
-        none -> ok
-    end.
+    _ = sluice_conn_recv:unhandled(Stats, Woke),
+    ok.

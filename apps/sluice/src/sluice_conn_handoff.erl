@@ -105,13 +105,13 @@ transfer(To, Rest, S = #s{t = T, ts = TS}) ->
             %% what it returned for the loop, which will not run again:
             %% those bytes came after Rest and before what the transport
             %% delivered since (recv stopped its delivery).
-            Recv = case sluice_conn_recv:pending(S#s.woke) of
+            Recv = case sluice_conn_recv:unhandled(S#s.stats, S#s.woke) of
                        {Bytes, _End} -> Bytes;
                        none -> <<>>
                    end,
             %% Read from the client, and counted so (bytes_in) as any
             %% chunk is when it is read: Rest was, with its chunk.
-            _ = case iolist_size([Recv | Delivered]) of
+            _ = case iolist_size(Delivered) of
                     0 -> ok;
                     Unread -> sluice_stats:received(S#s.stats, Unread)
                 end,

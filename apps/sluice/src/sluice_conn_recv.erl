@@ -56,7 +56,7 @@
 %% @private
 -module(sluice_conn_recv).
 
--export([recv/3, context/4, pending/1, taken/2]).
+-export([recv/3, context/4, pending/1, unhandled/2, taken/2]).
 
 %% The process dictionary's key for the connection's context (context/4).
 -define(KEY, '$sluice_recv').
@@ -181,6 +181,22 @@ pending(Woke) ->
     receive
         {?MSG, _, _, _} = Msg -> taken(Msg, Woke)
     after 0 -> none
+    end.
+
+%% @doc pending/1 where the bytes will not reach handle_data/2, whose
+%% read counts them: the connection closes (they are dropped with it), is
+%% handed off (they go to the new owner) or refuses a STARTTLS they came
+%% behind. Read from the client all the same, they are counted in
+%% bytes_in here, once, whichever way the connection goes.
+-spec unhandled(sluice_stats:stats(), sluice_sweep:woke_table()) ->
+          {binary(), ending()} | none.
+unhandled(Stats, Woke) ->
+    case pending(Woke) of
+        {Rest, _End} = Left when Rest =/= <<>> ->
+            ok = sluice_stats:received(Stats, byte_size(Rest)),
+            Left;
+        Left ->
+            Left
     end.
 
 %% @doc What pending/1 makes of a recv's message the loop took itself.

@@ -89,7 +89,8 @@ release(Owed, Reply, Pipelined, ReadPending, Opts, S) ->
     %% client closed: plaintext pipelined too, or the client's close. It
     %% may also have taken the answer of a read of mode `false' that was
     %% pending: the go-ahead then reads as if one were (first_bytes/3).
-    Recv = sluice_conn_recv:pending(S#s.woke),
+    %% (counted: sluice_conn_recv:unhandled/2)
+    Recv = sluice_conn_recv:unhandled(S#s.stats, S#s.woke),
     case recv_left(Recv, sluice_transport_inet:release(S#s.ts)) of
         {ok, Sock, Unread} ->
             case Pipelined orelse Unread =/= [] orelse framed(S) of

@@ -526,7 +526,11 @@ starttls_after_recv_refuses_what_it_read_past(Config) ->
     %% no "GO": closed
     ?assertMatch({error, _}, gen_tcp:recv(C, 0, 5000)),
     sluice_test_lib:wait_info(Name, connections, 0, 5000),
-    ?assertEqual(1, maps:get(protocol_error, maps:get(close_reasons, sluice:info(Name)))).
+    ?assertEqual(1, maps:get(protocol_error, maps:get(close_reasons, sluice:info(Name)))),
+    %% every byte read from the client, those recv read past too (5 of
+    %% the 9 were counted: the hand-off and the close counted them, a
+    %% refused STARTTLS did not)
+    ?assertMatch(#{bytes_in := 9}, sluice:info(Name)).
 
 %% recv on a connection upgraded by STARTTLS reads TLS plaintext.
 recv_over_tls_after_starttls(Config) ->
