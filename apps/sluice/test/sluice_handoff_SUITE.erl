@@ -109,14 +109,7 @@ start(Config, Opts) ->
 
 %% A client of the group's transport: {Module, Socket}.
 client(Config, Port) ->
-    case ?config(transport, Config) of
-        ssl ->
-            {ok, S} = sluice_tls_test_lib:connect(Port, Config),
-            {ssl, S};
-        _ ->
-            {ok, S} = sluice_test_lib:connect(Port),
-            {gen_tcp, S}
-    end.
+    sluice_tls_test_lib:client(Port, Config).
 
 send({M, S}, Data) -> ok = M:send(S, Data).
 

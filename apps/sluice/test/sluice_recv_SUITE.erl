@@ -151,23 +151,13 @@ client(Config, Port) ->
     {C, Pid}.
 
 connect(Config, Port) ->
-    case ?config(transport, Config) of
-        ssl ->
-            {ok, S} = sluice_tls_test_lib:connect(Port, Config),
-            {ssl, S};
-        _ ->
-            {ok, S} = sluice_test_lib:connect(Port),
-            {tcp, S}
-    end.
+    sluice_tls_test_lib:client(Port, Config).
 
-send({tcp, S}, Data) -> ok = gen_tcp:send(S, Data);
-send({ssl, S}, Data) -> ok = ssl:send(S, Data).
+send({M, S}, Data) -> ok = M:send(S, Data).
 
-recv({tcp, S}, N) -> gen_tcp:recv(S, N, 5000);
-recv({ssl, S}, N) -> ssl:recv(S, N, 5000).
+recv({M, S}, N) -> M:recv(S, N, 5000).
 
-close({tcp, S}) -> gen_tcp:close(S);
-close({ssl, S}) -> ssl:close(S).
+close({M, S}) -> M:close(S).
 
 msg(Body) ->
     <<(byte_size(Body)):32, Body/binary>>.
@@ -506,18 +496,13 @@ proxy_prefix_comes_first(Config) ->
     {ok, S} = sluice_test_lib:connect(Port),
     Header = <<"PROXY TCP4 10.0.0.1 10.0.0.2 1111 2222\r\n">>,
     ok = gen_tcp:send(S, [Header, <<"HELLO">>, msg(<<"first">>)]),
-    greeted(Config, {tcp, S}).
+    greeted(Config, {gen_tcp, S}).
 
 %% A handler that reads with recv, then asks for STARTTLS in the same
 %% callback: the bytes recv read past what it returned are plaintext
 %% pipelined past STARTTLS, refused as such (sluice_conn_starttls).
 starttls_after_recv_refuses_what_it_read_past(Config) ->
-    Name = ?config(name, Config),
-    Port = starttls_listener(Config),
-    {ok, C} = sluice_test_lib:connect(Port),
-    Pid = receive {init, P, _} -> P after 5000 -> error(no_init) end,
-    ok = gen_tcp:send(C, <<"S">>),
-    receive {cmd, Pid} -> ok after 5000 -> error(no_cmd) end,
+    {Name, C, Pid} = starttls_asked(Config),
     %% the argument and 4 bytes more in one write: the handler's recv(4)
     %% reads past into "EVIL"
     ok = gen_tcp:send(C, <<"TLS!EVIL">>),
@@ -532,14 +517,19 @@ starttls_after_recv_refuses_what_it_read_past(Config) ->
     %% refused STARTTLS did not)
     ?assertMatch(#{bytes_in := 9}, sluice:info(Name)).
 
-%% recv on a connection upgraded by STARTTLS reads TLS plaintext.
-recv_over_tls_after_starttls(Config) ->
-    Name = ?config(name, Config),
+%% A client of the STARTTLS listener whose handler has its command `S'
+%% and waits in a recv for its argument.
+starttls_asked(Config) ->
     Port = starttls_listener(Config),
     {ok, C} = sluice_test_lib:connect(Port),
     Pid = receive {init, P, _} -> P after 5000 -> error(no_init) end,
     ok = gen_tcp:send(C, <<"S">>),
     receive {cmd, Pid} -> ok after 5000 -> error(no_cmd) end,
+    {?config(name, Config), C, Pid}.
+
+%% recv on a connection upgraded by STARTTLS reads TLS plaintext.
+recv_over_tls_after_starttls(Config) ->
+    {Name, C, Pid} = starttls_asked(Config),
     ok = gen_tcp:send(C, <<"TLS!">>),
     ?assertEqual({ok, <<"GO">>}, gen_tcp:recv(C, 2, 5000)),
     {ok, S} = ssl:connect(C, [binary, {active, false} | sluice_tls_test_lib:client_opts(Config)],

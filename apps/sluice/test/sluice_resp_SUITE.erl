@@ -341,15 +341,7 @@ cmd(Args) ->
                       [[$$, integer_to_binary(byte_size(A)), "\r\n", A, "\r\n"] || A <- Args]]).
 
 connect(Config, Name) ->
-    Port = sluice_test_lib:port(Name),
-    case ?config(transport, Config) of
-        ssl ->
-            {ok, S} = sluice_tls_test_lib:connect(Port, Config),
-            {ssl, S};
-        _ ->
-            {ok, S} = sluice_test_lib:connect(Port),
-            {gen_tcp, S}
-    end.
+    sluice_tls_test_lib:client(sluice_test_lib:port(Name), Config).
 
 send({M, S}, Data) -> M:send(S, Data).
 

@@ -9,7 +9,7 @@
 
 -export([init_per_suite/1, certs/0, server_opts/1, client_opts/1, write_pem/2]).
 -export([client_hello/2]).
--export([connect/2, connect/3, tcp_connect/1, reset/1, ack_pipeline/3, recv_exactly/3,
+-export([client/2, connect/2, connect/3, tcp_connect/1, reset/1, ack_pipeline/3, recv_exactly/3,
          recv_until_closed/2, echo_check/3]).
 -export([start_relay/1, relay_result/2]).
 -export([start_lb/3]).
@@ -83,6 +83,19 @@ client_hello(Config, Extra) ->
     <<Head/binary, Body/binary>>.
 
 %%% Clients ---------------------------------------------------------------
+
+%% A passive binary client of the group's transport (`transport' in
+%% Config: ssl, or any TCP one), tagged with the module that reads and
+%% writes it: `{ssl, S}' or `{gen_tcp, S}', for M:send/2, M:recv/3, M:close/1.
+client(Port, Config) ->
+    case proplists:get_value(transport, Config) of
+        ssl ->
+            {ok, S} = connect(Port, Config),
+            {ssl, S};
+        _ ->
+            {ok, S} = sluice_test_lib:connect(Port),
+            {gen_tcp, S}
+    end.
 
 connect(Port, Config) ->
     connect(Port, Config, []).
