@@ -43,7 +43,7 @@
 -export([template/3, template_opts/2, init/3, wake/1, unpark/5,
          code_change_parked/4]).
 %% STARTTLS (sluice_conn_starttls)
--export([on_tls/2]).
+-export([on_tls/3]).
 %% the adaptive grant's rule, a pure function (sluice_conn_tests)
 -export([adapt_grant/5]).
 
@@ -298,7 +298,7 @@ unpark(Parent, Sock, Parked, TS, {S00, _L, _Gate}) ->
         {sluice_go, Sock, Event} ->
             TS2 = T:unpark(TS),
             %% The handler's Conn names the pid that parked (sluice:recv/3)
-            ok = sluice_conn_recv:context(T, TS2, S0#s.stats, Frame),
+            ok = sluice_conn_recv:context(T, TS2, T:info(TS2), S0#s.stats, Frame),
             resumed(Event, S0#s{parent = Parent, ts = TS2, hstate = HState, frame = Frame,
                                 started = Started,
                                 has = sluice_conn_handler:optional(S0#s.handler),
@@ -545,15 +545,17 @@ upgraded({handoff, Owed, Reply, To, Rest, S}) ->
 %% @doc The connection's state once it is on TLS (sluice_conn_starttls),
 %% `TS' the ssl transport's: the calls it makes through its transport and
 %% the shapes of its messages, as template/3 and init/3 set them for a
-%% connection of an `ssl' listener. Nothing is armed.
--spec on_tls(sluice_transport:tstate(), #s{}) -> #s{}.
-on_tls(TS, S) ->
+%% connection of an `ssl' listener. Nothing is armed. `Info': the ssl
+%% transport's info/1 of it, which STARTTLS asked for already (recv's
+%% context is made from it, not asked for again).
+-spec on_tls(sluice_transport:tstate(), map(), #s{}) -> #s{}.
+on_tls(TS, Info, S) ->
     T = sluice_transport_ssl,
     S2 = S#s{t = T, ts = TS, classify = fun T:classify/2, send = fun T:send/2,
              activate = fun T:activate/2, small_read = small_read(T, 0),
              send_slice = T:send_slice(), credit = 0, exhausted = false},
     %% The handler's Conn names the plaintext socket (sluice:recv/3)
-    ok = sluice_conn_recv:context(T, TS, S#s.stats, S#s.frame),
+    ok = sluice_conn_recv:context(T, TS, Info, S#s.stats, S#s.frame),
     S2#s{sent_ack = sent_ack(T, TS), data_tag = data_tag(S2, TS)}.
 
 %% The listener drains. A handler that closes then closes gracefully:

@@ -28,7 +28,7 @@
 %% the process of a connection that never calls recv, whose handler would
 %% see it (its dictionary, `get/0'). Only where `Conn' no longer says the
 %% truth does the connection keep what recv needs in its process
-%% dictionary (context/4): after a STARTTLS (`Conn' names the plaintext
+%% dictionary (context/5): after a STARTTLS (`Conn' names the plaintext
 %% socket, the reads are ssl's) and in a parked connection's new process
 %% (`Conn' names the pid that parked), both asked for by the handler or
 %% the listener's options.
@@ -56,9 +56,9 @@
 %% @private
 -module(sluice_conn_recv).
 
--export([recv/3, context/4, pending/1, unhandled/2, taken/2]).
+-export([recv/3, context/5, pending/1, unhandled/2, taken/2]).
 
-%% The process dictionary's key for the connection's context (context/4).
+%% The process dictionary's key for the connection's context (context/5).
 -define(KEY, '$sluice_recv').
 %% The message a recv leaves for the loop.
 -define(MSG, '$sluice_recv').
@@ -69,10 +69,12 @@
 %% @doc Keep what recv/3 needs of a connection whose handler's `Conn' no
 %% longer says it (see the module's doc): when it moves to TLS (STARTTLS),
 %% and in a parked connection's new process.
--spec context(module(), sluice_transport:tstate(), sluice_stats:stats(),
+%% `Info': what the transport's info/1 said of the connection now (for
+%% TLS, ssl's socket in it), which the caller has.
+-spec context(module(), sluice_transport:tstate(), map(), sluice_stats:stats(),
               none | sluice_frame:state()) -> ok.
-context(T, TS, Stats, Frame) ->
-    Conn = maps:merge(#{transport => T, socket => T:socket(TS)}, T:info(TS)),
+context(T, TS, Info, Stats, Frame) ->
+    Conn = maps:merge(#{transport => T, socket => T:socket(TS)}, Info),
     _ = put(?KEY, {Conn, Stats, Frame =/= none}),
     ok.
 

@@ -237,8 +237,8 @@ handshake(Sock, Prefix, Deadline, {Bound, Seen}, Opts, S) ->
                                                     handshake_timeout := sluice_deadline:left(End)}) of
         {ok, TS} ->
             ok = drain_again(Seen),
-            #{tls := Tls} = sluice_transport_ssl:info(TS),
-            {ok, Tls, sluice_conn:on_tls(TS, S)};
+            Info = #{tls := Tls} = sluice_transport_ssl:info(TS),
+            {ok, Tls, sluice_conn:on_tls(TS, Info, S)};
         {error, timeout} ->
             {stop, waited_out(Deadline, Bound), S};
         {error, Reason} ->
