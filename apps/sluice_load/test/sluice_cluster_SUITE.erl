@@ -196,27 +196,40 @@ a_hung_node_is_not_counted_as_drained(Config) ->
         ct:log("after SIGTERM: ~p~n~s", [Status, [[L, $\n] || L <- After]]),
         ?assertEqual(0, Status),
         ?assert(lists:any(fun(L) -> binary:match(L, <<"drained 1 nodes">>) =/= nomatch end, After)),
-        ?assert(lists:any(fun(L) -> binary:match(L, list_to_binary("node " ++ Hung ++ " did not drain")) =/= nomatch end, After))
+        ?assert(lists:any(fun(L) -> binary:match(L, list_to_binary("node " ++ Hung ++ " did not drain")) =/= nomatch end, After)),
+        %% "cut": the hung node is gone (it held its connections, and
+        %% the command's stderr, which its standard I/O inherits)
+        ?assertEqual(gone, os_process(HungPid))
     after
         os:cmd("kill -9 " ++ HungPid)
+    end.
+
+%% `gone' once the OS process has exited (a zombie has exited too).
+os_process(OsPid) ->
+    case string:trim(os:cmd("ps -o stat= -p " ++ OsPid)) of
+        "" -> gone;
+        "Z" ++ _ -> gone;
+        Stat -> {running, Stat}
     end.
 
 %% --hosts starts each node through ssh (here $SLUICE_SSH, a stand-in that
 %% logs its arguments and runs the command locally; $SLUICE_DIST_HOST names
 %% this host for the nodes): the same path as on real hosts. Two nodes on
 %% "host" 127.0.0.1 serve, the stand-in ran once per node with `-T HOST',
-%% and SIGTERM ends it with 0.
+%% and SIGTERM ends it with 0. The stand-in's "remote" home holds another
+%% cookie: the nodes get the CLI node's, and not on the ssh command line,
+%% which ps shows to every user of both hosts.
 hosts_start_nodes_through_ssh(Config) ->
-    Dir = ?config(priv_dir, Config),
-    Log = filename:join(Dir, "ssh.log"),
-    Ssh = filename:join(Dir, "fake-ssh"),
-    ok = file:write_file(Ssh, ["#!/bin/sh\necho \"$1 $2\" >> ", Log, "\nshift 2\nexec \"$@\"\n"]),
-    ok = file:change_mode(Ssh, 8#755),
+    {Ssh, Log} = sluice_load_test_lib:fake_ssh(?config(priv_dir, Config), 2, "fake-ssh"),
     Env = [{"SLUICE_SSH", Ssh}, {"SLUICE_DIST_HOST", "127.0.0.1"}],
     {Port, OsPid, TcpPort, _Url, _} = serve(Config, ["--nodes", "2", "--hosts", "127.0.0.1"], Env),
     Socks = [ping_connect(TcpPort) || _ <- lists:seq(1, 4)],
     {ok, Logged} = file:read_file(Log),
-    ?assertEqual([<<"-T 127.0.0.1">>, <<"-T 127.0.0.1">>], string:lexemes(Logged, "\n")),
+    ct:log("ssh was given: ~s", [Logged]),
+    ?assertMatch([<<"-T 127.0.0.1 ", _/binary>>, <<"-T 127.0.0.1 ", _/binary>>],
+                 string:lexemes(Logged, "\n")),
+    ?assertEqual(nomatch, string:find(Logged, "setcookie")),
+    ?assertEqual(nomatch, string:find(Logged, sluice_load_test_lib:cookie())),
     [gen_tcp:close(S) || S <- Socks],
     signal("TERM", OsPid),
     {Status, After} = sluice_load_test_lib:wait_exit(Port, 15000),

@@ -12,6 +12,7 @@
          nodes_run_engines_on_local_peers/1,
          remote_hosts_path_with_a_stand_in_for_ssh/1,
          a_dotted_host_gets_long_node_names/1,
+         remote_nodes_get_the_cookie_off_the_command_line/1,
          scale_holds_connections_and_reports_server_memory/1,
          bad_options_exit_2_with_one_line/1,
          sigterm_ends_the_run_with_a_report/1,
@@ -28,6 +29,7 @@ suite() -> [{timetrap, {seconds, 60}}].
 all() ->
     [engines_merge_counts_and_histograms, nodes_run_engines_on_local_peers,
      remote_hosts_path_with_a_stand_in_for_ssh, a_dotted_host_gets_long_node_names,
+     remote_nodes_get_the_cookie_off_the_command_line,
      scale_holds_connections_and_reports_server_memory,
      bad_options_exit_2_with_one_line, sigterm_ends_the_run_with_a_report,
      sigterm_while_the_nodes_start_ends_the_run_with_a_report,
@@ -143,6 +145,24 @@ a_dotted_host_gets_long_node_names(Config) ->
     [Node] = [get(node, P) || P <- get(placement, J)],
     ?assertEqual(<<"127.0.0.1">>, lists:last(binary:split(Node, <<"@">>))),
     ?assertEqual(4, get(established, get(connect, J))).
+
+%% A node on another host gets the coordinator's cookie, but not on the
+%% ssh command line, which ps shows to every user of both hosts (whoever
+%% has the cookie can run anything on the nodes): the stand-in's "remote"
+%% home holds another cookie, the node joins all the same, and the cookie
+%% is nowhere in what ssh was given.
+remote_nodes_get_the_cookie_off_the_command_line(Config) ->
+    Port = start_ref(Config),
+    {Ssh, Log} = sluice_load_test_lib:fake_ssh(?config(priv_dir, Config), 1, "cookie-ssh"),
+    J = load_ok(Config, ["--scenario", "ping", "--nodes", "127.0.0.1", "--ssh", Ssh,
+                         "--port", Port, "--conns", "4", "--interval", "200",
+                         "--duration", "0.4"]),
+    ?assertEqual(4, get(established, get(connect, J))),
+    {ok, Logged} = file:read_file(Log),
+    ct:log("ssh was given: ~s", [Logged]),
+    ?assertMatch([_], string:lexemes(Logged, "\n")),
+    ?assertEqual(nomatch, string:find(Logged, "setcookie")),
+    ?assertEqual(nomatch, string:find(Logged, sluice_load_test_lib:cookie())).
 
 %% The scale scenario: 2,000 connections from 2 engines on 2 source
 %% addresses, ramped at a rate, held for 2 rounds with no timeout, each

@@ -5,7 +5,7 @@
 
 -export([repo_root/0, priv_dir/0, start_reaper/1, stop_reaper/1, reap/2, ipv6_loopback/0]).
 -export([run_lines/3, run_lines/4, sluice/2, sluice/3, sluice_exit/2, signal/2,
-         wait_line/3, wait_exit/2, built_bin/1]).
+         wait_line/3, wait_exit/2, built_bin/1, fake_ssh/3, cookie/0]).
 
 %% @doc The repository root: the first ancestor of this module (source or
 %% beam) that holds bin/sluice.
@@ -173,3 +173,32 @@ wait_exit(Port, Deadline, Acc) ->
     after Left ->
             {timeout, lists:reverse(Acc)}
     end.
+
+%% @doc A stand-in for ssh at Dir/fake-ssh that logs all its arguments
+%% (one line a call) to the file it returns, drops the first `Drop' (the
+%% host and its options) and runs the rest here as if on another host:
+%% with HOME at Dir/remote-home, whose ~/.erlang.cookie is not this
+%% user's. A node started through it that joins the caller got the
+%% caller's cookie some other way than from its home.
+-spec fake_ssh(file:filename(), pos_integer(), string()) -> {file:filename(), file:filename()}.
+fake_ssh(Dir, Drop, Name) ->
+    Home = filename:join(Dir, Name ++ "-home"),
+    Cookie = filename:join(Home, ".erlang.cookie"),
+    ok = filelib:ensure_dir(Cookie),
+    _ = file:change_mode(Cookie, 8#600),
+    ok = file:write_file(Cookie, "NOTTHECALLERSCOOKIE"),
+    ok = file:change_mode(Cookie, 8#400),
+    Ssh = filename:join(Dir, Name),
+    Log = filename:join(Dir, Name ++ ".log"),
+    ok = file:write_file(Ssh, ["#!/bin/sh\necho \"$@\" >> '", Log, "'\n",
+                               "shift ", integer_to_list(Drop), "\n",
+                               "HOME='", Home, "' exec \"$@\"\n"]),
+    ok = file:change_mode(Ssh, 8#755),
+    {Ssh, Log}.
+
+%% @doc This user's cookie, which bin/sluice's distributed VM takes.
+-spec cookie() -> string().
+cookie() ->
+    {ok, [[Home]]} = init:get_argument(home),
+    {ok, B} = file:read_file(filename:join(Home, ".erlang.cookie")),
+    string:trim(binary_to_list(B)).

@@ -4,7 +4,7 @@
 %% layout change (a release, another profile) is made in one place.
 -module(sluice_build).
 
--export([root/0, program/1, erl/0, code_path/0, cookie_args/1]).
+-export([root/0, program/1, erl/0, code_path/0, give_cookie/2]).
 
 %% @doc The repository: this module's beam sits in
 %% ROOT/_build/PROFILE/lib/sluice_load/ebin.
@@ -42,29 +42,17 @@ code_path() ->
     Otp = code:root_dir(),
     [D || D <- code:get_path(), D =/= ".", not lists:prefix(Otp, D)].
 
-%% @doc The arguments that give a node started from this VM (distributed)
-%% its cookie. None for a node on this host when it reads the same cookie
-%% from ~/.erlang.cookie itself (unless SLUICE_ERL_FLAGS set another, that
-%% is where this VM's came from): on a command line the cookie is shown by
-%% ps to every user of the host, and whoever has it can connect to the
-%% node and run anything there as its user. A node on another host gets
-%% `-setcookie': its ~/.erlang.cookie may hold another.
--spec cookie_args(local | remote) -> [string()].
-cookie_args(local) ->
-    Cookie = atom_to_list(erlang:get_cookie()),
-    case init:get_argument(home) of
-        {ok, [[Home]]} ->
-            case file:read_file(filename:join(Home, ".erlang.cookie")) of
-                {ok, B} ->
-                    case string:trim(binary_to_list(B)) of
-                        Cookie -> [];
-                        _ -> ["-setcookie", Cookie]
-                    end;
-                {error, _} ->
-                    ["-setcookie", Cookie]
-            end;
-        _ ->
-            ["-setcookie", Cookie]
-    end;
-cookie_args(remote) ->
-    ["-setcookie", atom_to_list(erlang:get_cookie())].
+%% @doc Give a node started from this VM with `peer' (its control channel
+%% the standard I/O of the command that started it) this VM's cookie,
+%% through that channel, before this VM connects to it. Never on a command
+%% line: there `ps' shows it to every user of the host (and, over ssh, of
+%% both hosts), and whoever has it can connect to the node and run
+%% anything there as its user. Until then the node has the cookie of its
+%% own host's ~/.erlang.cookie, as any `erl -name' there.
+-spec give_cookie(pid(), node()) -> ok | {error, term()}.
+give_cookie(Peer, Node) ->
+    try peer:call(Peer, erlang, set_cookie, [Node, erlang:get_cookie()], 15000) of
+        true -> ok;
+        Other -> {error, Other}
+    catch Class:Reason -> {error, {Class, Reason}}
+    end.

@@ -7,7 +7,8 @@
 %% distribution, which carries the engines' progress and results back.
 %%
 %% This VM becomes a distributed node on demand (net_kernel:start/2, after
-%% making sure epmd runs); the peers get its cookie. Engines on a node need
+%% making sure epmd runs); the peers get its cookie over their control
+%% channel, not on a command line (sluice_build:give_cookie/2). Engines on a node need
 %% only the module `sluice_load_engine', which is loaded onto each peer
 %% from here, and the C binary at the path the coordinator names.
 -module(sluice_load_nodes).
@@ -56,8 +57,7 @@ start_all([Host | Rest], Opts, I, Acc) ->
 
 start_one(Host, #{ssh := Ssh, erl := Erl}, I) ->
     Name = lists:flatten(io_lib:format("~s_e~b", [base_name(), I])),
-    Args = sluice_build:cookie_args(case Host of local -> local; _ -> remote end)
-        ++ ["-hidden", "-kernel", "net_setuptime", "20"],
+    Args = ["-hidden", "-kernel", "net_setuptime", "20"],
     Common = #{name => Name, connection => standard_io, args => Args,
                wait_boot => 30000},
     Opts = case Host of
@@ -73,6 +73,14 @@ start_one(Host, #{ssh := Ssh, erl := Erl}, I) ->
     end.
 
 connect(Peer, Node, Where) ->
+    case sluice_build:give_cookie(Peer, Node) of
+        ok -> connected(Peer, Node, Where);
+        {error, Why} ->
+            catch peer:stop(Peer),
+            {error, fmt("cannot give node ~s on ~s this node's cookie: ~p", [Node, Where, Why])}
+    end.
+
+connected(Peer, Node, Where) ->
     case net_kernel:connect_node(Node) of
         true ->
             {Mod, Bin, File} = code:get_object_code(sluice_load_engine),

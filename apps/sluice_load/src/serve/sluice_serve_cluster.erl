@@ -55,14 +55,14 @@ with_peers(O, ListenerOpts, {ok, Peers}) ->
             ok = sluice_serve:warn_if_open(IP),
             Code = wait(Nodes),
             {Drained, Left, Failed} = drain(alive(Nodes), maps:get(drain_timeout, O)),
-            stop_peers(Peers),
+            stop_peers(Peers, [N || {N, _} <- Failed]),
             io:format(standard_error, "sluice: drained ~b nodes (~b connections "
                       "closed at the deadline)~n", [length(Drained), Left]),
             _ = [io:format(standard_error, "sluice: node ~s did not drain (~0p): its "
                            "connections were cut~n", [N, Why]) || {N, Why} <- Failed],
             Code;
         {error, Why} ->
-            stop_peers(Peers),
+            stop_peers(Peers, []),
             {error, 1, Why}
     end.
 
@@ -110,7 +110,7 @@ start_peers(K, Hosts, O) ->
         [] ->
             {ok, [{Peer, Node} || {ok, Peer, Node} <- Results]};
         [Why | _] ->
-            stop_peers([{Peer, Node} || {ok, Peer, Node} <- Results]),
+            stop_peers([{Peer, Node} || {ok, Peer, Node} <- Results], []),
             {error, Why}
     end.
 
@@ -128,9 +128,13 @@ start_peer(I, Host, O) ->
     %% a full mesh also makes `global' warn about overlapping partitions
     %% as they stop one after the other.
     Args = ["+Bi", "-connect_all", "false"]
-        ++ sluice_build:cookie_args(case Host of local -> local; _ -> remote end)
         ++ lists:append([["-pa", D] || D <- sluice_build:code_path()]) ++ Flags,
-    Opts = #{name => Name, args => Args, wait_boot => ?PEER_TIMEOUT},
+    %% The control channel is the command's standard I/O, not the
+    %% distribution: the node needs this node's cookie to connect back,
+    %% and is given it over that channel (sluice_build:give_cookie/2),
+    %% never on its command line. It halts when this VM goes, as before.
+    Opts = #{name => Name, args => Args, wait_boot => ?PEER_TIMEOUT,
+             connection => standard_io},
     case Host of
         local -> boot_peer(Host, Opts#{host => "127.0.0.1", exec => Erl});
         _ -> case ssh() of
@@ -141,10 +145,24 @@ start_peer(I, Host, O) ->
 
 boot_peer(Host, Opts) ->
     try peer:start(Opts) of
-        {ok, Peer, Node} -> {ok, Peer, Node};
+        {ok, Peer, Node} -> join(Host, Peer, Node);
         {error, Reason} -> {error, peer_error(Host, Reason)}
     catch
         Class:Reason -> {error, peer_error(Host, {Class, Reason})}
+    end.
+
+join(Host, Peer, Node) ->
+    case sluice_build:give_cookie(Peer, Node) of
+        ok ->
+            case net_kernel:connect_node(Node) of
+                true -> {ok, {Peer, os_pid(Host, Node)}, Node};
+                _ ->
+                    catch peer:stop(Peer),
+                    {error, peer_error(Host, {not_connected, Node})}
+            end;
+        {error, Why} ->
+            catch peer:stop(Peer),
+            {error, peer_error(Host, {cookie_not_given, Why})}
     end.
 
 %% $SLUICE_SSH (a wrapper, or a stand-in in tests), else ssh from $PATH.
@@ -157,9 +175,14 @@ ssh() ->
              end
     end.
 
-%% A node started over the distribution is detached: peer sees neither
-%% its exit status nor ssh's (a host that cannot be reached, refused the
-%% login, has no erl), only that no node came back by the deadline.
+%% ssh (or the erl it runs) that ends before the node is up: a host that
+%% cannot be reached, refused the login, has no erl. What ssh said is on
+%% stderr already, above this line.
+peer_error(Host, {exit, {boot_failed, {exit_status, Status}}}) when Host =/= local ->
+    lists:flatten(io_lib:format("cannot start a node on ~s: `ssh -T ~s erl` exited with "
+                                "status ~b before the node came up", [Host, Host, Status]));
+%% A node that never answers: ssh still connecting, or a remote erl that
+%% hangs.
 peer_error(Host, {exit, timeout}) when Host =/= local ->
     lists:flatten(io_lib:format("cannot start a node on ~s: none came up within ~b s "
                                 "(check that `ssh -T ~s erl` starts Erlang there, and that it "
@@ -259,6 +282,27 @@ drain(Nodes, DrainMs) ->
     {Drained, lists:sum([Left || {_, {ok, {ok, Left}}} <- Results]),
      [{N, R} || {N, R} <- Results, not lists:member(N, Drained)]}.
 
-stop_peers(Peers) ->
-    _ = [catch peer:stop(Peer) || {Peer, _} <- Peers],
+%% A node that did not drain is hung: peer:stop/1 gives up on it after
+%% its timeout, and it would hold its connections open, and this
+%% command's standard error (which a node started over its standard I/O
+%% inherits: `serve ... 2>&1 | tee' would not end), for as long as it
+%% hangs. One on this host is killed. One on another host is left to its
+%% ssh, which ends when the node does.
+stop_peers(Peers, Hung) ->
+    _ = [begin
+             catch peer:stop(Peer),
+             [kill(OsPid) || lists:member(Node, Hung), is_list(OsPid)]
+         end || {{Peer, OsPid}, Node} <- Peers],
     ok.
+
+kill(OsPid) ->
+    _ = os:cmd("kill -KILL " ++ OsPid ++ " 2>/dev/null"),
+    ok.
+
+%% The node's OS process, when it is on this host.
+os_pid(local, Node) ->
+    try erpc:call(Node, os, getpid, [], ?CALL_TIMEOUT)
+    catch _:_ -> none
+    end;
+os_pid(_Host, _Node) ->
+    none.
