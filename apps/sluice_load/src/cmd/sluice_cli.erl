@@ -79,36 +79,57 @@ halt_after_flush(Code) ->
                 end, [{flush, true}]).
 
 %% Whether what was written to stdout found it closed: the io server is
-%% gone (it ends only when its port does), or goes within a moment once
-%% its port has tried the last write (a port task that may run after this
-%% request: ~1 ms; 50 ms allowed, waited only when something was written).
+%% gone (it ends only when its port does), or its port is. The io server
+%% has handed the port every earlier write by the time it answers
+%% io:format(""), and a write that meets a closed pipe fails the port
+%% then and there, so the port's state says it at once: no queue is every
+%% byte in the kernel's pipe. Only bytes still queued (a full pipe, or a
+%% port task that has not run yet) are waited for, up to 50 ms, for the
+%% server to go; every command waited those 50 ms before (a `bin/sluice
+%% serve' stopped 60 ms after its SIGTERM, a twentieth of a second on each
+%% of the benchmark's runs).
 stdout_lost() ->
     case {catch io:format(""), whereis(user)} of
         {ok, User} when is_pid(User) ->
             Ref = erlang:monitor(process, User),
-            Wait = case wrote(User) of
-                       true -> 50;
-                       false -> 0
+            Wait = case output_port(User) of
+                       gone -> 0;
+                       written -> 0;
+                       queued -> 50
                    end,
             receive {'DOWN', Ref, process, User, _} -> true
-            after Wait -> erlang:demonitor(Ref, [flush]), false
+            after Wait ->
+                    erlang:demonitor(Ref, [flush]),
+                    output_port(User) =:= gone
             end;
         _ ->
             %% the io server failed the request, or is gone since
             true
     end.
 
-%% The io server's port has been given bytes to write (or is gone
-%% already, its server not yet).
-wrote(User) ->
+%% The io server's output port: gone (closed by a failed write, or the
+%% server with it), every byte given to the kernel, or bytes still queued
+%% in it.
+output_port(User) ->
     case erlang:process_info(User, links) of
         {links, Links} ->
-            lists:any(fun(P) -> is_port(P) andalso
-                                    case erlang:port_info(P, output) of
-                                        {output, N} -> N > 0;
-                                        undefined -> true
-                                    end
-                      end, Links);
+            case [P || P <- Links, is_port(P)] of
+                [] -> gone;
+                Ports -> lists:foldl(fun(P, Acc) -> worst(queue(P), Acc) end, written, Ports)
+            end;
         undefined ->
-            true
+            gone
     end.
+
+queue(P) ->
+    case erlang:port_info(P, queue_size) of
+        {queue_size, 0} -> written;
+        {queue_size, _} -> queued;
+        undefined -> gone
+    end.
+
+worst(gone, _) -> gone;
+worst(_, gone) -> gone;
+worst(queued, _) -> queued;
+worst(_, queued) -> queued;
+worst(written, written) -> written.
