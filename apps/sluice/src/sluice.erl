@@ -20,6 +20,7 @@
          setopts/2, getopts/2, remove_connection/1, recv/3]).
 -export([procs/2, wait_for_connections/3, wait_for_connections/4,
          wait_for_connections/5]).
+-export([adopt/2, adopt/3]).
 
 -export_type([conn/0, name/0, sockopt/0, sockopt_name/0, dest/0, address/0]).
 
@@ -772,6 +773,27 @@ remove_connection(Pid) when Pid =:= self() ->
     ok;
 remove_connection(Pid) when is_pid(Pid) ->
     {error, not_owner}.
+
+%% @doc adopt/3 with no bytes read before.
+-spec adopt(name(), term()) -> {ok, pid()} | {error, term()}.
+adopt(Name, Socket) ->
+    sluice_adopt:adopt(Name, Socket, #{}).
+
+%% @doc A connected socket its owner (the caller) gives to the running
+%% listener `Name', which serves it with its handler as one its acceptors
+%% accepted: `{ok, Pid}', the connection's process, which owns the socket
+%% from then on. `buffered': bytes the caller read from it and did not
+%% handle, the client's first (and counted in `bytes_in'); bytes an
+%% active socket has sent the caller and that are still in its mailbox
+%% come after them. On `{error, Reason}' the socket is still the
+%% caller's, open, and nothing read from it is lost: `not_found',
+%% `not_owner', `closed', `suspended' (suspended or draining),
+%% `over_limit' (at `max_connections'; adopt/3 does not wait). A socket
+%% the listener's transport does not take (docs/handler.md, "Adopting a
+%% socket") or options other than `buffered' (iodata) raise `badarg'.
+-spec adopt(name(), term(), #{buffered => iodata()}) -> {ok, pid()} | {error, term()}.
+adopt(Name, Socket, Opts) ->
+    sluice_adopt:adopt(Name, Socket, Opts).
 
 %% @doc The names of the listeners started with start_listener/2 or
 %% embedded with child_spec/1,2 that are running or suspended.

@@ -40,7 +40,7 @@
 %% On every read (next/3).
 -compile({inline, [uncollected/2]}).
 
--export([template/3, template_opts/2, init/3, wake/1, unpark/5,
+-export([template/3, template_opts/2, init/3, adopted/4, wake/1, unpark/5,
          code_change_parked/4]).
 %% STARTTLS (sluice_conn_starttls)
 -export([on_tls/3]).
@@ -132,6 +132,41 @@ init(Parent, Sock, {S0, L = #{transport := T, opts := Opts}, Gate}) ->
         false -> exit(normal)
     end.
 
+%% @doc Entry point of an adopted socket's connection (sluice:adopt/3),
+%% spawned (linked) by sluice_conns_sup as init/3 is, and from then on the
+%% same connection but for what comes before its handler: no PROXY header
+%% is read (the socket was not accepted from a proxy: its owner read what
+%% came first), and the bytes its owner had read (`buffered') are the
+%% client's first, put back in front of the stream as a PROXY header's
+%% leftover is (handshake/2's `prefix'): on `ssl' they are then the start
+%% of the TLS handshake, as after an accept. An established TLS socket
+%% (an ssl listener's hand-off gave it) has no handshake to run: its
+%% buffered bytes are plaintext, handed to the handler first (first/2).
+-spec adopted(pid(), sluice_transport:socket(), sluice_adopt:adopted(), template()) ->
+          no_return().
+adopted(Parent, Sock, Adopted, {S0, L = #{transport := T, opts := Opts}, Gate}) ->
+    receive
+        {sluice_go, Sock} -> ok
+    end,
+    Before = adopted_before(T, Sock, Opts, Adopted),
+    case sluice_conns_sup:pass_gate(Gate) of
+        true -> through_gate(Before, Parent, Sock, S0, L);
+        false -> exit(normal)
+    end.
+
+adopted_before(T, Sock, Opts, #{tls := none, buffered := Buffered}) ->
+    case T:handshake(Sock, Opts#{prefix => Buffered}) of
+        {ok, TS} -> {ok, none, Buffered, TS};
+        {error, peer_closed} -> {error, peer_closed};
+        {error, Reason} -> {error, {handshake_error, Reason}}
+    end;
+adopted_before(sluice_transport_ssl, _Sock, _Opts, #{tls := Ssl, buffered := Buffered}) ->
+    %% Its supervisor holds it (ssl lets any process name the owner).
+    case ssl:controlling_process(Ssl, self()) of
+        ok -> {handed, none, Buffered, sluice_transport_ssl:adopted(Ssl)};
+        {error, _} -> {error, peer_closed}
+    end.
+
 %% The PROXY header, then the handshake. A client that closes before
 %% sending a byte (a load balancer's TCP health check) is the client's
 %% close, `peer_closed' from either, not a failure of theirs.
@@ -149,14 +184,16 @@ before_handler(T, Sock, Opts) ->
             {error, {proxy_error, Reason}}
     end.
 
-through_gate({ok, Proxy, Prefix, TS}, Parent, Sock, S0, L = #{transport := T, opts := Opts}) ->
+through_gate({ok, Proxy, Prefix, TS}, Parent, Sock, S0, L = #{transport := T}) ->
+    through_gate({handed, Proxy, prefix(T, Prefix), TS}, Parent, Sock, S0, L);
+through_gate({handed, Proxy, Prefix, TS}, Parent, Sock, S0, L = #{transport := T, opts := Opts}) ->
     S = S0#s{parent = Parent, ts = TS, frame = frame(Opts),
              sent_ack = sent_ack(T, TS), data_tag = data_tag(S0, TS),
              %% Read again, not the template's: a handler reloaded since
              %% the listener started may have gained or lost one (l(Mod),
              %% a release upgrade), as a gen_server's would
              has = sluice_conn_handler:optional(S0#s.handler)},
-    start(S, L, conn(L, Sock, Proxy, TS), prefix(T, Prefix));
+    start(S, L, conn(L, Sock, Proxy, TS), Prefix);
 through_gate({error, peer_closed}, _Parent, Sock, _S0, L) ->
     probed(Sock, L);
 through_gate({error, Reason}, _Parent, Sock, _S0, L) ->

@@ -278,23 +278,28 @@ loop(St = #st{parent = Parent, handled = H}) ->
             loop(idle_work(St))
     end.
 
-handle({sluice_start, Sock}, St = #st{children = Children}) ->
+handle({sluice_start, Sock}, St) ->
     Pid = proc_lib:spawn_opt(sluice_conn, init, [self(), Sock, St#st.template], [link]),
     #{transport := T} = St#st.listener,
     %% A socket that closed meanwhile fails in the connection's first call.
     _ = T:handover(Sock, Pid),
-    Pid ! {sluice_go, Sock},
-    Now = now_ms(),
-    Entry = sluice_sweep:new_entry(Sock, Now, Now),
-    case St#st.drain of
-        {Deadline, Drained} when St#st.drain_new ->
-            %% Accepted just before the listener stopped accepting.
-            Pid ! {sluice_drain, Deadline},
-            ok = schedule_cut(Deadline, [Pid], St),
-            St#st{children = Children#{Pid => Entry}, drain = {Deadline, Drained#{Pid => Entry}}};
-        _ ->
-            St#st{children = Children#{Pid => Entry}}
-    end;
+    started(Pid, Sock, St);
+handle({'$gen_call', From, {sluice_adopt, Sock, Adopted}}, St) ->
+    %% sluice:adopt/3 (sluice_adopt): a socket its owner handed here, which
+    %% becomes a connection as an accepted one does, but for what its
+    %% process is told (sluice_conn:adopted/4). Answered with the pid.
+    Pid = proc_lib:spawn_opt(sluice_conn, adopted, [self(), Sock, Adopted, St#st.template],
+                             [link]),
+    #{transport := T} = St#st.listener,
+    %% An established TLS socket is made the connection's by the
+    %% connection itself (a call to ssl's process, which this one does
+    %% not wait for).
+    _ = case Adopted of
+            #{tls := none} -> T:handover(Sock, Pid);
+            #{tls := _Ssl} -> ok
+        end,
+    gen:reply(From, {ok, Pid}),
+    started(Pid, Sock, St);
 handle({'EXIT', Pid, Reason}, St0 = #st{children = Children}) ->
     St1 = undrained(Pid, St0),
     Gated = gated(Pid, St1),
@@ -361,6 +366,23 @@ handle(Msg, St = #st{listener = #{transport := T}}) ->
     case sluice_transport:optional(T, parked_event, [Msg], false) of
         {Sock, Event} -> unpark(Sock, Event, St);
         _ -> St
+    end.
+
+%% A connection process has its socket: told to go, put among the
+%% children, and drained at once if it came in just as the listener
+%% stopped accepting.
+started(Pid, Sock, St = #st{children = Children}) ->
+    Pid ! {sluice_go, Sock},
+    Now = now_ms(),
+    Entry = sluice_sweep:new_entry(Sock, Now, Now),
+    case St#st.drain of
+        {Deadline, Drained} when St#st.drain_new ->
+            %% Accepted just before the listener stopped accepting.
+            Pid ! {sluice_drain, Deadline},
+            ok = schedule_cut(Deadline, [Pid], St),
+            St#st{children = Children#{Pid => Entry}, drain = {Deadline, Drained#{Pid => Entry}}};
+        _ ->
+            St#st{children = Children#{Pid => Entry}}
     end.
 
 %% How a connection process that exited with `Reason' is counted: one a

@@ -21,7 +21,7 @@
 %% connections
 -export([received/2, sent/2, unsent/2, ended/2, ended_by_handler/2, crashed/1]).
 %% admission (acceptors)
--export([admit/1, admit_within/2, release/1, rejected/1, shedding/1, set_shedding/2,
+-export([admit/1, admit_within/2, release/1, withdraw/1, rejected/1, shedding/1, set_shedding/2,
          set_max_connections/2, max_connections/1, set_suspended/2, suspended/1, log_due/4]).
 %% alarms (sluice_alarms)
 -export([arm_alarms/2, disarm_alarms/1]).
@@ -279,6 +279,14 @@ not_full(_A, Result) ->
 %% supervisor.
 -spec release(stats()) -> ok.
 release(#stats{a = A}) ->
+    atomics:sub(A, ?CONNS, 1).
+
+%% @doc Give back an admission (admit/1) whose socket stayed with its
+%% owner (sluice:adopt/3 failed after it): not a connection at all, so
+%% `accepted' is taken back with the live count.
+-spec withdraw(stats()) -> ok.
+withdraw(#stats{a = A, c = C}) ->
+    counters:sub(C, ?ACCEPTED, 1),
     atomics:sub(A, ?CONNS, 1).
 
 %% @doc A connection accepted and closed at once (over the limit, shed).

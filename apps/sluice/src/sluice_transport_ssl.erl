@@ -33,6 +33,8 @@
 -export([handshake/2, activate/2, classify/2, await/2, pause/1, send/2, output_queued/1,
          shutdown/2, close/1, info/1, socket/1]).
 -export([closed_by_peer/1, handoff/2]).
+%% an established ssl socket given to a listener (sluice:adopt/3)
+-export([adopted/1]).
 -export([recv_pause/1, recv_read/2, recv_resume/1]).
 -export([check_opts/1]).
 
@@ -581,6 +583,15 @@ handoff(T = #tls{ssl = S}, Pid) ->
         Error ->
             Error
     end.
+
+%% @doc The connection state of an established ssl socket that a
+%% listener adopts (sluice:adopt/3, sluice_adopt checked its shape): its
+%% TCP socket, which ssl's connection process owns, is the raw socket the
+%% idle sweep and sluice:conn() see, as after a handshake here.
+-spec adopted(ssl:sslsocket()) -> #tls{}.
+adopted(Ssl) ->
+    {gen_tcp, Tcp, _, _} = element(2, Ssl),
+    #tls{ssl = Ssl, tcp = Tcp}.
 
 -spec classify(term(), #tls{}) -> sluice_transport:classified().
 classify({ssl, S, Data}, T = #tls{ssl = S}) -> {data, Data, T};
