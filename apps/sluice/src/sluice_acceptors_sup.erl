@@ -12,12 +12,19 @@ start_link(Listener) ->
     supervisor:start_link(?MODULE, Listener).
 
 -spec init(sluice_listener_sup:listener()) ->
-          {ok, {supervisor:sup_flags(), [supervisor:child_spec()]}}.
-init(Listener0 = #{name := Name, stats := Stats}) ->
+          {ok, {supervisor:sup_flags(), [supervisor:child_spec()]}} | ignore.
+init(#{name := Name} = Listener) ->
+    case sluice_registry:lookup(Name) of
+        %% The sockets did not open again after a restart: the listener
+        %% is suspended (sluice_listen_sockets:init/1), with no acceptors
+        {ok, #{listen_sockets := []}} -> ignore;
+        {ok, Row} -> acceptors(Listener, Row)
+    end.
+
+acceptors(Listener0 = #{stats := Stats}, Row = #{listen_sockets := LSocks}) ->
     %% The options the sockets were just opened with (sluice_listen_sockets),
     %% which set_transport_opts/2 may have changed since the listener
     %% started: `num_acceptors' among them.
-    {ok, Row = #{listen_sockets := LSocks}} = sluice_registry:lookup(Name),
     Listener = #{opts := #{num_acceptors := NA}} =
         Listener0#{opts := maps:get(listening, Row, maps:get(opts, Listener0))},
     %% The listener accepts again (started, resumed, or restarted by its

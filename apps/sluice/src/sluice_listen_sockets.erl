@@ -52,10 +52,47 @@ start_link(Listener) ->
 %% first socket learns the real port when 0 was asked; the others bind
 %% that same port (SO_REUSEPORT, which the option validation turns on when
 %% there is more than one).
--spec init(sluice_listener_sup:listener()) -> {ok, state()} | {stop, term()}.
-init(#{name := Name, transport := T, opts := Opts0}) ->
+-spec init(sluice_listener_sup:listener()) -> {ok, state()} | ignore | {stop, term()}.
+init(#{name := Name, transport := T, opts := Opts0, stats := Stats}) ->
     process_flag(trap_exit, true),
-    init(Name, T, stored_opts(Name, Opts0)).
+    case init(Name, T, stored_opts(Name, Opts0)) of
+        {stop, Reason} -> not_reopened(Name, Stats, Reason);
+        Opened -> Opened
+    end.
+
+%% Sockets that cannot open again when a supervisor restarts this process
+%% (it died, or the listener's supervisor did: the port taken meanwhile,
+%% a `post_listen' fun that now fails) leave the listener suspended, said
+%% in one log line: resume/1 tries again, and answers why it cannot.
+%% Failing the restart instead failed it again and again, until the
+%% listener's supervisor gave up, then sluice's, which took every other
+%% listener and the application down with it. Only a start's and a
+%% resume's failure are errors: the caller is there to be told. A restart
+%% is a listener that had opened its sockets (this supervisor's, or under
+%% sluice_sup the one it replaces: the listen side kept for it) and was
+%% not suspended.
+not_reopened(Name, Stats, Reason) ->
+    case sluice_stats:suspended(Stats) orelse not opened_before(Name) of
+        true ->
+            {stop, Reason};
+        false ->
+            ok = sluice_stats:set_suspended(Stats, true),
+            _ = sluice_registry:set(Name, listen_sockets, []),
+            ?LOG_ERROR("sluice: listener ~0p could not open its sockets again after a "
+                       "restart: ~ts; it is suspended (sluice:resume/1 tries again)",
+                       [Name, sluice:format_error(Reason)]),
+            ignore
+    end.
+
+opened_before(Name) ->
+    case sluice_registry:lookup(Name) of
+        {ok, Row} ->
+            is_map_key(listening, Row)
+                orelse (maps:get(top, Row, false)
+                        andalso sluice_registry:kept_listen_side(Name) =/= #{});
+        error ->
+            false
+    end.
 
 init(Name, T, Opts = #{listen_socket := LSock}) when LSock =/= none ->
     own(Name, T, LSock, Opts);

@@ -26,6 +26,7 @@
          a_socket_closed_by_the_fun_fails_the_start/1,
          again_on_resume_and_on_a_restart/1,
          a_failure_on_resume_is_resumes_error/1,
+         a_failure_on_a_restart_leaves_the_listener_suspended/1,
          ssl_gives_the_tcp_listen_socket/1,
          a_users_transport_gives_its_own/1,
          bad_values_are_refused_at_start/1]).
@@ -51,7 +52,8 @@ groups() ->
        a_failure_on_a_unix_socket_removes_its_file,
        a_socket_closed_by_the_fun_fails_the_start,
        again_on_resume_and_on_a_restart,
-       a_failure_on_resume_is_resumes_error]).
+       a_failure_on_resume_is_resumes_error,
+       a_failure_on_a_restart_leaves_the_listener_suspended]).
 
 init_per_suite(Config) ->
     Config1 = sluice_tls_test_lib:init_per_suite(Config),
@@ -317,6 +319,67 @@ a_users_transport_gives_its_own(Config) ->
     {_, S} = called(),
     {ok, #{listen_sockets := [S]}} = sluice_registry:lookup(Name),
     echo(sluice_test_lib:port(Name)).
+
+%% Sockets that cannot open again when a supervisor restarts them (the
+%% fun fails now) leave the listener suspended, with one log line, and
+%% resume/1 says why until they can: the restart failed again and again,
+%% the listener's supervisor gave up, then sluice's, with every other
+%% listener (here `Other') and the application. The same when sluice's
+%% supervisor restarts the whole listener.
+a_failure_on_a_restart_leaves_the_listener_suspended(Config) ->
+    Name = ?config(name, Config),
+    Other = {Name, other},
+    Fail = atomics:new(1, []),
+    Test = self(),
+    Fun = fun(S) ->
+                  Test ! {post_listen, self(), S},
+                  case atomics:get(Fail, 1) of
+                      0 -> ok;
+                      _ -> {error, now_failing}
+                  end
+          end,
+    sluice_test_lib:start_listener(Name, #{handler => ?ECHO, num_listen_sockets => 1,
+                                          post_listen => Fun}),
+    {Owner, _} = called(),
+    Port = sluice_test_lib:port(Name),
+    sluice_test_lib:start_listener(Other, #{handler => ?ECHO}),
+    Top = whereis(sluice_sup),
+    try
+        ok = atomics:put(Fail, 1, 1),
+        exit(Owner, kill),
+        {_, _} = called(),
+        suspended(Name),
+        ?assertEqual(Top, whereis(sluice_sup)),
+        ?assertEqual({error, econnrefused}, gen_tcp:connect({127, 0, 0, 1}, Port, [])),
+        echo(sluice_test_lib:port(Other)),
+        ?assertEqual({error, {post_listen, now_failing}}, sluice:resume(Name)),
+        {_, _} = called(),
+        ?assertMatch(#{status := suspended}, sluice:info(Name)),
+        ok = atomics:put(Fail, 1, 0),
+        ok = sluice:resume(Name),
+        {_, _} = called(),
+        ?assertMatch(#{status := running}, sluice:info(Name)),
+        echo(sluice_test_lib:port(Name)),
+        %% the listener's own supervisor killed: sluice's restarts it
+        ok = atomics:put(Fail, 1, 1),
+        Sup = listener_sup(Name),
+        exit(Sup, kill),
+        {_, _} = called(),
+        ok = sluice_test_lib:wait_until(
+               fun() -> catch listener_sup(Name) =/= Sup end, ?WAIT),
+        suspended(Name),
+        ?assertEqual(Top, whereis(sluice_sup)),
+        echo(sluice_test_lib:port(Other)),
+        ok = atomics:put(Fail, 1, 0),
+        ok = sluice:resume(Name),
+        echo(sluice_test_lib:port(Name))
+    after
+        sluice_test_lib:stop_listener(Other)
+    end.
+
+suspended(Name) ->
+    ok = sluice_test_lib:wait_until(
+           fun() -> catch maps:get(status, sluice:info(Name)) =:= suspended end, ?WAIT).
 
 %% Anything but `none' or a fun of one argument is refused at start, as a
 %% bad option, with the other options' wording.
