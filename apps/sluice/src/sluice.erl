@@ -378,7 +378,8 @@ wait_down([Ref | Refs], Deadline) ->
 %% @doc Accept again, on the same port. After a drain, the connections
 %% accepted from now on are served as usual (those it told still close).
 %% If another socket has taken the port meanwhile: `{error, eaddrinuse}',
-%% and the listener stays suspended.
+%% and the listener stays suspended. A `listen_socket' that another
+%% process closed: `{error, listen_socket_closed}'.
 -spec resume(name()) -> ok | {error, term()}.
 resume(Name) ->
     with_sup(Name, fun(Sup, #{opts := Opts}) ->
@@ -401,12 +402,17 @@ resume(Name) ->
 can_rebind(Name, Sup) ->
     case lists:keyfind(sluice_listen_sockets, 1, supervisor:which_children(Sup)) of
         {_, Pid, _, _} when is_pid(Pid) ->
-            ok;
+            case sluice_registry:lookup(Name) of
+                {ok, #{listen_socket_closed := true}} -> {error, listen_socket_closed};
+                _ -> ok
+            end;
         _ ->
             case sluice_registry:lookup(Name) of
-                {ok, #{opts := #{listen_socket := LSock}}} when LSock =/= none ->
-                    %% the user's socket is still open (suspend/1 leaves it)
-                    ok;
+                {ok, #{opts := #{listen_socket := LSock}} = Row} when LSock =/= none ->
+                    %% the user's socket, which suspend/1 leaves open, unless
+                    %% another process closed it (watched while the
+                    %% listener accepted: sluice_listen_sockets)
+                    own_socket_open(Row);
                 {ok, #{opts := Opts}} ->
                     %% the options set_transport_opts/2 stored: a new port
                     %% is tried as at start
@@ -414,6 +420,15 @@ can_rebind(Name, Sup) ->
                 _ ->
                     ok
             end
+    end.
+
+%% A listener on a socket of the user's resumes only while it is open.
+own_socket_open(#{listen_socket_closed := true}) ->
+    {error, listen_socket_closed};
+own_socket_open(#{opts := #{listen_socket := LSock, transport := T}}) ->
+    case sluice_listen_socket:check(sluice_transport:module(T), LSock) of
+        {error, closed} -> {error, listen_socket_closed};
+        _ -> ok
     end.
 
 %% Sockets without acceptors would take connects that nobody serves: if
@@ -491,7 +506,11 @@ info(Name, Status, #{opts := Opts, stats := Stats} = Info) ->
                %% set_transport_opts/2 does not change until they open again
                #{ip => maps:get(ip, maps:get(listening, Info, Opts)),
                  port => maps:get(port, Info, maps:get(port, Opts)),
-                 status => Status,
+                 status => case Info of
+                               %% (sluice_listen_sockets)
+                               #{listen_socket_closed := true} -> listen_socket_closed;
+                               _ -> Status
+                           end,
                  accept_errors => sluice_registry:accept_errors(Name),
                  %% host-wide, since boot (see sluice_kernel)
                  kernel => sluice_kernel:listen_drops(),

@@ -95,8 +95,10 @@ loop(L = #{transport := T}, LSock, SupIndex, Spare, Wait) ->
             %% the acceptors to end here, between two connections, so that
             %% none is killed holding one it has counted) or its sockets'
             %% owner died (then the listener restarts the acceptors with
-            %% new sockets). Either way this acceptor is done, and not
-            %% restarted (a transient child).
+            %% new sockets), or another process closed a socket of the
+            %% user's (its owner says so, once: sluice_listen_sockets).
+            %% Either way this acceptor is done, and not restarted (a
+            %% transient child).
             exit(normal);
         {error, Reason} ->
             %% Counted and logged first: shedding a long backlog takes a

@@ -194,7 +194,9 @@ failed(Reason, S = #s{t = T, ts = TS, stats = Stats}) ->
 %% @doc The handler raised, or returned something that is not a result: as
 %% a gen_server does, the handler is told (handle_error/2, terminate/2) and
 %% the process exits with the reason, so a crash report names the handler
-%% and the connection supervisor counts it as `crashed'. Except
+%% and the connection supervisor counts it as `crashed'; the same crash
+%% in a line of sluice's for the logs that keep no crash report
+%% (sluice_log:handler_crashed/6, Elixir's Logger). Except
 %% `exit(normal)', which ends the process normally: the supervisor counts
 %% no crash, so it is counted here.
 -spec crash(error | exit | throw, term(), list(), #s{}) -> no_return().
@@ -205,6 +207,7 @@ crash(Class, Reason, Stack, S = #s{t = T, ts = TS}) ->
     stop(Reason, S),
     _ = {Class, Reason} =:= {exit, normal} andalso sluice_stats:crashed(S#s.stats),
     label(S#s.listener, Peer),
+    sluice_log:handler_crashed(S#s.listener, S#s.handler, Peer, Class, Reason, Stack),
     erlang:raise(Class, Reason, Stack).
 
 %% @doc The socket has been handed to another process

@@ -82,8 +82,8 @@ is_socket(LSock) ->
     end.
 
 %% Only TCP over IP for now: the listener reads its `ip' to know a Unix
-%% socket's connections (sluice_socket_opts), and an own socket leaves
-%% `ip' as it is.
+%% socket's connections (sluice_socket_opts), and an own socket's `ip' is
+%% its address (sluice_opts), never a path.
 tcp_family({ok, {IP, _Port}}) when is_tuple(IP) -> ok;
 tcp_family({ok, #{family := F}}) when F =:= inet; F =:= inet6 -> ok;
 tcp_family({ok, _}) -> {error, not_tcp_ip};

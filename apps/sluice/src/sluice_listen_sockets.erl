@@ -19,23 +19,31 @@
 %% closed (`{post_listen, closed}'), every socket is closed (and a Unix
 %% socket's file removed) and this process does not start: the listener's
 %% start fails with `{post_listen, Reason}'.
+%%
+%% A socket of the user's can be closed under the listener by any process
+%% (gen_tcp:close/1, socket:close/1): its acceptors then end as at a
+%% suspend (a transient child each, not restarted: no restart storm). This
+%% process watches it (a monitor) to say so: one log line, and the mark
+%% `listen_socket_closed' in the registry, which info/1's status and
+%% resume/1 read (the listener cannot open it again).
 %% @private
 -module(sluice_listen_sockets).
 -behaviour(gen_server).
 
 -export([start_link/1, try_port/3, port_to_bind/2]).
--export([init/1, handle_call/3, handle_cast/2, terminate/2]).
+-export([init/1, handle_call/3, handle_cast/2, handle_info/2, terminate/2]).
 
 -include_lib("kernel/include/logger.hrl").
 
 %% The transport and its listen sockets; for a Unix socket also its path
 %% and the file bound there (removed when they close); for a socket of the
-%% user's (`listen_socket') `own': it is not closed here. A TCP
+%% user's (`listen_socket') `{own, Name}' (`own' in a process started
+%% before it was watched): it is not closed here. A TCP
 %% listener's state keeps the shape it had before Unix sockets, for a
 %% process that lives through a code upgrade.
 -type state() :: {module(), [sluice_transport:lsock()]}
                | {module(), [sluice_transport:lsock()], {binary(), sluice_local_socket:identity()}}
-               | {module(), [sluice_transport:lsock()], own}.
+               | {module(), [sluice_transport:lsock()], own | {own, sluice:name()}}.
 
 -spec start_link(sluice_listener_sup:listener()) -> {ok, pid()} | ignore | {error, term()}.
 start_link(Listener) ->
@@ -97,10 +105,12 @@ opened_before(Name) ->
 init(Name, T, Opts = #{listen_socket := LSock}) when LSock =/= none ->
     own(Name, T, LSock, Opts);
 init(Name, T, Opts = #{ip := {local, Path}}) ->
+    ok = remove_left(Name, Path),
     case listen_local(T, Path, Opts) of
         {ok, LSock, Identity} ->
             case post_listen(T, Opts, [LSock]) of
                 ok ->
+                    ok = sluice_registry:set(Name, local_file, {Path, Identity}),
                     ok = opened(Name, Opts, 0, [LSock]),
                     {ok, {T, [LSock], {Path, Identity}}};
                 {error, Reason} ->
@@ -151,11 +161,12 @@ own(Name, T, LSock, Opts) ->
              fun() -> post_listen(T, Opts, [LSock]) end],
     case sluice_socket_opts:steps(Steps) of
         ok ->
-            %% info/1 says the address it listens on, not the `ip' option
-            %% (left at its default: refused with a socket of one's own)
+            %% info/1 says the address it listens on (the `ip' option is
+            %% that address too: sluice_opts)
             {ok, {IP, Port}} = T:sockname(LSock),
             ok = opened(Name, Opts#{ip := IP}, Port, [LSock]),
-            {ok, {T, [LSock], own}};
+            _ = monitor_socket(T, LSock),
+            {ok, {T, [LSock], {own, Name}}};
         {error, Reason} when is_atom(Reason); element(1, Reason) =/= post_listen ->
             {stop, {bad_option, listen_socket, Reason}};
         {error, Reason} ->
@@ -314,17 +325,49 @@ handle_call(_Req, _From, State) ->
 handle_cast(_Msg, State) ->
     {noreply, State}.
 
+%% The user's socket closed under the listener (not by it: it closes the
+%% socket only with its supervisor, which ends this process first).
+-spec handle_info(term(), State) -> {noreply, State}.
+handle_info({'DOWN', _, Kind, LSock, _}, State = {_T, [LSock], {own, Name}})
+  when Kind =:= port; Kind =:= socket ->
+    ?LOG_ERROR("sluice listener ~0p: its listen_socket was closed by another process; "
+               "the listener accepts no more (it cannot open the socket again: stop it, "
+               "and start it with a new socket)", [Name]),
+    ok = sluice_registry:set(Name, listen_socket_closed, true),
+    {noreply, State};
+handle_info(_Msg, State) ->
+    {noreply, State}.
+
 -spec terminate(term(), state()) -> ok.
 terminate(_Reason, {T, LSocks}) ->
     _ = [T:close_listener(S) || S <- LSocks],
     ok;
-terminate(_Reason, {_T, _LSocks, own}) ->
+terminate(_Reason, {_T, _LSocks, Own}) when Own =:= own; element(1, Own) =:= own ->
     %% The user's socket stays open while the listener lives (suspended, or
     %% this process restarted): it cannot be opened again. It closes with
     %% its owner, the listener's supervisor.
     ok;
 terminate(_Reason, {T, LSocks, {Path, Identity}}) ->
     close_local(T, LSocks, Path, Identity).
+
+%% A monitor on the user's socket, which tells this process when it
+%% closes, whoever closes it.
+monitor_socket(sluice_transport_socket, LSock) -> socket:monitor(LSock);
+monitor_socket(_T, LSock) -> erlang:monitor(port, LSock).
+
+%% The file a killed predecessor of this process left, on a path
+%% set_transport_opts/2 has changed since: killed, it removed nothing
+%% (terminate/2 does not run), and no bind will come back to that path to
+%% replace it as stale (sluice_local_socket:prepare/1). Removed here if it
+%% is still the file that process bound (the registry keeps which): its
+%% socket closed with it. One on the same path is prepare/1's.
+remove_left(Name, Path) ->
+    case sluice_registry:lookup(Name) of
+        {ok, #{local_file := {Old, Identity}}} when Old =/= Path ->
+            sluice_local_socket:remove(Old, Identity);
+        _ ->
+            ok
+    end.
 
 %% The one listen socket on a Unix path (the kernel binds a path once), and
 %% which file it made there. The registry's port stays 0: info/1 names the

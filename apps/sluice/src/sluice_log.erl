@@ -2,10 +2,14 @@
 %% listener out of descriptors or full, a flood of failed TLS handshakes):
 %% at most one line a second per listener and kind, with the number of
 %% others since the last line. Every occurrence is still counted (info/1).
+%% And the line of a handler that crashed (handler_crashed/6), for the
+%% logs that drop OTP's crash reports.
 %% @private
 -module(sluice_log).
 
--export([accept_failed/3, over_limit/2, refused/3]).
+-export([accept_failed/3, over_limit/2, refused/3, handler_crashed/6]).
+%% the report_cb of handler_crashed/6's report
+-export([format_crash/1]).
 
 -include_lib("kernel/include/logger.hrl").
 
@@ -49,6 +53,67 @@ refused(Name, Stats, Reason) ->
         false ->
             ok
     end.
+
+%% @doc A connection's handler raised (or returned what is not a result)
+%% and its process is about to exit with the reason, which makes
+%% proc_lib's crash report: domain `[otp, sasl]', which Elixir's Logger
+%% drops unless `handle_sasl_reports: true', where a thousand_island
+%% handler's crash (a GenServer's "terminating" report, domain `[otp]')
+%% shows. So the crash is also logged here, under the domain `[sluice]',
+%% which Logger keeps and OTP's default handler does not (its filters log
+%% only `[otp, sasl]', its super-domains and events without a domain):
+%% one report in either's log. Not rate-limited, as a crash report is
+%% not: each may be a different bug. Nothing for the exits proc_lib does
+%% not report either (`normal', `shutdown', `{shutdown, _}').
+-spec handler_crashed(sluice:name(), module(), {ok, term()} | {error, term()},
+                      error | exit | throw, term(), list()) -> ok.
+handler_crashed(_Name, _Handler, _Peer, exit, Reason, _Stack)
+  when Reason =:= normal; Reason =:= shutdown;
+       tuple_size(Reason) =:= 2, element(1, Reason) =:= shutdown ->
+    ok;
+handler_crashed(Name, Handler, Peer, Class, Reason, Stack) ->
+    %% No `label' key: Elixir's translator skips a report with a label
+    %% it does not know.
+    ?LOG_ERROR(#{sluice => handler_crashed, listener => Name, handler => Handler,
+                 peer => Peer, class => Class, reason => Reason, stacktrace => Stack},
+               #{domain => [sluice], report_cb => fun ?MODULE:format_crash/1,
+                 %% what Elixir's Logger sets for a crash (backends such
+                 %% as error trackers read it)
+                 crash_reason => crash_reason(Class, Reason, Stack)}).
+
+%% @doc handler_crashed/6's report as text: the exception in Elixir's
+%% words where Elixir runs (its `Exception' loaded, as it is once
+%% anything formatted one, or the reason one of its exceptions), else
+%% in Erlang's.
+-spec format_crash(map()) -> {io:format(), [term()]}.
+format_crash(#{listener := Name, handler := Handler, peer := Peer, class := Class,
+               reason := Reason, stacktrace := Stack}) ->
+    {"sluice listener ~0tp: handler ~0tp crashed on a connection from ~ts~n~ts",
+     [Name, Handler, peer(Peer), exception(Class, Reason, Stack)]}.
+
+exception(Class, Reason, Stack) ->
+    Elixir = erlang:module_loaded('Elixir.Exception')
+        orelse (is_map(Reason) andalso maps:get('__exception__', Reason, false) =:= true
+                andalso code:ensure_loaded('Elixir.Exception') =:= {module, 'Elixir.Exception'}),
+    try
+        case Elixir of
+            %% (a module sluice does not depend on: called by name)
+            true -> erlang:apply(elixir_exception(), format, [Class, Reason, Stack]);
+            false -> erl_error:format_exception(Class, Reason, Stack)
+        end
+    catch _:_ ->
+        io_lib:format("~0tp:~0tp ~0tp", [Class, Reason, Stack])
+    end.
+
+elixir_exception() -> 'Elixir.Exception'.
+
+peer({ok, {IP, Port}}) when is_tuple(IP), is_integer(Port) ->
+    io_lib:format("~ts:~b", [inet:ntoa(IP), Port]);
+peer({ok, Address}) -> io_lib:format("~0tp", [Address]);
+peer(Error) -> io_lib:format("an unknown address (~0tp)", [Error]).
+
+crash_reason(throw, Reason, Stack) -> {{nocatch, Reason}, Stack};
+crash_reason(_, Reason, Stack) -> {Reason, Stack}.
 
 due(Stats, Kind) ->
     sluice_stats:log_due(Stats, Kind, erlang:monotonic_time(millisecond), ?INTERVAL_MS).

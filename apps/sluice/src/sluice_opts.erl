@@ -295,10 +295,11 @@ validate(Opts) when is_map(Opts) ->
                 maps:foreach(fun check/2, Merged),
                 ok = check_local(Merged),
                 ok = check_listen_socket(Opts, Merged),
-                ok = check_tls(Merged),
-                ok = check_watermarks(Merged),
-                ok = check_raw(Merged),
-                {ok, normalize(Merged)}
+                Own = own_address(Merged),
+                ok = check_tls(Own),
+                ok = check_watermarks(Own),
+                ok = check_raw(Own),
+                {ok, normalize(Own)}
             catch throw:Error -> {error, Error}
             end
     end;
@@ -521,6 +522,28 @@ check_listen_socket(Given, #{listen_socket := LSock, transport := T}) ->
     case sluice_listen_socket:check(sluice_transport:module(T), LSock) of
         ok -> ok;
         {error, Why} -> bad(listen_socket, Why)
+    end.
+
+%% A socket of the user's: its address is the listener's `ip' (the
+%% default, {0,0,0,0}, said IPv4 of an IPv6 socket, and the socket
+%% options' raw ones were tried on an IPv4 socket: check_raw/1). Never
+%% given (check_listen_socket/2): set_transport_opts/2 leaves the stored
+%% one out (sluice_opts_change).
+own_address(Opts = #{listen_socket := LSock, transport := T}) when LSock =/= none ->
+    case socket_ip(T, LSock) of
+        {ok, IP} -> Opts#{ip := IP};
+        error -> Opts
+    end;
+own_address(Opts) ->
+    Opts.
+
+%% (any term may be given as the socket: one that is none is refused
+%% after, by sluice_listen_socket:check/2)
+socket_ip(T, LSock) ->
+    try (sluice_transport:module(T)):sockname(LSock) of
+        {ok, {IP, _Port}} when is_tuple(IP) -> {ok, IP};
+        _ -> error
+    catch _:_ -> error
     end.
 
 is_local(#{ip := {local, _}}) -> true;
@@ -859,6 +882,10 @@ format_error({not_changeable, K}) ->
                                 "num_listen_sockets, num_acceptors, socket_opts and "
                                 "post_listen; for the others stop the listener and start it "
                                 "again", [K]));
+format_error(listen_socket_closed) ->
+    %% resume/1's answer
+    "the listener's listen_socket was closed by another process: the listener cannot open "
+    "it again (stop it, and start it with a new socket)";
 format_error(already_started) ->
     "a listener of that name is running";
 format_error(Posix) when is_atom(Posix) ->

@@ -111,16 +111,28 @@ check_merged(Current, Given) ->
                  _ ->
                      Given
              end,
+    %% A socket of the user's: `ip' is its address (sluice_opts), not an
+    %% option given; given back as it is, it is not asked for either.
+    {Current1, Given2} =
+        case Current of
+            #{listen_socket := LSock, ip := IP} when LSock =/= none ->
+                {maps:remove(ip, Current), case Given1 of
+                                               #{ip := IP} -> maps:remove(ip, Given1);
+                                               _ -> Given1
+                                           end};
+            _ ->
+                {Current, Given1}
+        end,
     Asked = is_map_key(reuseport, Given1),
     Own = case Asked of
               true -> #{};
               false -> maps:with([own_port], Current)
           end,
-    Base = case Current of
-               #{own_port := true} when not Asked -> Current#{reuseport := false};
-               _ -> Current
+    Base = case Current1 of
+               #{own_port := true} when not Asked -> Current1#{reuseport := false};
+               _ -> Current1
            end,
-    Merged = maps:without([own_port], maps:merge(Base, Given1)),
+    Merged = maps:without([own_port], maps:merge(Base, Given2)),
     case sluice_opts:validate(Merged) of
         {ok, Valid} ->
             New = maps:merge(Valid, Own),

@@ -33,6 +33,8 @@
          own_socket_ssl/1,
          own_socket_kept_over_suspend_and_restart/1,
          own_socket_listener_is_not_restarted/1,
+         own_socket_closed_under_the_listener/1,
+         own_ipv6_socket_is_the_listeners_ip/1,
          own_socket_bad_inputs/1,
          own_socket_listen_options_refused/1]).
 
@@ -53,6 +55,8 @@ all() ->
      own_socket_ssl,
      own_socket_kept_over_suspend_and_restart,
      own_socket_listener_is_not_restarted,
+     own_socket_closed_under_the_listener,
+     own_ipv6_socket_is_the_listeners_ip,
      own_socket_bad_inputs,
      own_socket_listen_options_refused].
 
@@ -68,6 +72,7 @@ init_per_testcase(Case, Config) ->
     [{name, {?MODULE, Case}} | Config].
 
 end_per_testcase(_Case, Config) ->
+    sluice_log_forwarder:stop(),
     Name = ?config(name, Config),
     _ = [sluice_test_lib:stop_listener({Name, T}) || T <- [inet, socket, ssl]],
     sluice_test_lib:stop_listener(Name).
@@ -490,6 +495,106 @@ own_socket_listener_is_not_restarted(Config) ->
     echo(Port2),
     ok = sluice:stop_listener(Name),
     ?assertNot(Open2()).
+
+%% A socket of the user's that another process closes: the acceptors
+%% ended as at a suspend (transient, not restarted), and the listener said
+%% `running' with none, resume/1 answered ok, and nothing was logged. Now
+%% one log line for the listener (not one per acceptor, no crash report),
+%% status `listen_socket_closed' (kept over a suspend), resume/1 an error
+%% format_error/1 puts in words; stop_listener/1 as usual. Closed while
+%% the listener is suspended (nobody watching), resume/1 says the same
+%% without trying to start on it (a crash report of the sockets' owner).
+own_socket_closed_under_the_listener(Config) ->
+    _ = [own_socket_closed(Config, T, When) || T <- [inet, socket], When <- [running, suspended]],
+    ok.
+
+own_socket_closed(Config, T, When) ->
+    Name = {?config(name, Config), T},
+    {L, Port, Open} = own_listen_socket(T),
+    start(Name, T, #{listen_socket => L, num_acceptors => 20}),
+    echo(Port),
+    ok = sluice_log_forwarder:start(self()),
+    _ = When =:= suspended andalso sluice:suspend(Name),
+    ok = case T of
+             inet -> gen_tcp:close(L);
+             socket -> socket:close(L)
+         end,
+    ?assertNot(Open()),
+    ok = case When of
+             running ->
+                 sluice_test_lib:wait_until(
+                   fun() -> maps:get(status, sluice:info(Name)) =:= listen_socket_closed
+                                andalso sluice_test_lib:acceptor_pids(Name) =:= [] end, 5000);
+             suspended ->
+                 ok
+         end,
+    ?assertEqual({error, listen_socket_closed}, sluice:resume(Name)),
+    ?assertMatch("the listener's listen_socket was closed" ++ _,
+                 sluice:format_error(listen_socket_closed)),
+    ok = sluice:suspend(Name),
+    ?assertEqual({error, listen_socket_closed}, sluice:resume(Name)),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, 5000),
+    Expected = case When of
+                   running -> listen_socket_closed;
+                   suspended -> suspended
+               end,
+    ?assertMatch(#{status := Expected, accepted := 1, closed := 1, connections := 0},
+                 sluice:info(Name)),
+    ok = sluice:stop_listener(Name),
+    ?assertEqual({error, not_found}, sluice:info(Name)),
+    sluice_log_forwarder:stop(),
+    Logged = flush_logs([]),
+    ct:log("~p ~p: ~p", [T, When, Logged]),
+    case When of
+        running ->
+            ?assertMatch([{error, "sluice listener " ++ _}], Logged),
+            [{_, Line}] = Logged,
+            ?assertNotEqual(nomatch, string:find(Line, "listen_socket was closed"));
+        suspended ->
+            ?assertEqual([], Logged)
+    end.
+
+%% A socket of the user's on IPv6: the listener's stored `ip' stayed the
+%% IPv4 default (only info/1 said the socket's), so a raw socket option of
+%% IPv6's level (IPV6_TCLASS, 41/67 on Linux) was tried on an IPv4 socket
+%% and refused, at start and in set_transport_opts/2, and
+%% get_transport_opts/1 said {0,0,0,0}. Now `ip' is the socket's
+%% address, and the map get_transport_opts/1 gives goes back whole.
+own_ipv6_socket_is_the_listeners_ip(Config) ->
+    Loopback6 = {0, 0, 0, 0, 0, 0, 0, 1},
+    TClass = fun(V) -> {raw, 41, 67, <<V:32/native>>} end,
+    _ = [begin
+             Name = {?config(name, Config), T},
+             L = case T of
+                     inet ->
+                         {ok, L0} = gen_tcp:listen(0, [inet6, {ip, Loopback6}]),
+                         L0;
+                     socket ->
+                         {ok, L0} = socket:open(inet6, stream),
+                         ok = socket:bind(L0, #{family => inet6, addr => Loopback6, port => 0}),
+                         ok = socket:listen(L0),
+                         L0
+                 end,
+             {ok, _} = sluice:start_listener(Name, #{listen_socket => L, transport => T,
+                                                     handler => {sluice_proto_echo, []},
+                                                     socket_opts => [TClass(32)]}),
+             {ok, Opts} = sluice:get_transport_opts(Name),
+             ?assertMatch(#{ip := Loopback6}, Opts),
+             ?assertMatch(#{ip := Loopback6}, sluice:info(Name)),
+             ok = sluice:set_transport_opts(Name, #{socket_opts => [TClass(64)]}),
+             {ok, Opts2} = sluice:get_transport_opts(Name),
+             ok = sluice:set_transport_opts(Name, Opts2),
+             ?assertEqual({error, {not_with_listen_socket, ip, ?LOOPBACK}},
+                          sluice:set_transport_opts(Name, #{ip => ?LOOPBACK})),
+             ok = sluice:stop_listener(Name)
+         end || T <- [inet, socket]],
+    ok.
+
+flush_logs(Acc) ->
+    receive {log, Level, Text, _} when Level =/= debug, Level =/= info ->
+            flush_logs([{Level, Text} | Acc])
+    after 0 -> lists:reverse(Acc)
+    end.
 
 own_listen_socket(inet) ->
     {ok, L} = gen_tcp:listen(0, [{ip, ?LOOPBACK}]),

@@ -1,15 +1,28 @@
 %% A logger handler for tests: every event logged while it is installed is
 %% sent to a process as {log, Level, FormattedText, Meta}.
 -module(sluice_log_forwarder).
--export([start/1, stop/0, log/2]).
+%% start/3 installs one more, with an id and filters of its own, whose
+%% events come as {log, Id, Level, FormattedText, Meta}.
+-export([start/1, stop/0, start/3, stop/1, log/2]).
 
 start(Pid) ->
     ok = logger:add_handler(?MODULE, ?MODULE, #{level => all, config => #{pid => Pid}}).
 
 stop() ->
-    _ = logger:remove_handler(?MODULE),
+    stop(?MODULE).
+
+%% Config: the handler's `filters' and `filter_default'.
+start(Id, Pid, Config) ->
+    ok = logger:add_handler(Id, ?MODULE, Config#{level => all,
+                                                 config => #{pid => Pid, id => Id}}).
+
+stop(Id) ->
+    _ = logger:remove_handler(Id),
     ok.
 
+log(#{level := Level, msg := Msg, meta := Meta}, #{config := #{pid := Pid, id := Id}}) ->
+    Pid ! {log, Id, Level, text(Msg, Meta), Meta},
+    ok;
 log(#{level := Level, msg := Msg, meta := Meta}, #{config := #{pid := Pid}}) ->
     Pid ! {log, Level, text(Msg, Meta), Meta},
     ok.

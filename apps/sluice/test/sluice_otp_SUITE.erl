@@ -3,7 +3,8 @@
 %% (get_callback_module/1, get_childspec/2, terminate_child/2, sys:get_status/1
 %% and the sys debug options), and a parked connection's new process keeps
 %% the logger metadata the old one had (the PROXY header's addresses);
-%% a connection's crash report names its listener and its client.
+%% a connection's crash report names its listener and its client, and a
+%% log that drops OTP's crash reports (Elixir's Logger) has the crash too.
 %%
 %% This module is also the handler of the parking and crash cases: it
 %% reports its process's logger metadata on every chunk (then raises on
@@ -20,7 +21,8 @@
          conns_sup_terminate_child_shuts_a_connection_down/1,
          conns_sup_keeps_sys_debug_options/1,
          parked_connection_keeps_its_logger_metadata/1,
-         a_crash_report_names_the_listener_and_the_client/1]).
+         a_crash_report_names_the_listener_and_the_client/1,
+         a_crash_is_logged_where_sasl_reports_are_not/1]).
 %% sluice_handler callbacks
 -export([init/2, handle_data/2]).
 
@@ -31,7 +33,8 @@ all() ->
      conns_sup_terminate_child_shuts_a_connection_down,
      conns_sup_keeps_sys_debug_options,
      parked_connection_keeps_its_logger_metadata,
-     a_crash_report_names_the_listener_and_the_client].
+     a_crash_report_names_the_listener_and_the_client,
+     a_crash_is_logged_where_sasl_reports_are_not].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -45,6 +48,7 @@ init_per_testcase(Case, Config) ->
 
 end_per_testcase(_Case, Config) ->
     sluice_log_forwarder:stop(),
+    [sluice_log_forwarder:stop(Id) || Id <- [otp_default, elixir_logger]],
     [sluice_test_lib:stop_listener(N) || N <- sluice:listeners(),
                                          N =:= ?config(name, Config)
                                              orelse element(1, N) =:= ?config(name, Config)],
@@ -202,7 +206,7 @@ crash_report(L = {_, T}, Opts) ->
     {Pid, HandlerMeta} = receive {?MODULE, P, M} -> {P, M} after 5000 -> error(no_report) end,
     ?assertEqual(undefined, HandlerMeta),
     {Text, Meta} = receive
-                       {log, error, Tx, Md = #{pid := Pid}} -> {Tx, Md}
+                       {log, error, Tx, Md = #{pid := Pid, domain := [otp, sasl]}} -> {Tx, Md}
                    after 5000 -> error({no_crash_report, T})
                    end,
     ct:log("~p:~n~s", [T, Text]),
@@ -210,8 +214,53 @@ crash_report(L = {_, T}, Opts) ->
     ?assertNotEqual(nomatch, string:find(Text, "crash_requested")),
     ?assertNotEqual(nomatch, string:find(Text, "{sluice_otp_SUITE,handle_data,2,")),
     ?assertNotEqual(nomatch, string:find(Text, "sluice_peer")),
-    receive {log, _, Tx2, #{pid := Pid}} -> ct:fail({second_report, T, Tx2})
+    %% (and sluice's own line of the crash, for the logs without crash
+    %% reports: a_crash_is_logged_where_sasl_reports_are_not)
+    receive {log, _, Tx2, #{pid := Pid} = M2} when map_get(domain, M2) =/= [sluice] ->
+            ct:fail({second_report, T, Tx2})
     after 300 -> ok
     end,
     Close(),
     sluice_test_lib:stop_listener(L).
+
+%% Elixir's Logger (1.14, default `handle_sasl_reports: false') drops the
+%% events of the domain [otp, sasl], as proc_lib's crash report is: a
+%% handler's crash left no line there, where a thousand_island handler's
+%% (a GenServer's "terminating" report, domain [otp]) has one. sluice logs
+%% the crash under the domain [sluice] as well: a handler filtering as
+%% Logger does (Logger.Handler with `sasl: false' drops
+%% `[:otp, :sasl | _]') gets that one line, with the reason, the handler's
+%% frame and the client; a handler filtering as OTP's default one does
+%% (kernel's filters for it, below) still gets the crash report alone.
+a_crash_is_logged_where_sasl_reports_are_not(Config) ->
+    Name = ?config(name, Config),
+    Domain = fun logger_filters:domain/2,
+    ok = sluice_log_forwarder:start(elixir_logger, self(),
+                                    #{filters => [{sasl, {Domain, {stop, sub, [otp, sasl]}}}],
+                                      filter_default => log}),
+    ok = sluice_log_forwarder:start(otp_default, self(),
+                                    #{filters => [{domain, {Domain, {log, super, [otp, sasl]}}},
+                                                  {no_domain, {Domain, {log, undefined, []}}}],
+                                      filter_default => stop}),
+    sluice_test_lib:start_listener(Name, #{handler => {?MODULE, #{test_pid => self()}}}),
+    {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, sluice_test_lib:port(Name),
+                                 [binary, {active, false}]),
+    {ok, {_, ClientPort}} = inet:sockname(Sock),
+    ok = gen_tcp:send(Sock, <<"crash">>),
+    Pid = receive {?MODULE, P, _} -> P after 5000 -> error(no_data) end,
+    Line = receive {log, elixir_logger, error, Tx, #{pid := Pid}} -> Tx
+           after 5000 -> ct:fail(no_line_where_sasl_reports_are_dropped)
+           end,
+    ct:log("~s", [Line]),
+    [?assertNotEqual(nomatch, string:find(Line, Part), Part)
+     || Part <- [io_lib:format("~0p", [Name]), "crash_requested",
+                 "sluice_otp_SUITE:handle_data/2", "127.0.0.1:" ++ integer_to_list(ClientPort)]],
+    Report = receive {log, otp_default, error, Tx2, #{pid := Pid}} -> Tx2
+             after 5000 -> ct:fail(no_crash_report)
+             end,
+    ?assertNotEqual(nomatch, string:find(Report, "crash_requested")),
+    %% Once each: no line twice, no crash report where Logger keeps none.
+    receive {log, Id, _, Again, #{pid := Pid}} -> ct:fail({twice, Id, Again})
+    after 300 -> ok
+    end,
+    ok = gen_tcp:close(Sock).

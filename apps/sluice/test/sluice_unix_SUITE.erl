@@ -26,6 +26,7 @@
          file_that_is_not_a_socket_is_refused_and_kept/1,
          missing_directory_is_refused/1,
          file_removed_at_stop_and_suspend/1,
+         file_of_a_changed_path_goes_when_the_owner_is_killed/1,
          file_of_another_server_is_not_removed/1,
          relative_path_is_made_absolute/1,
          proxy_header_gives_the_real_client/1,
@@ -58,6 +59,7 @@ groups() ->
        missing_directory_is_refused,
        file_removed_at_stop_and_suspend,
        file_of_another_server_is_not_removed,
+       file_of_a_changed_path_goes_when_the_owner_is_killed,
        relative_path_is_made_absolute,
        proxy_header_gives_the_real_client,
        idle_connection_is_closed,
@@ -245,6 +247,43 @@ file_of_another_server_is_not_removed(Config) ->
     ?assert(is_socket_file(Path)),
     {ok, C} = connect(Path),
     [ok = gen_tcp:close(S) || S <- [C, L]].
+
+%% The path changed with set_transport_opts/2, then the sockets' owner
+%% killed (not stopped: it removes nothing): its supervisor restarts it on
+%% the new path, and the old path's file, the killed socket's, went with
+%% nothing to remove it (no bind comes back to that path to find it
+%% stale). Removed now as the owner restarts; the new path's is removed
+%% at the stop as usual.
+file_of_a_changed_path_goes_when_the_owner_is_killed(Config) ->
+    Path = ?config(path, Config),
+    Name = ?config(name, Config),
+    New = iolist_to_binary([Path, "-new"]),
+    {ok, _} = start(Config, #{}),
+    ?assert(is_socket_file(Path)),
+    ok = sluice:set_transport_opts(Name, #{ip => {local, New}}),
+    Owner = owner(Name),
+    exit(Owner, kill),
+    ok = sluice_test_lib:wait_until(
+           fun() -> owner(Name) =/= Owner andalso is_pid(owner(Name))
+                        andalso maps:get(ip, sluice:info(Name)) =:= {local, New} end, 5000),
+    ?assert(is_socket_file(New)),
+    ?assertNot(is_socket_file(Path)),
+    {C, _, _} = connect_conn(New),
+    ?assertEqual({ok, <<"new">>}, echo(C, <<"new">>)),
+    ok = gen_tcp:close(C),
+    ok = sluice:stop_listener(Name),
+    ?assertNot(is_socket_file(New)).
+
+owner(Name) ->
+    case sluice_registry:lookup(Name) of
+        {ok, #{sup := Sup}} ->
+            case lists:keyfind(sluice_listen_sockets, 1, supervisor:which_children(Sup)) of
+                {_, Pid, _, _} -> Pid;
+                false -> undefined
+            end;
+        error ->
+            undefined
+    end.
 
 %% A relative path is the VM's working directory's at start: info/1 and
 %% the Conn name it absolute, and the stop removes that file.
