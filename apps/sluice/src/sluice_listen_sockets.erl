@@ -35,6 +35,11 @@
 
 -include_lib("kernel/include/logger.hrl").
 
+%% A restart that finds its port still in use tries again this many
+%% times, this far apart, before the listener comes back suspended.
+-define(REOPEN_TRIES, 20).
+-define(REOPEN_WAIT_MS, 50).
+
 %% The transport and its listen sockets; for a Unix socket also its path
 %% and the file bound there (removed when they close); for a socket of the
 %% user's (`listen_socket') `{own, Name}' (`own' in a process started
@@ -61,11 +66,27 @@ start_link(Listener) ->
 %% that same port (SO_REUSEPORT, which the option validation turns on when
 %% there is more than one).
 -spec init(sluice_listener_sup:listener()) -> {ok, state()} | ignore | {stop, term()}.
-init(#{name := Name, transport := T, opts := Opts0, stats := Stats}) ->
+init(Listener) ->
     process_flag(trap_exit, true),
+    start_sockets(Listener, ?REOPEN_TRIES).
+
+start_sockets(Listener = #{name := Name, transport := T, opts := Opts0, stats := Stats}, Tries) ->
     case init(Name, T, stored_opts(Name, Opts0)) of
-        {stop, Reason} -> not_reopened(Name, Stats, Reason);
-        Opened -> Opened
+        {stop, eaddrinuse} when Tries > 0 ->
+            case restart(Name, Stats) of
+                true ->
+                    %% The sockets of a predecessor that was killed close a
+                    %% moment after it (its ports' exit signals): the
+                    %% supervisor's own retries used to wait that out
+                    timer:sleep(?REOPEN_WAIT_MS),
+                    start_sockets(Listener, Tries - 1);
+                false ->
+                    {stop, eaddrinuse}
+            end;
+        {stop, Reason} ->
+            not_reopened(Name, Stats, Reason);
+        Opened ->
+            Opened
     end.
 
 %% Sockets that cannot open again when a supervisor restarts this process
@@ -80,10 +101,10 @@ init(#{name := Name, transport := T, opts := Opts0, stats := Stats}) ->
 %% sluice_sup the one it replaces: the listen side kept for it) and was
 %% not suspended.
 not_reopened(Name, Stats, Reason) ->
-    case sluice_stats:suspended(Stats) orelse not opened_before(Name) of
-        true ->
-            {stop, Reason};
+    case restart(Name, Stats) of
         false ->
+            {stop, Reason};
+        true ->
             ok = sluice_stats:set_suspended(Stats, true),
             _ = sluice_registry:set(Name, listen_sockets, []),
             ?LOG_ERROR("sluice: listener ~0p could not open its sockets again after a "
@@ -91,6 +112,9 @@ not_reopened(Name, Stats, Reason) ->
                        [Name, sluice:format_error(Reason)]),
             ignore
     end.
+
+restart(Name, Stats) ->
+    not sluice_stats:suspended(Stats) andalso opened_before(Name).
 
 opened_before(Name) ->
     case sluice_registry:lookup(Name) of
