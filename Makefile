@@ -44,7 +44,7 @@ build: deps
 
 # The C programs alone.
 c: deps
-	$(MAKE) -C $(CSRC)
+	$(MAKE) -j"$$(nproc)" -C $(CSRC)
 
 # Throwaway TLS certificates (a CA, an ECDSA and an RSA server certificate
 # for localhost/127.0.0.1) in _build/certs; never committed.
