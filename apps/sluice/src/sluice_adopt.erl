@@ -27,6 +27,7 @@
 -spec adopt(sluice:name(), term(), map()) -> {ok, pid()} | {error, term()}.
 adopt(Name, Sock, Opts) ->
     Buffered = buffered(Name, Sock, Opts),
+    connection() andalso erlang:error(badarg, [Name, Sock, Opts]),
     case sluice_registry:lookup(Name) of
         {ok, #{stats := Stats, opts := LOpts = #{transport := TName, num_conns_sups := NS}}} ->
             T = sluice_transport:module(TName),
@@ -34,10 +35,23 @@ adopt(Name, Sock, Opts) ->
             Kind =:= badarg andalso erlang:error(badarg, [Name, Sock, Opts]),
             case owned(Kind) of
                 ok -> admit(Name, Stats, T, Kind, Buffered, LOpts, NS);
+                listening -> erlang:error(badarg, [Name, Sock, Opts]);
                 Error -> Error
             end;
         error ->
             {error, not_found}
+    end.
+
+%% Whether the caller is a connection's process (its handler's callbacks
+%% run there): its socket is its listener's. Adopted from there, two
+%% connections served one socket, each counted, and the first one's idle
+%% timeout closed it under the second. Its way to another listener is a
+%% hand-off (`{handoff, ...}'), the taker adopting. (Every connection
+%% process is one of sluice_conn's, proc_lib's initial call says so.)
+connection() ->
+    case get('$initial_call') of
+        {sluice_conn, _, _} -> true;
+        _ -> false
     end.
 
 %% The options: only `buffered', iodata. Anything else is the caller's
@@ -81,20 +95,31 @@ kind(sluice_transport_ssl, Ssl = {sslsocket, {gen_tcp, Port, _, _}, [_ | _]})
 kind(_T, _Sock) ->
     badarg.
 
-%% Whether the caller owns the socket and it is open (a listen socket is
-%% not connected: the caller's mistake).
+%% Whether the caller owns the socket and it is open. A listen socket is
+%% the caller's mistake (`listening': badarg, as a socket of the wrong
+%% kind); a connected one without a peer any more (reset by the client,
+%% maybe while its owner read its first bytes: getpeername(2) says
+%% ENOTCONN then) is `closed'.
 owned({closed, _}) ->
     {error, closed};
 owned({inet, Port}) ->
     case erlang:port_info(Port, connected) of
-        {connected, Self} when Self =:= self() -> connected(inet:peername(Port));
+        {connected, Self} when Self =:= self() ->
+            case inet:peername(Port) of
+                {error, enotconn} -> listening(lists:member(listen, status(Port)));
+                Peer -> connected(Peer)
+            end;
         {connected, _} -> {error, not_owner};
         undefined -> {error, closed}
     end;
 owned({socket, S, #{owner := Owner, rstates := RStates}}) ->
     case {lists:member(closed, RStates), Owner =:= self()} of
         {true, _} -> {error, closed};
-        {false, true} -> connected(socket:peername(S));
+        {false, true} ->
+            case socket:peername(S) of
+                {error, enotconn} -> listening(lists:member(listening, RStates));
+                Peer -> connected(Peer)
+            end;
         {false, false} -> {error, not_owner}
     end;
 owned({tls, _Port, Ssl}) ->
@@ -111,9 +136,18 @@ owned({tls, _Port, Ssl}) ->
     end.
 
 connected({ok, _}) -> ok;
-connected({error, enotconn}) -> {error, badarg};
+connected({error, enotconn}) -> {error, closed};
 connected({error, einval}) -> {error, closed};
 connected({error, _} = Error) -> Error.
+
+listening(true) -> listening;
+listening(false) -> {error, closed}.
+
+status(Port) ->
+    case prim_inet:getstatus(Port) of
+        {ok, Status} -> Status;
+        {error, _} -> []
+    end.
 
 %% Admitted as an accept is (sluice_stats:admit/1: the limit, with no
 %% wait, and `accepted' counted), but not while the listener is suspended
@@ -123,20 +157,37 @@ admit(Name, Stats, T, Kind, Buffered, LOpts, NS) ->
         true ->
             {error, suspended};
         false ->
-            case sluice_stats:admit(Stats) of
-                Admitted when Admitted =:= admitted; Admitted =:= alarm ->
-                    case hand(Name, Stats, T, Kind, Buffered, LOpts, NS) of
-                        {ok, Pid} ->
-                            _ = Admitted =:= alarm andalso sluice_alarms:reached(Name, Stats),
-                            {ok, Pid};
-                        Error ->
-                            Error
-                    end;
-                %% Out of descriptors (shedding): the listener takes no
-                %% more connections, as at its limit.
-                _OverLimitOrShedding ->
-                    {error, over_limit}
-            end
+            admit_to(sup(Name, NS), Name, Stats, T, Kind, Buffered, LOpts)
+    end.
+
+%% The connection supervisor, found before anything of the socket is
+%% touched: one being restarted (its pid in sluice_registry is a dead
+%% one's) refuses with the socket as it was, its messages still in the
+%% caller's mailbox and its options and active mode unchanged.
+sup(Name, NS) ->
+    Index = erlang:system_info(scheduler_id) rem NS + 1,
+    Sup = sluice_registry:conns_sup(Name, Index),
+    case is_pid(Sup) andalso is_process_alive(Sup) of
+        true -> {Index, Sup};
+        false -> none
+    end.
+
+admit_to(none, _Name, _Stats, _T, _Kind, _Buffered, _LOpts) ->
+    {error, not_found};
+admit_to(Sup, Name, Stats, T, Kind, Buffered, LOpts) ->
+    case sluice_stats:admit(Stats) of
+        Admitted when Admitted =:= admitted; Admitted =:= alarm ->
+            case hand(Stats, T, Kind, Buffered, LOpts, Sup) of
+                {ok, Pid} ->
+                    _ = Admitted =:= alarm andalso sluice_alarms:reached(Name, Stats),
+                    {ok, Pid};
+                Error ->
+                    Error
+            end;
+        %% Out of descriptors (shedding): the listener takes no more
+        %% connections, as at its limit.
+        _OverLimitOrShedding ->
+            {error, over_limit}
     end.
 
 %% Delivery stopped and the socket's messages taken out of the mailbox
@@ -146,25 +197,32 @@ admit(Name, Stats, T, Kind, Buffered, LOpts, NS) ->
 %% admission back (sluice_stats:withdraw/1) and leaves the socket with
 %% the caller as it was: its messages sent back to it in their order,
 %% then its active mode set again.
-hand(Name, Stats, T, Kind, Buffered, LOpts, NS) ->
+hand(Stats, T, Kind, Buffered, LOpts, Sup) ->
     case passive(Kind) of
         {ok, Taken, Was} ->
             Adopted = #{buffered => iolist_to_binary([Buffered | chunks(Taken)]),
                         tls => case Kind of {tls, _, Ssl} -> Ssl; _ -> none end},
             case socket_opts(Kind, LOpts) of
                 ok ->
-                    start(Name, Stats, T, Kind, Adopted, NS);
+                    case start(Stats, T, Kind, Adopted, Sup) of
+                        {kept, Error} ->
+                            give_back(Kind, Taken, Was),
+                            Error;
+                        Started ->
+                            Started
+                    end;
                 Error ->
-                    give_back(Stats, Kind, Taken, Was),
+                    ok = sluice_stats:withdraw(Stats),
+                    give_back(Kind, Taken, Was),
                     Error
             end;
         {closed, Taken, Was} ->
-            give_back(Stats, Kind, Taken, Was),
+            ok = sluice_stats:withdraw(Stats),
+            give_back(Kind, Taken, Was),
             {error, closed}
     end.
 
-give_back(Stats, Kind, Taken, Was) ->
-    ok = sluice_stats:withdraw(Stats),
+give_back(Kind, Taken, Was) ->
     _ = [self() ! M || M <- Taken],
     _ = case Kind of
             {inet, Port} when Was =/= false -> inet:setopts(Port, [{active, Was}]);
@@ -226,12 +284,16 @@ chunks(Taken) ->
 %% What an accepted socket inherits from its listen socket, which an
 %% adopted one was not accepted from: the listener's `socket_opts' and,
 %% on the inet driver, the delivery the connection loop expects
-%% (sluice_transport_inet:listen_options/1). An established TLS socket's
-%% TCP socket is ssl's, left as ssl set it; the ssl socket delivers
-%% binaries, unframed, as the listener's own do.
+%% (sluice_transport_inet:listen_options/1), gen_tcp's defaults included
+%% where its owner may have changed them: with `{deliver, port}' the
+%% connection never saw a byte, with a `header' it crashed on a list, and
+%% `show_econnreset' made a client's reset a socket error. An
+%% established TLS socket's TCP socket is ssl's, left as ssl set it; the
+%% ssl socket delivers binaries, unframed, as the listener's own do.
 socket_opts({inet, Port}, #{socket_opts := SocketOpts}) ->
     inet:setopts(Port, SocketOpts ++ [binary, {packet, raw}, {active, false},
-                                      {exit_on_close, false}]);
+                                      {exit_on_close, false}, {header, 0},
+                                      {deliver, term}, {show_econnreset, false}]);
 socket_opts({socket, S, _}, #{socket_opts := SocketOpts}) ->
     sluice_socket_opts:set(S, SocketOpts);
 socket_opts({tls, _, Ssl}, _) ->
@@ -239,31 +301,29 @@ socket_opts({tls, _, Ssl}, _) ->
 
 %% To a connection supervisor, as an acceptor hands a socket (counted in
 %% its slot first: sluice_stats:sup_claim/2), then a call: the supervisor
-%% starts the connection and answers with its pid. A supervisor gone
-%% before the handover: the socket is still the caller's.
-start(Name, Stats, T, Kind, Adopted, NS) ->
-    Index = erlang:system_info(scheduler_id) rem NS + 1,
-    Sup = sluice_registry:conns_sup(Name, Index),
-    case is_pid(Sup) andalso is_process_alive(Sup) of
-        true ->
-            Gen = sluice_stats:sup_claim(Stats, Index),
-            case handover(T, Kind, Sup) of
-                ok ->
-                    try gen:call(Sup, '$gen_call', {sluice_adopt, raw(Kind), Adopted}, infinity) of
-                        {ok, Reply} -> Reply
-                    catch
-                        %% Gone with the socket (it was linked to it) and
-                        %% its count (sluice_stats:sup_reset/2): the
-                        %% listener stopped meanwhile.
-                        exit:_ -> {error, not_found}
-                    end;
-                {error, Reason} ->
-                    _ = sluice_stats:sup_unclaim(Stats, Index, Gen),
-                    {error, Reason}
+%% starts the connection and answers with its pid. A handover that fails
+%% (the supervisor died since sup/2 found it, or the socket closed)
+%% leaves the socket with the caller: `kept', its admission withdrawn.
+start(Stats, T, Kind, Adopted, {Index, Sup}) ->
+    Gen = sluice_stats:sup_claim(Stats, Index),
+    case handover(T, Kind, Sup) of
+        ok ->
+            try gen:call(Sup, '$gen_call', {sluice_adopt, raw(Kind), Adopted}, infinity) of
+                {ok, Reply} -> Reply
+            catch
+                %% Gone with the socket (it was linked to it) and
+                %% its count (sluice_stats:sup_reset/2): the
+                %% listener stopped meanwhile.
+                exit:_ -> {error, not_found}
             end;
-        false ->
-            ok = sluice_stats:withdraw(Stats),
-            {error, not_found}
+        {error, Reason} ->
+            _ = sluice_stats:sup_withdraw(Stats, Index, Gen),
+            %% (the inet driver's port_connect/2 to a dead process is
+            %% a badarg, which the transport says as `closed')
+            {kept, {error, case is_process_alive(Sup) of
+                               true -> Reason;
+                               false -> not_found
+                           end}}
     end.
 
 raw({inet, Port}) -> Port;

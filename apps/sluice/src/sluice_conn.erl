@@ -141,7 +141,8 @@ init(Parent, Sock, {S0, L = #{transport := T, opts := Opts}, Gate}) ->
 %% leftover is (handshake/2's `prefix'): on `ssl' they are then the start
 %% of the TLS handshake, as after an accept. An established TLS socket
 %% (an ssl listener's hand-off gave it) has no handshake to run: its
-%% buffered bytes are plaintext, handed to the handler first (first/2).
+%% buffered bytes are plaintext, left as a recv/3 leftover for init/2 and
+%% then the loop (sluice_conn_recv:leftover/1).
 -spec adopted(pid(), sluice_transport:socket(), sluice_adopt:adopted(), template()) ->
           no_return().
 adopted(Parent, Sock, Adopted, {S0, L = #{transport := T, opts := Opts}, Gate}) ->
@@ -163,8 +164,13 @@ adopted_before(T, Sock, Opts, #{tls := none, buffered := Buffered}) ->
 adopted_before(sluice_transport_ssl, _Sock, _Opts, #{tls := Ssl, buffered := Buffered}) ->
     %% Its supervisor holds it (ssl lets any process name the owner).
     case ssl:controlling_process(Ssl, self()) of
-        ok -> {handed, none, Buffered, sluice_transport_ssl:adopted(Ssl)};
-        {error, _} -> {error, peer_closed}
+        ok ->
+            %% The plaintext its owner read: the client's first bytes for
+            %% a recv of init/2 too (sluice_conn_recv:leftover/1).
+            ok = sluice_conn_recv:leftover(Buffered),
+            {handed, none, <<>>, sluice_transport_ssl:adopted(Ssl)};
+        {error, _} ->
+            {error, peer_closed}
     end.
 
 %% The PROXY header, then the handshake. A client that closes before

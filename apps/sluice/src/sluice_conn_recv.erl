@@ -56,7 +56,7 @@
 %% @private
 -module(sluice_conn_recv).
 
--export([recv/3, context/5, pending/1, unhandled/2, taken/2]).
+-export([recv/3, context/5, pending/1, unhandled/2, taken/2, leftover/1]).
 
 %% The process dictionary's key for the connection's context (context/5).
 -define(KEY, '$sluice_recv').
@@ -76,6 +76,20 @@
 context(T, TS, Info, Stats, Frame) ->
     Conn = maps:merge(#{transport => T, socket => T:socket(TS)}, Info),
     _ = put(?KEY, {Conn, Stats, Frame =/= none}),
+    ok.
+
+%% @doc Bytes the client sent before the connection's process had the
+%% socket (an established TLS socket's `buffered', sluice:adopt/3), left
+%% as a recv's leftover would be, before init/2: a recv of init/2 reads
+%% them first (left/0), and otherwise the loop hands them to
+%% handle_data/2 as its first chunk, ahead of anything init/2 sent the
+%% process. Handed to the handler after init/2 instead, a recv of init/2
+%% read the client's later bytes before them.
+-spec leftover(binary()) -> ok.
+leftover(<<>>) ->
+    ok;
+leftover(Bytes) ->
+    self() ! {?MSG, Bytes, none, false},
     ok.
 
 %% @doc See sluice:recv/3. The caller is the connection's process if

@@ -26,8 +26,8 @@
 %% alarms (sluice_alarms)
 -export([arm_alarms/2, disarm_alarms/1]).
 %% connection supervisors
--export([sup_claim/2, sup_unclaim/3, sup_reset/2, sup_gone/2, parked/3, parked_reset/2,
-         uncount/2, uncounted_gone/2]).
+-export([sup_claim/2, sup_unclaim/3, sup_withdraw/3, sup_reset/2, sup_gone/2, parked/3,
+         parked_reset/2, uncount/2, uncounted_gone/2]).
 %% reading
 -export([live/1, read/1, close_reason/1, handler_close_reason/1]).
 
@@ -436,15 +436,25 @@ sup_claim(St = #stats{a = A}, I) ->
 %% way the connection is counted closed once, as `crashed' (sup_reset/2).
 -spec sup_unclaim(stats(), pos_integer(), non_neg_integer()) -> boolean().
 sup_unclaim(St = #stats{a = A}, I, Gen) ->
-    unclaim(St, sup_slot(St, I), Gen, atomics:get(A, sup_slot(St, I))).
+    unclaim(St, sup_slot(St, I), Gen, atomics:get(A, sup_slot(St, I)), fun lost/2).
 
-unclaim(St = #stats{a = A}, Slot, Gen, Old)
+%% @doc sup_unclaim/3 for a socket that stayed with its owner
+%% (sluice:adopt/3, whose handover to the supervisor failed): not a
+%% connection at all, so its admission is withdrawn (withdraw/1) rather
+%% than counted closed. A supervisor restarted since the claim counted it
+%% `crashed' already (sup_reset/2): false, as sup_unclaim/3.
+-spec sup_withdraw(stats(), pos_integer(), non_neg_integer()) -> boolean().
+sup_withdraw(St = #stats{a = A}, I, Gen) ->
+    unclaim(St, sup_slot(St, I), Gen, atomics:get(A, sup_slot(St, I)),
+            fun(S, 1) -> withdraw(S) end).
+
+unclaim(St = #stats{a = A}, Slot, Gen, Old, Count)
   when Old bsr ?COUNT_BITS =:= Gen, Old band ?COUNT_MASK > 0 ->
     case atomics:compare_exchange(A, Slot, Old, Old - 1) of
-        ok -> lost(St, 1), true;
-        Now -> unclaim(St, Slot, Gen, Now)
+        ok -> Count(St, 1), true;
+        Now -> unclaim(St, Slot, Gen, Now, Count)
     end;
-unclaim(_St, _Slot, _Gen, _Old) ->
+unclaim(_St, _Slot, _Gen, _Old, _Count) ->
     false.
 
 %% @doc A connection of supervisor `I' is gone (however it ended).

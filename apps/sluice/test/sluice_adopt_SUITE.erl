@@ -7,7 +7,9 @@
 %% the sniffer read first), an active socket's messages in its owner's
 %% mailbox, every error leaving the socket with its owner and usable, the
 %% connection limit, a drain and a stop reaching adopted connections,
-%% framing with buffered bytes that split a frame. Counts add up
+%% framing with buffered bytes that split a frame, recv/3 in init/2,
+%% a conns_sup being restarted, a client's reset, the owner's delivery
+%% options, a handler adopting its own socket. Counts add up
 %% throughout (accepted = closed + connections, close reasons sum to
 %% closed).
 %%
@@ -28,7 +30,12 @@
          drain_and_stop_reach_adopted_connections/1,
          buffered_bytes_that_split_a_frame/1,
          proxy_listener_reads_no_header_from_an_adopted_socket/1,
-         closed_in_the_mailbox_gives_everything_back/1]).
+         closed_in_the_mailbox_gives_everything_back/1,
+         recv_in_init_reads_the_buffered_bytes_first/1,
+         restarting_conns_sup_leaves_everything_with_the_owner/1,
+         reset_by_the_client_is_closed_a_listen_socket_badarg/1,
+         owners_delivery_options_are_the_listeners/1,
+         a_handler_cannot_adopt_its_own_socket/1]).
 
 -define(LOOPBACK, {127, 0, 0, 1}).
 
@@ -42,16 +49,22 @@ groups() ->
            sniffer_gives_sockets_to_two_listeners,
            errors_leave_the_socket_with_its_owner,
            drain_and_stop_reach_adopted_connections,
-           buffered_bytes_that_split_a_frame],
+           buffered_bytes_that_split_a_frame,
+           recv_in_init_reads_the_buffered_bytes_first,
+           reset_by_the_client_is_closed_a_listen_socket_badarg,
+           a_handler_cannot_adopt_its_own_socket],
     [{inet, [], Tcp ++ [active_sockets_messages_come_after_buffered,
                         over_limit_gives_back_the_mailboxs_messages,
                         closed_in_the_mailbox_gives_everything_back,
-                        proxy_listener_reads_no_header_from_an_adopted_socket]},
+                        proxy_listener_reads_no_header_from_an_adopted_socket,
+                        restarting_conns_sup_leaves_everything_with_the_owner,
+                        owners_delivery_options_are_the_listeners]},
      {socket, [], Tcp},
      {ssl, [], [round_trip_hands_everything_back_in_order,
                 plain_socket_given_to_a_tls_listener_handshakes,
                 active_sockets_messages_come_after_buffered,
-                errors_leave_the_socket_with_its_owner]}].
+                errors_leave_the_socket_with_its_owner,
+                recv_in_init_reads_the_buffered_bytes_first]}].
 
 init_per_suite(Config) ->
     sluice_tls_test_lib:init_per_suite(Config).
@@ -532,3 +545,137 @@ closed_in_the_mailbox_gives_everything_back(Config) ->
                  [M || M <- mailbox(), element(2, M) =:= S]),
     ?assertMatch(#{accepted := 0, closed := 0, connections := 0}, sluice:info(Name)),
     close_own(Own).
+
+%% sluice:recv/3 in init/2 of an adopted connection reads `buffered'
+%% first, then the socket: on an established TLS socket too, whose
+%% buffered plaintext went to handle_data/2 after init/2 (recv read the
+%% client's later bytes before it, and timed out here).
+recv_in_init_reads_the_buffered_bytes_first(Config) ->
+    Name = ?config(name, Config),
+    B = {Name, b},
+    {ok, _} = sluice:start_listener(B, maps:merge(
+                                         #{ip => ?LOOPBACK, port => 0,
+                                           transport => ?config(transport, Config),
+                                           handler => {sluice_adopt_handler,
+                                                       {recv_in_init, 4, self()}}},
+                                         case ?config(transport, Config) of
+                                             ssl -> #{tls_opts => sluice_tls_test_lib:server_opts(Config)};
+                                             _ -> #{}
+                                         end)),
+    {C, Adopt} =
+        case ?config(transport, Config) of
+            ssl ->
+                Port = start(Config, Name, #{}),
+                {C0, To, _Conn, <<>>} = handed_off(Config, Port),
+                Test = self(),
+                To ! {run, fun(#{socket := S}, <<>>) ->
+                                   Test ! {adopted, sluice:adopt(B, S, #{buffered => <<"AB">>})}
+                           end},
+                {C0, fun() -> receive {adopted, R} -> R after 5000 -> ct:fail(no_adopt) end end};
+            _ ->
+                {{_, S}, C0, _Own} = own_pair(Config),
+                {C0, fun() -> sluice:adopt(B, S, #{buffered => <<"AB">>}) end}
+        end,
+    {ok, Pid} = Adopt(),
+    send(C, <<"CD">>),
+    ?assertEqual({ok, <<"ABCD">>},
+                 receive {init_recv, Pid, R} -> R after 10000 -> ct:fail(no_init) end),
+    %% and the connection reads on, nothing given twice
+    send(C, <<"EF">>),
+    expect(C, <<"EF">>),
+    ?assertEqual([<<"EF">>], handled(Pid, 2)),
+    ok = sluice_test_lib:wait_info(B, bytes_in, 6, 5000),
+    _ = counts(B, 1, 0).
+
+%% A connection supervisor being restarted (sluice_registry still names
+%% the dead one): `not_found', and the socket is the caller's as it was,
+%% its messages back in its mailbox, active, in its own mode. (They were
+%% lost, the socket left passive, in binary mode, with the listener's
+%% options.)
+restarting_conns_sup_leaves_everything_with_the_owner(Config) ->
+    Name = ?config(name, Config),
+    _ = start(Config, Name, #{num_conns_sups => 1}),
+    [Sup] = sluice_test_lib:conns_sups(Name),
+    {dictionary, Dict} = process_info(Sup, dictionary),
+    [SupSup | _] = proplists:get_value('$ancestors', Dict),
+    %% Its supervisor cannot restart it while suspended.
+    ok = sys:suspend(SupSup),
+    try
+        Ref = monitor(process, Sup),
+        exit(Sup, kill),
+        receive {'DOWN', Ref, process, Sup, _} -> ok end,
+        Own = {_, _, Port} = own_listener(inet, [list]),
+        {ok, C} = gen_tcp:connect(?LOOPBACK, Port, [binary, {active, false}]),
+        {gen_tcp, S} = own_accept(Own),
+        ok = inet:setopts(S, [{active, true}]),
+        ok = gen_tcp:send(C, <<"one">>),
+        ok = sluice_test_lib:wait_until(fun() -> lists:member({tcp, S, "one"}, mailbox()) end, 5000),
+        ?assertEqual({error, not_found}, sluice:adopt(Name, S)),
+        ?assertEqual([{tcp, S, "one"}], [M || M <- mailbox(), element(2, M) =:= S]),
+        ?assertEqual({ok, [{mode, list}, {active, true}]}, inet:getopts(S, [mode, active])),
+        ?assertMatch(#{accepted := 0, closed := 0, connections := 0}, sluice:info(Name)),
+        close_own(Own)
+    after
+        sys:resume(SupSup)
+    end.
+
+%% A client that sends its first bytes and resets (an adversary, or a
+%% crash): the socket has no peer any more, `closed' (it was an
+%% undocumented `{error, badarg}'); a listen socket is not a connection
+%% at all: badarg raised, as for a socket of the wrong kind (it was
+%% returned).
+reset_by_the_client_is_closed_a_listen_socket_badarg(Config) ->
+    Name = ?config(name, Config),
+    _ = start(Config, Name, #{}),
+    Own = {_, L, Port} = own_listener(?config(transport, Config)),
+    {ok, C} = gen_tcp:connect(?LOOPBACK, Port, [binary, {active, false}, {linger, {true, 0}}]),
+    {M, S} = own_accept(Own),
+    ok = gen_tcp:send(C, <<"hi">>),
+    {ok, <<"hi">>} = M:recv(S, 2, 5000),
+    ok = gen_tcp:close(C),
+    %% (the RST arrived: the socket has no peer)
+    Peername = case M of gen_tcp -> fun inet:peername/1; socket -> fun socket:peername/1 end,
+    ok = sluice_test_lib:wait_until(fun() -> Peername(S) =:= {error, enotconn} end, 5000),
+    ?assertEqual({error, closed}, sluice:adopt(Name, S, #{buffered => <<"hi">>})),
+    ?assertError(badarg, sluice:adopt(Name, L)),
+    ?assertMatch(#{accepted := 0, closed := 0, connections := 0}, sluice:info(Name)),
+    _ = M:close(S),
+    close_own(Own).
+
+%% gen_tcp delivery options its owner set (a `header', `{deliver, port}')
+%% are gen_tcp's defaults again, as on the listener's own sockets: the
+%% connection got nothing (`deliver') or crashed on a list (`header').
+owners_delivery_options_are_the_listeners(Config) ->
+    Name = ?config(name, Config),
+    _ = start(Config, Name, #{}),
+    [begin
+         {{gen_tcp, S}, C, Own} = own_pair(Config),
+         ok = inet:setopts(S, [Opt]),
+         {ok, Pid} = sluice:adopt(Name, S, #{buffered => <<"ab">>}),
+         send(C, <<"cd">>),
+         expect(C, <<"abcd">>),
+         ?assertEqual(<<"abcd">>, iolist_to_binary(handled(Pid, 4))),
+         close_own(Own)
+     end || Opt <- [{deliver, port}, {header, 2}]],
+    _ = counts(Name, 2, 0).
+
+%% A handler that gives its own connection's socket to a listener (as a
+%% ranch protocol passes its socket to another's start_link/3): badarg,
+%% the connection goes on. It was adopted: two connections on one socket,
+%% both counted, and the first one's idle timeout closed it under the
+%% second.
+a_handler_cannot_adopt_its_own_socket(Config) ->
+    Name = ?config(name, Config),
+    {ok, _} = sluice:start_listener(Name, #{ip => ?LOOPBACK, port => 0,
+                                            transport => ?config(transport, Config),
+                                            handler => {sluice_adopt_handler, {own, self()}}}),
+    {ok, C} = gen_tcp:connect(?LOOPBACK, sluice_test_lib:port(Name), [binary, {active, false}]),
+    Pid = receive {init, P, _} -> P after 5000 -> ct:fail(no_init) end,
+    ok = gen_tcp:send(C, <<"ADOPT">>),
+    ?assertEqual({raised, badarg},
+                 receive {adopt_own, Pid, R} -> R after 5000 -> ct:fail(no_adopt) end),
+    expect({gen_tcp, C}, <<"still\n">>),
+    ?assertEqual([Pid], sluice:connections(Name)),
+    _ = counts(Name, 1, 0),
+    ok = gen_tcp:close(C),
+    _ = counts(Name, 1, 1).
