@@ -13,6 +13,7 @@
          remote_hosts_path_with_a_stand_in_for_ssh/1,
          a_dotted_host_gets_long_node_names/1,
          remote_nodes_get_the_cookie_off_the_command_line/1,
+         a_missing_or_failing_ssh_is_one_line/1,
          scale_holds_connections_and_reports_server_memory/1,
          bad_options_exit_2_with_one_line/1,
          sigterm_ends_the_run_with_a_report/1,
@@ -29,7 +30,7 @@ suite() -> [{timetrap, {seconds, 60}}].
 all() ->
     [engines_merge_counts_and_histograms, nodes_run_engines_on_local_peers,
      remote_hosts_path_with_a_stand_in_for_ssh, a_dotted_host_gets_long_node_names,
-     remote_nodes_get_the_cookie_off_the_command_line,
+     remote_nodes_get_the_cookie_off_the_command_line, a_missing_or_failing_ssh_is_one_line,
      scale_holds_connections_and_reports_server_memory,
      bad_options_exit_2_with_one_line, sigterm_ends_the_run_with_a_report,
      sigterm_while_the_nodes_start_ends_the_run_with_a_report,
@@ -163,6 +164,28 @@ remote_nodes_get_the_cookie_off_the_command_line(Config) ->
     ?assertMatch([_], string:lexemes(Logged, "\n")),
     ?assertEqual(nomatch, string:find(Logged, "setcookie")),
     ?assertEqual(nomatch, string:find(Logged, sluice_load_test_lib:cookie())).
+
+%% An --ssh that is not there, or that fails (a host it cannot reach):
+%% exit 1 and one line of sluice's (after what ssh said itself), where it
+%% printed a dozen lines of Erlang terms (enoent and open_port's stack;
+%% {boot_failed, {exit_status, 255}}).
+a_missing_or_failing_ssh_is_one_line(Config) ->
+    Dir = ?config(priv_dir, Config),
+    Missing = filename:join(Dir, "no-such-ssh"),
+    {1, Out1} = sluice(Config, ["load", "--scenario", "ping", "--nodes", "127.0.0.1",
+                                "--ssh", Missing, "--port", "1"]),
+    ?assertEqual([<<"sluice: --ssh ", (list_to_binary(Missing))/binary, ": no such program">>],
+                 string:lexemes(Out1, "\n")),
+    Failing = filename:join(Dir, "failing-ssh"),
+    ok = file:write_file(Failing, "#!/bin/sh\necho \"ssh: connect to host $1: refused\" >&2\nexit 255\n"),
+    ok = file:change_mode(Failing, 8#755),
+    {1, Out2} = sluice(Config, ["load", "--scenario", "ping", "--nodes", "127.0.0.1",
+                                "--ssh", Failing, "--port", "1"]),
+    ct:log("~s", [Out2]),
+    ?assertMatch([<<"ssh: connect to host 127.0.0.1: refused">>,
+                  <<"sluice: cannot start a node on 127.0.0.1: `", _/binary>>],
+                 string:lexemes(Out2, "\n")),
+    ?assertNotEqual(nomatch, string:find(Out2, "exited with status 255 before the node came up")).
 
 %% The scale scenario: 2,000 connections from 2 engines on 2 source
 %% addresses, ramped at a rate, held for 2 rounds with no timeout, each

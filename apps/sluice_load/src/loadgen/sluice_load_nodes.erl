@@ -55,22 +55,36 @@ start_all([Host | Rest], Opts, I, Acc) ->
         {error, _} = E -> stop(Acc), E
     end.
 
+start_one(local, _Opts, I) ->
+    boot(local, (base_opts(I))#{host => this_host()});
 start_one(Host, #{ssh := Ssh, erl := Erl}, I) ->
+    case find(Ssh) of
+        {ok, Path} -> boot(Host, (base_opts(I))#{host => Host, exec => {Path, [Host, Erl]}});
+        error -> {error, fmt("--ssh ~s: no such program", [Ssh])}
+    end.
+
+base_opts(I) ->
     Name = lists:flatten(io_lib:format("~s_e~b", [base_name(), I])),
-    Args = ["-hidden", "-kernel", "net_setuptime", "20"],
-    Common = #{name => Name, connection => standard_io, args => Args,
-               wait_boot => 30000},
-    Opts = case Host of
-               local -> Common#{host => this_host()};
-               _ -> Common#{host => Host, exec => {find(Ssh), [Host, Erl]}}
-           end,
+    #{name => Name, connection => standard_io, args => ["-hidden", "-kernel", "net_setuptime", "20"],
+      wait_boot => 30000}.
+
+boot(Host, Opts) ->
     Where = case Host of local -> "this host"; _ -> Host end,
     try peer:start(Opts) of
         {ok, Peer, Node} -> connect(Peer, Node, Where);
-        {error, Reason} -> {error, fmt("cannot start a node on ~s: ~p", [Where, Reason])}
+        {error, Reason} -> {error, boot_error(Where, Opts, Reason)}
     catch exit:Reason ->
-            {error, fmt("cannot start a node on ~s: ~p", [Where, Reason])}
+            {error, boot_error(Where, Opts, Reason)}
     end.
+
+%% ssh (or the erl it runs) that ends before the node is up: a host that
+%% cannot be reached, refused the login, has no erl (what ssh said is on
+%% stderr already, above this line).
+boot_error(Where, #{exec := {Ssh, [Host, Erl]}}, {boot_failed, {exit_status, Status}}) ->
+    fmt("cannot start a node on ~s: `~s ~s ~s` exited with status ~b before the node came up",
+        [Where, Ssh, Host, Erl, Status]);
+boot_error(Where, _Opts, Reason) ->
+    fmt("cannot start a node on ~s: ~0p", [Where, Reason]).
 
 connect(Peer, Node, Where) ->
     case sluice_build:give_cookie(Peer, Node) of
@@ -142,10 +156,11 @@ this_host() ->
     [_, Host] = string:split(atom_to_list(node()), "@"),
     Host.
 
+%% A command name is looked up in PATH; a path must be an executable file.
 find(Cmd) ->
     case os:find_executable(Cmd) of
-        false -> Cmd;
-        Path -> Path
+        false -> error;
+        Path -> {ok, Path}
     end.
 
 fmt(F, A) -> lists:flatten(io_lib:format(F, A)).
