@@ -386,7 +386,7 @@ resume(Name) ->
                            ok = resume_conns_sups(Name, Opts),
                            case can_rebind(Name, Sup) of
                                ok ->
-                                   case restart(Sup, sluice_listen_sockets) of
+                                   case reopen(Name, Sup) of
                                        ok -> restart_acceptors(Sup);
                                        Error -> Error
                                    end;
@@ -429,6 +429,18 @@ own_socket_open(#{opts := #{listen_socket := LSock, transport := T}}) ->
     case sluice_listen_socket:check(sluice_transport:module(T), LSock) of
         {error, closed} -> {error, listen_socket_closed};
         _ -> ok
+    end.
+
+%% The sockets' owner opens the sockets of a suspended listener only
+%% when resume/1 starts it (marked in the registry while it does):
+%% started again with its supervisor's other children, it leaves them
+%% closed (sluice_listen_sockets).
+reopen(Name, Sup) ->
+    _ = sluice_registry:set(Name, resuming, true),
+    try
+        restart(Sup, sluice_listen_sockets)
+    after
+        _ = sluice_registry:set(Name, resuming, false)
     end.
 
 %% Sockets without acceptors would take connects that nobody serves: if

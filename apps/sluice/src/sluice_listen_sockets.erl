@@ -66,9 +66,32 @@ start_link(Listener) ->
 %% that same port (SO_REUSEPORT, which the option validation turns on when
 %% there is more than one).
 -spec init(sluice_listener_sup:listener()) -> {ok, state()} | ignore | {stop, term()}.
-init(Listener) ->
+init(Listener = #{name := Name, stats := Stats}) ->
     process_flag(trap_exit, true),
-    start_sockets(Listener, ?REOPEN_TRIES).
+    case sluice_stats:suspended(Stats) andalso not resuming(Name) of
+        true -> stay_closed(Name);
+        false -> start_sockets(Listener, ?REOPEN_TRIES)
+    end.
+
+%% A suspended listener (suspend/1, drain/2, or come back suspended)
+%% stays so when its supervisor starts this process again with the
+%% children after the one that died (rest_for_one: the connection
+%% supervisors' supervisor): OTP starts those a suspend had stopped too.
+%% The sockets opened then, and a listener suspended or draining
+%% accepted again without a word; one whose port another socket had
+%% taken failed each of those restarts, until its supervisor gave up.
+%% Only resume/1 opens them (the mark `resuming' in the registry). No
+%% sockets: the acceptors' supervisor does not start either
+%% (sluice_acceptors_sup).
+stay_closed(Name) ->
+    _ = sluice_registry:set(Name, listen_sockets, []),
+    ignore.
+
+resuming(Name) ->
+    case sluice_registry:lookup(Name) of
+        {ok, #{resuming := true}} -> true;
+        _ -> false
+    end.
 
 start_sockets(Listener = #{name := Name, transport := T, opts := Opts0, stats := Stats}, Tries) ->
     case init(Name, T, stored_opts(Name, Opts0)) of

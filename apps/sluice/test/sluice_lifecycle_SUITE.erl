@@ -22,6 +22,7 @@
          info_of_a_stopped_listener_is_not_found/1,
          suspend_refuses_new_keeps_existing_and_resume_reuses_port/1,
          resume_on_a_port_taken_meanwhile_is_a_plain_error/1,
+         suspended_stays_so_when_its_connection_supervisors_restart/1,
          suspend_lets_an_acceptor_finish_the_connection_it_counted/1,
          suspend_as_an_accept_completes_serves_that_connection/1,
          proxy_bytes_after_the_header_reach_a_users_transport_once/1,
@@ -59,6 +60,7 @@ groups() ->
                     info_of_a_stopped_listener_is_not_found]},
      {running, [], [suspend_refuses_new_keeps_existing_and_resume_reuses_port,
                     resume_on_a_port_taken_meanwhile_is_a_plain_error,
+                    suspended_stays_so_when_its_connection_supervisors_restart,
                     crashing_handler_takes_down_only_its_connection,
                     idle_timeout_closes_only_idle_connections]},
      {drain, [], [drain_calls_handle_drain,
@@ -433,6 +435,49 @@ suspend_refuses_new_keeps_existing_and_resume_reuses_port(Config) ->
     ?assertMatch(#{connections := 2, accepted := 2}, sluice:info(Name)),
     ?assertEqual({error, not_found}, sluice:suspend(no_such_listener)),
     ?assertEqual({error, not_found}, sluice:resume(no_such_listener)).
+
+%% The connection supervisors' supervisor of a suspended listener dies:
+%% the listener's supervisor (rest_for_one) starts it again with every
+%% child after it, the sockets' owner and the acceptors too, which OTP
+%% does even for children a suspend had stopped. The listener stays
+%% suspended (it accepted again, suspended or draining, without a word):
+%% only resume/1 opens the sockets. The same after drain/2.
+suspended_stays_so_when_its_connection_supervisors_restart(Config) ->
+    Name = ?config(name, Config),
+    Port = echo_listener(Config, #{}),
+    ok = sluice:suspend(Name),
+    ok = restart_conns_sup_sup(Name),
+    ?assertMatch(#{status := suspended}, sluice:info(Name)),
+    ?assertEqual({error, econnrefused}, sluice_test_lib:connect(Port)),
+    ok = sluice:resume(Name),
+    ?assertMatch(#{status := running, port := Port}, sluice:info(Name)),
+    C = connect(Port),
+    ?assert(echo_ok(C)),
+    ok = gen_tcp:close(C),
+    ?assertMatch({ok, _}, sluice:drain(Name, 0)),
+    ok = restart_conns_sup_sup(Name),
+    ?assertMatch(#{status := suspended}, sluice:info(Name)),
+    ?assertEqual({error, econnrefused}, sluice_test_lib:connect(Port)),
+    ok = sluice:resume(Name),
+    ?assert(echo_ok(connect(Port))).
+
+%% The listener's supervisor restarts its children from the connection
+%% supervisors' supervisor on in one go: once a new one is there, so are
+%% the others.
+restart_conns_sup_sup(Name) ->
+    {ok, #{sup := Sup}} = sluice_registry:lookup(Name),
+    Old = child(Sup, sluice_conns_sup_sup),
+    exit(Old, kill),
+    sluice_test_lib:wait_until(
+      fun() -> case child(Sup, sluice_conns_sup_sup) of
+                   New when is_pid(New) -> New =/= Old;
+                   _ -> false
+               end
+      end, 5000).
+
+child(Sup, Id) ->
+    {_, Pid, _, _} = lists:keyfind(Id, 1, supervisor:which_children(Sup)),
+    Pid.
 
 %% suspend/1 while an acceptor is handing over a connection it has just
 %% counted (held there by sluice_faulty_transport): the listen sockets

@@ -27,6 +27,7 @@
          again_on_resume_and_on_a_restart/1,
          a_failure_on_resume_is_resumes_error/1,
          a_failure_on_a_restart_leaves_the_listener_suspended/1,
+         back_suspended_stays_so_when_its_connection_supervisors_restart/1,
          ssl_gives_the_tcp_listen_socket/1,
          a_users_transport_gives_its_own/1,
          bad_values_are_refused_at_start/1]).
@@ -53,7 +54,8 @@ groups() ->
        a_socket_closed_by_the_fun_fails_the_start,
        again_on_resume_and_on_a_restart,
        a_failure_on_resume_is_resumes_error,
-       a_failure_on_a_restart_leaves_the_listener_suspended]).
+       a_failure_on_a_restart_leaves_the_listener_suspended,
+       back_suspended_stays_so_when_its_connection_supervisors_restart]).
 
 init_per_suite(Config) ->
     Config1 = sluice_tls_test_lib:init_per_suite(Config),
@@ -376,6 +378,48 @@ a_failure_on_a_restart_leaves_the_listener_suspended(Config) ->
     after
         sluice_test_lib:stop_listener(Other)
     end.
+
+%% A listener back suspended after a failed restart, whose connection
+%% supervisors' supervisor then dies: its supervisor (rest_for_one)
+%% starts the sockets' owner again too, which opened the sockets (the
+%% fun called), failed, and failed each restart until the listener's
+%% supervisor gave up and sluice's replaced it. It stays suspended, the
+%% same listener, until resume/1.
+back_suspended_stays_so_when_its_connection_supervisors_restart(Config) ->
+    Name = ?config(name, Config),
+    Fail = atomics:new(1, []),
+    Test = self(),
+    Fun = fun(S) ->
+                  Test ! {post_listen, self(), S},
+                  case atomics:get(Fail, 1) of
+                      0 -> ok;
+                      _ -> {error, now_failing}
+                  end
+          end,
+    sluice_test_lib:start_listener(Name, #{handler => ?ECHO, num_listen_sockets => 1,
+                                          post_listen => Fun}),
+    {Owner, _} = called(),
+    ok = atomics:put(Fail, 1, 1),
+    exit(Owner, kill),
+    {_, _} = called(),
+    suspended(Name),
+    Sup = listener_sup(Name),
+    {_, ConnsSupSup, _, _} = lists:keyfind(sluice_conns_sup_sup, 1,
+                                           supervisor:which_children(Sup)),
+    exit(ConnsSupSup, kill),
+    ok = sluice_test_lib:wait_until(
+           fun() ->
+                   {_, New, _, _} = lists:keyfind(sluice_conns_sup_sup, 1,
+                                                  supervisor:which_children(Sup)),
+                   is_pid(New) andalso New =/= ConnsSupSup
+           end, ?WAIT),
+    nothing_called(),
+    ?assertEqual(Sup, listener_sup(Name)),
+    ?assertMatch(#{status := suspended}, sluice:info(Name)),
+    ok = atomics:put(Fail, 1, 0),
+    ok = sluice:resume(Name),
+    {_, _} = called(),
+    echo(sluice_test_lib:port(Name)).
 
 suspended(Name) ->
     ok = sluice_test_lib:wait_until(

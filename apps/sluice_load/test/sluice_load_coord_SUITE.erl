@@ -114,6 +114,8 @@ remote_hosts_path_with_a_stand_in_for_ssh(Config) ->
     %% the stand-in logs each host it is asked for: node names alone would
     %% not show that the nodes were started through it
     Log = filename:join(?config(priv_dir, Config), "fake-ssh.log"),
+    %% (empty: the priv_dir is the whole run's, shared with other suites)
+    ok = file:write_file(Log, ""),
     ok = file:write_file(Ssh, ["#!/bin/sh\n# logs the host, drops it, runs the rest here\n"
                                "echo \"$1\" >> '", Log, "'\nshift\nexec \"$@\"\n"]),
     ok = file:change_mode(Ssh, 8#755),

@@ -190,6 +190,10 @@ fake_ssh(Dir, Drop, Name) ->
     ok = file:change_mode(Cookie, 8#400),
     Ssh = filename:join(Dir, Name),
     Log = filename:join(Dir, Name ++ ".log"),
+    %% empty: a priv_dir is the whole run's (rebar3 ct), shared by the
+    %% suites, and a log of the same name from another one was read as
+    %% this one's
+    ok = file:write_file(Log, ""),
     ok = file:write_file(Ssh, ["#!/bin/sh\necho \"$@\" >> '", Log, "'\n",
                                "shift ", integer_to_list(Drop), "\n",
                                "HOME='", Home, "' exec \"$@\"\n"]),

@@ -286,12 +286,14 @@ drain(Nodes, DrainMs) ->
 %% its timeout, and it would hold its connections open, and this
 %% command's standard error (which a node started over its standard I/O
 %% inherits: `serve ... 2>&1 | tee' would not end), for as long as it
-%% hangs. One on this host is killed. One on another host is left to its
-%% ssh, which ends when the node does.
+%% hangs. One on this host is killed, before peer:stop/1, which would
+%% otherwise wait 5 s for it to disconnect and then log a warning report
+%% among the command's output. One on another host is left to its ssh,
+%% which ends when the node does.
 stop_peers(Peers, Hung) ->
     _ = [begin
-             catch peer:stop(Peer),
-             [kill(OsPid) || lists:member(Node, Hung), is_list(OsPid)]
+             [kill(OsPid) || lists:member(Node, Hung), is_list(OsPid)],
+             catch peer:stop(Peer)
          end || {{Peer, OsPid}, Node} <- Peers],
     ok.
 
