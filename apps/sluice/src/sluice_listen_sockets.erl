@@ -131,10 +131,17 @@ not_reopened(Name, Stats, Reason) ->
             ok = sluice_stats:set_suspended(Stats, true),
             _ = sluice_registry:set(Name, listen_sockets, []),
             ?LOG_ERROR("sluice: listener ~0p could not open its sockets again after a "
-                       "restart: ~ts; it is suspended (sluice:resume/1 tries again)",
-                       [Name, sluice:format_error(Reason)]),
+                       "restart: ~ts; it is suspended (~ts)",
+                       [Name, sluice:format_error(Reason), what_next(Reason)]),
             ignore
     end.
+
+%% A socket of the user's that is no good any more is not opened again by
+%% anything of sluice's (resume/1 refuses it too).
+what_next({bad_option, listen_socket, _}) ->
+    "its listen_socket cannot be used again: stop the listener and start it with a new one";
+what_next(_Reason) ->
+    "sluice:resume/1 tries again".
 
 restart(Name, Stats) ->
     not sluice_stats:suspended(Stats) andalso opened_before(Name).
