@@ -331,18 +331,7 @@ a_users_transport_gives_its_own(Config) ->
 a_failure_on_a_restart_leaves_the_listener_suspended(Config) ->
     Name = ?config(name, Config),
     Other = {Name, other},
-    Fail = atomics:new(1, []),
-    Test = self(),
-    Fun = fun(S) ->
-                  Test ! {post_listen, self(), S},
-                  case atomics:get(Fail, 1) of
-                      0 -> ok;
-                      _ -> {error, now_failing}
-                  end
-          end,
-    sluice_test_lib:start_listener(Name, #{handler => ?ECHO, num_listen_sockets => 1,
-                                          post_listen => Fun}),
-    {Owner, _} = called(),
+    {Fail, Owner} = start_failable(Name),
     Port = sluice_test_lib:port(Name),
     sluice_test_lib:start_listener(Other, #{handler => ?ECHO}),
     Top = whereis(sluice_sup),
@@ -387,18 +376,7 @@ a_failure_on_a_restart_leaves_the_listener_suspended(Config) ->
 %% same listener, until resume/1.
 back_suspended_stays_so_when_its_connection_supervisors_restart(Config) ->
     Name = ?config(name, Config),
-    Fail = atomics:new(1, []),
-    Test = self(),
-    Fun = fun(S) ->
-                  Test ! {post_listen, self(), S},
-                  case atomics:get(Fail, 1) of
-                      0 -> ok;
-                      _ -> {error, now_failing}
-                  end
-          end,
-    sluice_test_lib:start_listener(Name, #{handler => ?ECHO, num_listen_sockets => 1,
-                                          post_listen => Fun}),
-    {Owner, _} = called(),
+    {Fail, Owner} = start_failable(Name),
     ok = atomics:put(Fail, 1, 1),
     exit(Owner, kill),
     {_, _} = called(),
@@ -420,6 +398,23 @@ back_suspended_stays_so_when_its_connection_supervisors_restart(Config) ->
     ok = sluice:resume(Name),
     {_, _} = called(),
     echo(sluice_test_lib:port(Name)).
+
+%% A listener whose post_listen fun fails once `Fail' is set (an atomics
+%% of one), and reports each call: its sockets' owner.
+start_failable(Name) ->
+    Fail = atomics:new(1, []),
+    Test = self(),
+    Fun = fun(S) ->
+                  Test ! {post_listen, self(), S},
+                  case atomics:get(Fail, 1) of
+                      0 -> ok;
+                      _ -> {error, now_failing}
+                  end
+          end,
+    sluice_test_lib:start_listener(Name, #{handler => ?ECHO, num_listen_sockets => 1,
+                                          post_listen => Fun}),
+    {Owner, _} = called(),
+    {Fail, Owner}.
 
 suspended(Name) ->
     ok = sluice_test_lib:wait_until(
