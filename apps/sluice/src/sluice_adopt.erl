@@ -18,6 +18,12 @@
 
 -export_type([adopted/0]).
 
+%% What a socket that delivers to its owner is set with and sends: the
+%% module of getopts/setopts, then its data, passive, closed and error
+%% messages' tags.
+-define(TCP, {inet, tcp, tcp_passive, tcp_closed, tcp_error}).
+-define(SSL, {ssl, ssl, ssl_passive, ssl_closed, ssl_error}).
+
 %% What the connection process is told besides its socket: the bytes
 %% already read from the client, in order, and for an established TLS
 %% socket the `ssl' socket itself (its raw socket is ssl's, and no second
@@ -237,43 +243,30 @@ give_back(Kind, Taken, Was) ->
 %% the active mode it had. The end of the stream among them (the peer
 %% closed, an error) means there is nothing to adopt: `closed'.
 passive({inet, Port}) ->
-    case inet:getopts(Port, [active]) of
-        {ok, [{active, Was}]} ->
-            case inet:setopts(Port, [{active, false}]) of
-                ok -> taken(tcp, Port, Was, []);
-                {error, _} -> {closed, [], false}
-            end;
-        {error, _} ->
-            {closed, [], false}
-    end;
+    passive(?TCP, Port);
 passive({socket, _S, _}) ->
     %% OTP's socket sends its owner no data: nothing to take.
     {ok, [], false};
 passive({tls, _Port, Ssl}) ->
-    case ssl:getopts(Ssl, [active]) of
+    passive(?SSL, Ssl).
+
+passive(Tags = {Mod, _, _, _, _}, S) ->
+    case Mod:getopts(S, [active]) of
         {ok, [{active, Was}]} ->
-            case ssl:setopts(Ssl, [{active, false}]) of
-                ok -> taken(ssl, Ssl, Was, []);
+            case Mod:setopts(S, [{active, false}]) of
+                ok -> taken(Tags, S, Was, []);
                 {error, _} -> {closed, [], false}
             end;
         {error, _} ->
             {closed, [], false}
     end.
 
-taken(tcp, S, Was, Acc) ->
+taken(Tags = {_, Data, Passive, Closed, Error}, S, Was, Acc) ->
     receive
-        {tcp, S, _} = M -> taken(tcp, S, Was, [M | Acc]);
-        {tcp_passive, S} = M -> taken(tcp, S, Was, [M | Acc]);
-        {tcp_closed, S} = M -> {closed, lists:reverse(Acc, [M]), Was};
-        {tcp_error, S, _} = M -> {closed, lists:reverse(Acc, [M]), Was}
-    after 0 -> {ok, lists:reverse(Acc), Was}
-    end;
-taken(ssl, S, Was, Acc) ->
-    receive
-        {ssl, S, _} = M -> taken(ssl, S, Was, [M | Acc]);
-        {ssl_passive, S} = M -> taken(ssl, S, Was, [M | Acc]);
-        {ssl_closed, S} = M -> {closed, lists:reverse(Acc, [M]), Was};
-        {ssl_error, S, _} = M -> {closed, lists:reverse(Acc, [M]), Was}
+        {Data, S, _} = M -> taken(Tags, S, Was, [M | Acc]);
+        {Passive, S} = M -> taken(Tags, S, Was, [M | Acc]);
+        {Closed, S} = M -> {closed, lists:reverse(Acc, [M]), Was};
+        {Error, S, _} = M -> {closed, lists:reverse(Acc, [M]), Was}
     after 0 -> {ok, lists:reverse(Acc), Was}
     end.
 
