@@ -156,11 +156,7 @@ adopted(Parent, Sock, Adopted, {S0, L = #{transport := T, opts := Opts}, Gate}) 
     end.
 
 adopted_before(T, Sock, Opts, #{tls := none, buffered := Buffered}) ->
-    case T:handshake(Sock, Opts#{prefix => Buffered}) of
-        {ok, TS} -> {ok, none, Buffered, TS};
-        {error, peer_closed} -> {error, peer_closed};
-        {error, Reason} -> {error, {handshake_error, Reason}}
-    end;
+    handshake(T, Sock, Opts, none, Buffered);
 adopted_before(sluice_transport_ssl, _Sock, _Opts, #{tls := Ssl, buffered := Buffered}) ->
     %% Its supervisor holds it (ssl lets any process name the owner).
     case ssl:controlling_process(Ssl, self()) of
@@ -179,15 +175,21 @@ adopted_before(sluice_transport_ssl, _Sock, _Opts, #{tls := Ssl, buffered := Buf
 before_handler(T, Sock, Opts) ->
     case sluice_proxy:read(T, Sock, Opts) of
         {ok, Proxy, Prefix} ->
-            case T:handshake(Sock, Opts#{prefix => Prefix}) of
-                {ok, TS} -> {ok, Proxy, Prefix, TS};
-                {error, peer_closed} -> {error, peer_closed};
-                {error, Reason} -> {error, {handshake_error, Reason}}
-            end;
+            handshake(T, Sock, Opts, Proxy, Prefix);
         {error, peer_closed} ->
             {error, peer_closed};
         {error, Reason} ->
             {error, {proxy_error, Reason}}
+    end.
+
+%% The transport's handshake, with the bytes already read from the client
+%% (after a PROXY header, or an adopted socket's owner's) put back in
+%% front of its stream.
+handshake(T, Sock, Opts, Proxy, Prefix) ->
+    case T:handshake(Sock, Opts#{prefix => Prefix}) of
+        {ok, TS} -> {ok, Proxy, Prefix, TS};
+        {error, peer_closed} -> {error, peer_closed};
+        {error, Reason} -> {error, {handshake_error, Reason}}
     end.
 
 through_gate({ok, Proxy, Prefix, TS}, Parent, Sock, S0, L = #{transport := T}) ->
