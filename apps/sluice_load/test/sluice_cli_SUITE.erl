@@ -17,6 +17,8 @@
 -export([serve_prints_one_listening_line_and_acks/1,
          sigterm_drains_and_exits_0/1,
          sigint_drains_and_exits_0/1,
+         an_early_sigterm_still_drains/1,
+         the_launcher_holds_a_signal_until_the_vm_takes_it/1,
          unknown_option_exits_2_with_one_line/1,
          malformed_value_exits_2_with_one_line/1,
          port_in_use_exits_1_with_one_line/1,
@@ -48,7 +50,8 @@ suite() -> [{timetrap, {seconds, 60}}].
 
 all() ->
     [serve_prints_one_listening_line_and_acks, sigterm_drains_and_exits_0,
-     sigint_drains_and_exits_0, unknown_option_exits_2_with_one_line,
+     sigint_drains_and_exits_0, an_early_sigterm_still_drains,
+     the_launcher_holds_a_signal_until_the_vm_takes_it, unknown_option_exits_2_with_one_line,
      malformed_value_exits_2_with_one_line, port_in_use_exits_1_with_one_line,
      metrics_port_in_use_exits_1_with_one_line, hosts_without_nodes_exits_2_with_one_line,
      an_option_that_does_not_apply_exits_2_with_one_line, a_closed_stdout_exits_141,
@@ -148,6 +151,55 @@ signal_drains(Config, Sig) ->
     %% Not the 8 s drain deadline: it ended when the client left.
     ?assert(Ms < 6000, Ms),
     ?assert(lists:any(fun(L) -> binary:match(L, <<"drained">>) =/= nomatch end, After)).
+
+%% A SIGTERM in the first moments of `serve', before the VM's signal
+%% server runs (it was dropped: the server served on) or while OTP's own
+%% handler was still in place (it stopped the VM, no drain), is held by
+%% the launcher and the CLI until serve's handler takes it: serve starts,
+%% drains and exits 0, whenever it came. Offsets from the start; the
+%% script execs the launcher within a millisecond or two (a signal before
+%% that ends the script, status 143, which is not this case).
+an_early_sigterm_still_drains(Config) ->
+    Runs = [early_sigterm(Config, Ms) || Ms <- [20, 50, 80, 120, 170, 250]],
+    ct:log("~p", [Runs]),
+    ?assertEqual([], [R || R = {_, Status, Drained, _} <- Runs,
+                           not (Status =:= 0 andalso Drained)]).
+
+early_sigterm(Config, Ms) ->
+    {Port, OsPid} = sluice_load_test_lib:sluice(Config, ["serve", "--ip", ?LOOPBACK, "--port", "0",
+                                                         "--drain-timeout", "2000"]),
+    timer:sleep(Ms),
+    signal("TERM", OsPid),
+    %% (a lost signal: still serving after 5 s, which 6 runs fit in the
+    %% suite's timetrap; the case's reaper kills it)
+    {Status, Lines} = sluice_load_test_lib:wait_exit(Port, 5000),
+    {Ms, Status, lists:any(fun(L) -> binary:match(L, <<"drained">>) =/= nomatch end, Lines),
+     Lines}.
+
+%% The launcher alone (bin/sluice's sluice-run) with a child that says it
+%% is ready 400 ms after its start, by writing to SLUICE_READY_FD or by
+%% closing it: a SIGTERM at 50 ms reaches the child only then (the child
+%% prints its line, then dies of the signal: 143), not at once (which
+%% killed it before its line).
+the_launcher_holds_a_signal_until_the_vm_takes_it(Config) ->
+    {ok, Root} = sluice_load_test_lib:repo_root(),
+    Run = filename:join(Root, "apps/sluice_load/priv/sluice-run"),
+    Ready = [{"writes", "echo r >&$SLUICE_READY_FD"},
+             {"closes", "eval \"exec $SLUICE_READY_FD>&-\""}],
+    Runs = [begin
+                Script = "sleep 0.4; echo ready; " ++ Say ++ "; exec sleep 20",
+                {Port, OsPid} = sluice_load_test_lib:run_lines(Config, Run,
+                                                               ["/bin/sh", "-c", Script]),
+                T0 = erlang:monotonic_time(millisecond),
+                timer:sleep(50),
+                signal("TERM", OsPid),
+                {Status, Lines} = sluice_load_test_lib:wait_exit(Port, 10000),
+                {How, Status, Lines, erlang:monotonic_time(millisecond) - T0}
+            end || {How, Say} <- Ready],
+    ct:log("~p", [Runs]),
+    ?assertEqual([], [R || R = {_, Status, Lines, Ms} <- Runs,
+                           not (Status =:= 143 andalso Lines =:= [<<"ready">>]
+                                andalso Ms >= 400 andalso Ms < 5000)]).
 
 %% An unknown option: status 2 and exactly one line, naming the option.
 unknown_option_exits_2_with_one_line(Config) ->

@@ -13,6 +13,9 @@
 
 -spec main() -> no_return().
 main() ->
+    %% A SIGTERM from now on waits for the command's handler (and one that
+    %% came earlier, held by sluice-run, comes now).
+    ok = sluice_signal:hold(),
     Code = try report(run(init:get_plain_arguments()))
            catch error:terminated ->
                    %% Standard output was closed under us (`bin/sluice bench

@@ -5,36 +5,105 @@
 %% handler. Used by every command that has something to finish on a signal:
 %% serve drains, load reports, bench stops after the current run, and a C
 %% program or VM run in the foreground gets the signal passed on.
+%%
+%% A SIGTERM that comes before the command installs its handler is kept
+%% for it: sluice_cli calls hold/0 first thing, which also tells
+%% sluice-run that the VM can take signals from now on (sluice-run holds
+%% one that comes earlier, when the VM would drop it or stop without a
+%% drain: c_src/sluice_run.c).
 -module(sluice_signal).
 -behaviour(gen_event).
 
--export([install/1]).
--export([init/1, handle_event/2, handle_call/2, handle_info/2]).
+-export([hold/0, install/1]).
+-export([init/1, handle_event/2, handle_call/2, handle_info/2, terminate/2]).
+
+%% How long a SIGTERM kept by hold/0 waits for a command to install a
+%% handler before it does what OTP's does (init:stop/0): every command
+%% that acts on the signal installs within milliseconds of its start, and
+%% one that never does must still stop.
+-define(UNCLAIMED_MS, 2000).
+
+-type state() :: pid() | {hold, boolean()}.
+
+%% @doc Keep a SIGTERM for the handler the command installs next
+%% (install/1 passes it on at once), and tell sluice-run, if it started
+%% this VM, to pass on the signals it held. Other signals do what OTP's
+%% handler does.
+-spec hold() -> ok.
+hold() ->
+    ok = os:set_signal(sigterm, handle),
+    ok = swap({?MODULE, {hold, false}}),
+    ready().
+
+%% sluice-run's pipe (its write end's number in SLUICE_READY_FD): one byte
+%% says the VM takes signals now. The variable is taken out of the
+%% environment so that no program or VM this one starts writes to what is
+%% another descriptor there.
+ready() ->
+    case os:getenv("SLUICE_READY_FD") of
+        false ->
+            ok;
+        Text ->
+            os:unsetenv("SLUICE_READY_FD"),
+            case string:to_integer(Text) of
+                {Fd, ""} when Fd > 2 ->
+                    try
+                        Port = open_port({fd, Fd, Fd}, [out, binary]),
+                        true = port_command(Port, <<"r">>),
+                        %% (closing the port leaves the descriptor open)
+                        true = port_close(Port),
+                        ok
+                    catch error:_ -> ok % sluice-run's fallback still passes it on
+                    end;
+                _ ->
+                    ok
+            end
+    end.
 
 %% @doc From now on SIGTERM sends `{sluice_signal, sigterm}' to `Pid'
 %% (and no longer to a pid an earlier call named: a second call replaces
 %% the handler, it does not add one that sends the signal twice).
 -spec install(pid()) -> ok.
-install(Pid) ->
+install(Pid) when is_pid(Pid) ->
     ok = os:set_signal(sigterm, handle),
+    swap({?MODULE, Pid}).
+
+%% In place of OTP's handler or an earlier one of ours, which hands its
+%% state over (terminate/2 to init/1): a SIGTERM held by hold/0.
+swap(New) ->
     Old = case lists:member(?MODULE, gen_event:which_handlers(erl_signal_server)) of
               true -> ?MODULE;
               false -> erl_signal_handler
           end,
-    ok = gen_event:swap_handler(erl_signal_server, {Old, []}, {?MODULE, Pid}),
-    ok.
+    ok = gen_event:swap_handler(erl_signal_server, {Old, swap}, New).
 
--spec init(term()) -> {ok, pid()}.
-init({Pid, _}) when is_pid(Pid) -> {ok, Pid};
-init(Pid) when is_pid(Pid) -> {ok, Pid}.
+-spec init(term()) -> {ok, state()}.
+init({{hold, _} = Hold, _}) -> {ok, Hold};
+init({Pid, {hold, true}}) when is_pid(Pid) -> Pid ! {sluice_signal, sigterm}, {ok, Pid};
+init({Pid, _}) when is_pid(Pid) -> {ok, Pid}.
 
--spec handle_event(term(), pid()) -> {ok, pid()}.
+-spec handle_event(term(), state()) -> {ok, state()}.
+handle_event(sigterm, {hold, _}) ->
+    %% (the timer's message comes to the event manager, this process)
+    _ = erlang:send_after(?UNCLAIMED_MS, self(), {?MODULE, unclaimed}),
+    {ok, {hold, true}};
+handle_event(Signal, {hold, _} = Hold) ->
+    _ = erl_signal_handler:handle_event(Signal, []),
+    {ok, Hold};
 handle_event(Signal, Pid) ->
     Pid ! {sluice_signal, Signal},
     {ok, Pid}.
 
--spec handle_call(term(), pid()) -> {ok, ok, pid()}.
-handle_call(_Req, Pid) -> {ok, ok, Pid}.
+-spec handle_call(term(), state()) -> {ok, ok, state()}.
+handle_call(_Req, State) -> {ok, ok, State}.
 
--spec handle_info(term(), pid()) -> {ok, pid()}.
-handle_info(_Msg, Pid) -> {ok, Pid}.
+-spec handle_info(term(), state()) -> {ok, state()}.
+handle_info({?MODULE, unclaimed}, {hold, true} = Hold) ->
+    %% No command took it: what OTP's handler does with a SIGTERM.
+    ok = init:stop(),
+    {ok, Hold};
+handle_info(_Msg, State) -> {ok, State}.
+
+%% What the handler installed in this one's place gets (init/1).
+-spec terminate(term(), state()) -> state().
+terminate(_Reason, State) -> State.
