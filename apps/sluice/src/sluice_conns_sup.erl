@@ -200,7 +200,12 @@ init(Parent, Listener0 = #{name := Name, transport := T, stats := Stats}, Index)
     Gate = gate(Listener),
     loop(#st{parent = Parent, index = Index, listener = Listener, stats = Stats,
              tick = Tick, sweep = Sweep, parked = sluice_parking:new(T), woke = Woke,
-             gate = Gate, template = sluice_conn:template(Listener, Woke, Gate)}).
+             gate = Gate, template = template(Listener, Index, Woke, Gate)}).
+
+%% The connections' template, whose stats are their copy (they mark the
+%% close reasons they count in this supervisor's slot: sluice_stats:of_sup/2).
+template(L = #{stats := Stats}, Index, Woke, Gate) ->
+    sluice_conn:template(L#{stats := sluice_stats:of_sup(Stats, Index)}, Woke, Gate).
 
 %% What an upgrade runs (STARTTLS: an inet listener with tls_opts), loaded
 %% with the rest for the same reason.
@@ -244,7 +249,7 @@ changed_opts(Changes, St = #st{listener = L = #{opts := Opts}}) ->
     Template = case maps:is_key(socket_opts, Changes) of
                    %% `buffer' shapes the connection's state itself (its
                    %% read size, its grant's bounds): made anew, as at start
-                   true -> sluice_conn:template(L2, St#st.woke, St#st.gate);
+                   true -> template(L2, St#st.index, St#st.woke, St#st.gate);
                    false -> sluice_conn:template_opts(St#st.template, Changes)
                end,
     St#st{listener = L2, template = Template}.
@@ -306,7 +311,7 @@ handle({'EXIT', Pid, Reason}, St0 = #st{children = Children}) ->
     case maps:take(Pid, Children) of
         {_Entry, Rest} ->
             St = recounted(Pid, St1),
-            gone(St),
+            gone(own_reason(Gated, Reason), St),
             ended(Gated, Reason, St),
             St#st{children = Rest};
         error ->
@@ -598,8 +603,17 @@ expired(_Now, #st{sweep = #{idle := infinity}}) ->
 expired(Now, #st{sweep = #{idle := Idle}, parked = Tab}) ->
     sluice_parking:expired(Tab, Now - Idle).
 
-gone(#st{stats = Stats, index = I}) ->
-    sluice_stats:sup_gone(Stats, I).
+%% Reasoned: it counted its own close reason (own_reason/2).
+gone(Reasoned, #st{stats = Stats, index = I}) ->
+    sluice_stats:sup_gone(Stats, I, Reasoned).
+
+%% Whether a connection that exited with Reason counted its own close
+%% reason: one that ended normally did (ended/3), but for one a drain cut
+%% before its handler, which exits normally uncounted. (One killed by a
+%% link after it had counted, in its handler's terminate/2, is counted
+%% twice, as before, and leaves its mark in the slot.)
+own_reason(cut, _Reason) -> false;
+own_reason(_Gated, Reason) -> Reason =:= normal.
 
 call(which_children, St = #st{children = Children}) ->
     Modules = modules(St),
@@ -652,17 +666,18 @@ terminate_child(Pid, St = #st{listener = #{opts := #{shutdown_timeout := Timeout
                      exit(Pid, kill),
                      receive {'EXIT', Pid, R} -> R end
              end,
-    _ = gated(Pid, St),
+    Gated = gated(Pid, St),
     St2 = recounted(Pid, St),
-    shut_down(Reason, St2),
+    shut_down(Gated, Reason, St2),
     St2#st{children = maps:remove(Pid, St#st.children)}.
 
 %% A connection this supervisor shut down is gone: counted closed and,
 %% unless it ended normally having counted its own reason (as a handler
-%% that traps exits does), as a shutdown counts, `drained'.
-shut_down(Reason, St = #st{stats = Stats}) ->
-    _ = Reason =:= normal orelse sluice_stats:ended(Stats, {shutdown, Reason}),
-    gone(St).
+%% that traps exits does; own_reason/2), as a shutdown counts, `drained'.
+shut_down(Gated, Reason, St = #st{stats = Stats}) ->
+    Own = own_reason(Gated, Reason),
+    _ = Own orelse sluice_stats:ended(Stats, {shutdown, Reason}),
+    gone(Own, St).
 
 %% Shut every connection down (`shutdown' exit), give them the listener's
 %% shutdown timeout, kill the rest, and account for each as
@@ -674,7 +689,7 @@ shut_down(Reason, St = #st{stats = Stats}) ->
 terminate(Reason, St = #st{children = Children, listener = L, parked = Tab}) ->
     _ = [exit(Pid, shutdown) || Pid <- maps:keys(Children)],
     #{transport := T, opts := #{shutdown_timeout := Timeout}} = L,
-    _ = [begin T:close_socket(Sock), shut_down(shutdown, recounted(Sock, St)) end
+    _ = [begin T:close_socket(Sock), shut_down(none, shutdown, recounted(Sock, St)) end
          || Sock <- sluice_parking:sockets(Tab)],
     ok = sluice_stats:parked_reset(St#st.stats, St#st.index),
     TRef = case Timeout of
@@ -689,8 +704,9 @@ wait_children(Children, _TRef, _St) when map_size(Children) =:= 0 ->
 wait_children(Children, TRef, St) ->
     receive
         {'EXIT', Pid, Why} when is_map_key(Pid, Children) ->
+            Gated = gated(Pid, St),
             St2 = recounted(Pid, St),
-            shut_down(Why, St2),
+            shut_down(Gated, Why, St2),
             wait_children(maps:remove(Pid, Children), TRef, St2);
         {timeout, TRef, kill_all} ->
             _ = [exit(Pid, kill) || Pid <- maps:keys(Children)],

@@ -26,7 +26,7 @@
 %% alarms (sluice_alarms)
 -export([arm_alarms/2, disarm_alarms/1]).
 %% connection supervisors
--export([sup_claim/2, sup_unclaim/3, sup_withdraw/3, sup_reset/2, sup_gone/2, parked/3,
+-export([of_sup/2, sup_claim/2, sup_unclaim/3, sup_withdraw/3, sup_reset/2, sup_gone/3, parked/3,
          parked_reset/2, uncount/2, uncounted_gone/2]).
 %% reading
 -export([live/1, read/1, close_reason/1, handler_close_reason/1]).
@@ -35,7 +35,10 @@
 
 -record(stats, {c :: counters:counters_ref(),
                 a :: atomics:atomics_ref(),
-                sups :: pos_integer()}).
+                sups :: pos_integer(),
+                %% in a connection's copy (of_sup/2): its supervisor's
+                %% index; 0 in every other
+                sup = 0 :: non_neg_integer()}).
 -opaque stats() :: #stats{}.
 
 %% Why a connection ended, as info/1's `close_reasons' names it.
@@ -102,7 +105,7 @@
 -spec new(pos_integer(), non_neg_integer() | infinity) -> stats().
 new(NumSups, Max) ->
     St = #stats{c = counters:new(?NUM_COUNTERS, [write_concurrency]),
-                a = atomics:new(?FIXED_ATOMICS + 3 * NumSups, [{signed, true}]),
+                a = atomics:new(?FIXED_ATOMICS + 4 * NumSups, [{signed, true}]),
                 sups = NumSups},
     ok = set_max_connections(St, Max),
     atomics:put(St#stats.a, ?ALARM_AT, ?INFINITY),
@@ -139,14 +142,21 @@ unsent(#stats{c = C}, Bytes) ->
 %% @doc A connection ended for `Reason' (a close reason, or the reason a
 %% connection was closed with, see close_reason/1).
 -spec ended(stats(), term()) -> ok.
-ended(#stats{c = C}, Reason) ->
-    counters:add(C, reason_slot(close_reason(Reason)), 1).
+ended(St = #stats{c = C}, Reason) ->
+    counters:add(C, reason_slot(close_reason(Reason)), 1),
+    reasoned(St).
 
 %% @doc A connection ended because its handler closed it with `Reason'
 %% (see handler_close_reason/1).
 -spec ended_by_handler(stats(), term()) -> ok.
-ended_by_handler(#stats{c = C}, Reason) ->
-    counters:add(C, reason_slot(handler_close_reason(Reason)), 1).
+ended_by_handler(St = #stats{c = C}, Reason) ->
+    counters:add(C, reason_slot(handler_close_reason(Reason)), 1),
+    reasoned(St).
+
+%% A connection counted its own close reason (of_sup/2): marked in its
+%% supervisor's slot until the supervisor sees it gone (sup_gone/3).
+reasoned(#stats{sup = 0}) -> ok;
+reasoned(St = #stats{a = A, sup = I}) -> atomics:add(A, reasoned_slot(St, I), 1).
 
 %% @doc A connection process died abnormally (its supervisor saw it).
 -spec crashed(stats()) -> ok.
@@ -389,14 +399,27 @@ disarm_alarms(#stats{a = A}) ->
 
 %%% Connection supervisors --------------------------------------------
 
+%% @doc `St' as the connections of supervisor `I' count with: a close
+%% reason they count (ended/2, ended_by_handler/2, crashed/1) is also
+%% marked in the supervisor's slot until it sees them gone (sup_gone/3),
+%% so that if it is killed in between its successor does not count them
+%% `crashed' as well (sup_reset/2). A connection counts its reason and
+%% then ends normally; its supervisor counts the others.
+-spec of_sup(stats(), pos_integer()) -> stats().
+of_sup(St, I) -> St#stats{sup = I}.
+
 %% @doc Connection supervisor `I' starts (or restarts): a new generation
 %% of its slot. A predecessor that was killed left its connections counted
 %% (those it had started died with it, being linked; parked ones are
 %% closed by the registry; sockets handed to it and not yet started closed
 %% with it): its count is given back, whatever acceptors claimed before
 %% this moment included. Those connections ended with it: each is counted
-%% closed, as `crashed' (a killed connection process is, see
-%% sluice_conns_sup), so that `accepted' stays `closed' plus the live ones.
+%% closed and, unless it had counted its own close reason before it ended
+%% (it closed, but the supervisor was killed before it saw it go: its mark
+%% is still in the slot), as `crashed' (a killed connection process is,
+%% see sluice_conns_sup), so that `accepted' stays `closed' plus the live
+%% ones and every closed one has one reason. (Until 2026-11 those were
+%% counted twice: their own reason and `crashed'.)
 -spec sup_reset(stats(), pos_integer()) -> ok.
 sup_reset(St = #stats{a = A}, I) ->
     Slot = sup_slot(St, I),
@@ -404,16 +427,23 @@ sup_reset(St = #stats{a = A}, I) ->
     %% Its uncounted connections ended with it too: taken off before the
     %% live count (admit/1).
     atomics:sub(A, ?UNCOUNTED, atomics:exchange(A, uncounted_slot(St, I), 0)),
-    lost(St, Old band ?COUNT_MASK),
+    Reasoned = atomics:exchange(A, reasoned_slot(St, I), 0),
+    lost(St, Old band ?COUNT_MASK, Reasoned),
     atomics:put(A, parked_slot(St, I), 0).
 
-%% N counted connections that ended with a dead supervisor.
-lost(_St, 0) ->
+%% N counted connections that ended with a dead supervisor, of which
+%% Reasoned had counted their own reason.
+lost(_St, 0, _Reasoned) ->
     ok;
-lost(#stats{a = A, c = C}, N) ->
+lost(#stats{a = A, c = C}, N, Reasoned) ->
     atomics:sub(A, ?CONNS, N),
     counters:add(C, ?CLOSED, N),
-    counters:add(C, reason_slot(crashed), N).
+    %% (never below 0: a mark taken off for one that had made none)
+    counters:add(C, reason_slot(crashed), N - min(N, max(0, Reasoned))).
+
+%% One counted connection that did not start, with its dead supervisor.
+lost(St, 1) ->
+    lost(St, 1, 0).
 
 reset_slot(A, Slot, Old) ->
     New = ((Old bsr ?COUNT_BITS) + 1) bsl ?COUNT_BITS,
@@ -457,9 +487,12 @@ unclaim(St = #stats{a = A}, Slot, Gen, Old, Count)
 unclaim(_St, _Slot, _Gen, _Old, _Count) ->
     false.
 
-%% @doc A connection of supervisor `I' is gone (however it ended).
--spec sup_gone(stats(), pos_integer()) -> ok.
-sup_gone(St = #stats{a = A, c = C}, I) ->
+%% @doc A connection of supervisor `I' is gone (however it ended);
+%% `Reasoned': it had counted its own close reason (it ended normally:
+%% of_sup/2), whose mark is taken off.
+-spec sup_gone(stats(), pos_integer(), boolean()) -> ok.
+sup_gone(St = #stats{a = A, c = C}, I, Reasoned) ->
+    _ = Reasoned andalso atomics:sub(A, reasoned_slot(St, I), 1),
     atomics:sub(A, ?CONNS, 1),
     atomics:sub(A, sup_slot(St, I), 1),
     counters:add(C, ?CLOSED, 1).
@@ -493,6 +526,7 @@ uncounted_gone(St = #stats{a = A}, I) ->
 sup_slot(#stats{}, I) -> ?FIXED_ATOMICS + I.
 parked_slot(#stats{sups = NS}, I) -> ?FIXED_ATOMICS + NS + I.
 uncounted_slot(#stats{sups = NS}, I) -> ?FIXED_ATOMICS + 2 * NS + I.
+reasoned_slot(#stats{sups = NS}, I) -> ?FIXED_ATOMICS + 3 * NS + I.
 
 %%% Reading -----------------------------------------------------------
 

@@ -17,6 +17,7 @@
 -export([all/0, groups/0, suite/0, init_per_suite/1, end_per_suite/1,
          init_per_group/2, end_per_group/2, init_per_testcase/2, end_per_testcase/2]).
 -export([killed_conns_sup_counts_its_connections_closed/1,
+         a_close_its_killed_supervisor_had_not_seen_is_counted_once/1,
          killed_conns_sup_counts_its_parked_connections_closed/1,
          handler_exit_normal_is_counted_as_crashed/1,
          stop_event_of_a_parked_connection_covers_its_whole_life/1,
@@ -37,6 +38,7 @@ all() ->
 
 groups() ->
     sluice_test_lib:backend_groups([killed_conns_sup_counts_its_connections_closed,
+                                    a_close_its_killed_supervisor_had_not_seen_is_counted_once,
                                     handler_exit_normal_is_counted_as_crashed,
                                     handler_close_is_counted_by_the_name_it_gave,
                                     bytes_out_after_a_send_timeout_is_what_the_kernel_took]).
@@ -108,6 +110,39 @@ killed_conns_sup_counts_its_connections_closed(Config) ->
     ok = gen_tcp:close(S2),
     ok = sluice_test_lib:wait_info(Name, connections, 0, ?WAIT),
     assert_figures(Name, 11, #{crashed => 10, peer_closed => 1}).
+
+%% Connections that closed (the client's close, the handler's) and were
+%% gone, but whose ends their supervisor had not handled when it was
+%% killed (here it is suspended meanwhile): counted closed once by its
+%% successor, with the reasons they counted themselves, not `crashed' as
+%% well; the one still open when it died is `crashed'. (Until 2026-11 the
+%% reasons summed to closed + 2: peer_closed 1, handler 1, crashed 3.)
+a_close_its_killed_supervisor_had_not_seen_is_counted_once(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{handler => {?MODULE, []}, num_conns_sups => 1}),
+    [S1, S2, S3] = echoed(sluice_test_lib:port(Name), 3),
+    ok = sluice_test_lib:wait_info(Name, connections, 3, ?WAIT),
+    Pids = sluice:procs(Name, connections),
+    [Sup] = sluice_test_lib:conns_sups(Name),
+    ok = sys:suspend(Sup),
+    ok = gen_tcp:close(S1),
+    ok = gen_tcp:send(S2, <<"close-", (term_to_binary(bye))/binary>>),
+    ok = sluice_test_lib:expect_closed(S2, ?WAIT),
+    ok = sluice_test_lib:wait_until(
+           fun() -> length([P || P <- Pids, not is_process_alive(P)]) =:= 2 end, ?WAIT),
+    ?assertMatch(#{closed := 0, close_reasons := #{peer_closed := 1, handler := 1}},
+                 sluice:info(Name)),
+    exit(Sup, kill),
+    ok = sluice_test_lib:expect_closed(S3, ?WAIT),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, ?WAIT),
+    ok = sluice_test_lib:wait_until(fun() -> sluice_test_lib:conns_sups(Name) =/= [Sup] end,
+                                    ?WAIT),
+    assert_figures(Name, 3, #{peer_closed => 1, handler => 1, crashed => 1}),
+    %% and the successor's own ends are counted as before
+    [S4] = echoed(sluice_test_lib:port(Name), 1),
+    ok = gen_tcp:close(S4),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, ?WAIT),
+    assert_figures(Name, 4, #{peer_closed => 2, handler => 1, crashed => 1}).
 
 %% The same with parked connections (no process; their sockets are closed
 %% by the registry when their supervisor dies).

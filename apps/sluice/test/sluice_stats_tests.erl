@@ -18,7 +18,7 @@ claim_then_gone_test() ->
     admitted = sluice_stats:admit(S),
     _ = sluice_stats:sup_claim(S, 1),
     ?assertEqual(1, live(S)),
-    ok = sluice_stats:sup_gone(S, 1),
+    ok = sluice_stats:sup_gone(S, 1, false),
     ?assertEqual(0, live(S)).
 
 %% The supervisor was gone before the claim, and its successor has not
@@ -61,7 +61,7 @@ slots_are_per_supervisor_test() ->
     _ = sluice_stats:sup_claim(S, 2),
     ok = sluice_stats:sup_reset(S, 2),
     ?assertEqual(1, live(S)),
-    ok = sluice_stats:sup_gone(S, 1),
+    ok = sluice_stats:sup_gone(S, 1, false),
     ?assertEqual(0, live(S)).
 
 %% The limit is exact under a burst of admissions from many processes.
@@ -96,6 +96,38 @@ lost_connection_is_closed_once_in_either_order_test() ->
     ok = sluice_stats:sup_reset(Reset, 1),
     ?assertNot(sluice_stats:sup_unclaim(Reset, 1, Gen2)),
     ?assertEqual({2, 2, 2, 0}, Figures(Reset)).
+
+%% A connection that counted its own reason (through its supervisor's
+%% copy, of_sup/2) and was gone before its supervisor saw it: the
+%% successor's reset counts it closed, not `crashed' again; one whose end
+%% the supervisor saw takes its mark off (sup_gone/3); the other
+%% supervisor's slot and a copy-less count (the supervisor's own) leave
+%% no mark.
+own_reason_is_not_counted_crashed_again_test() ->
+    Figures = fun(S) ->
+                      #{closed := C, close_reasons := CR} = sluice_stats:read(S),
+                      {C, maps:filter(fun(_, V) -> V > 0 end, CR), live(S)}
+              end,
+    S = new(),
+    [admitted = sluice_stats:admit(S) || _ <- lists:seq(1, 5)],
+    [_ = sluice_stats:sup_claim(S, 1) || _ <- lists:seq(1, 4)],
+    _ = sluice_stats:sup_claim(S, 2),
+    Conn1 = sluice_stats:of_sup(S, 1),
+    %% seen by the supervisor
+    ok = sluice_stats:ended(Conn1, closed),
+    ok = sluice_stats:sup_gone(S, 1, true),
+    %% not seen: the client's close, the handler's
+    ok = sluice_stats:ended(Conn1, closed),
+    ok = sluice_stats:ended_by_handler(Conn1, bye),
+    %% the other supervisor's
+    ok = sluice_stats:ended(sluice_stats:of_sup(S, 2), idle_timeout),
+    %% 1 seen, 3 lost of which 2 had their reasons: 1 crashed
+    ok = sluice_stats:sup_reset(S, 1),
+    ?assertEqual({4, #{peer_closed => 2, handler => 1, idle_timeout => 1, crashed => 1}, 1},
+                 Figures(S)),
+    ok = sluice_stats:sup_reset(S, 2),
+    ?assertEqual({5, #{peer_closed => 2, handler => 1, idle_timeout => 1, crashed => 1}, 0},
+                 Figures(S)).
 
 %% Bytes that never reached the kernel (sluice_transport's unsent/1) are
 %% counted apart: `bytes_out' leaves them out, `bytes_unsent' has them,
