@@ -83,17 +83,19 @@ handler_crashed(Name, Handler, Peer, Class, Reason, Stack) ->
 
 %% @doc handler_crashed/6's report as text: the exception in Elixir's
 %% words where Elixir runs (its `Exception' loaded, as it is once
-%% anything formatted one, or the reason one of its exceptions), else
-%% in Erlang's.
+%% anything formatted one, the handler an Elixir module, or the reason
+%% one of its exceptions), else in Erlang's. (The handler's name counts:
+%% a fresh Elixir VM's first crash, a `:badarg' say, was in Erlang's.)
 -spec format_crash(map()) -> {io:format(), [term()]}.
 format_crash(#{listener := Name, handler := Handler, peer := Peer, class := Class,
                reason := Reason, stacktrace := Stack}) ->
     {"sluice listener ~0tp: handler ~0tp crashed on a connection from ~ts~n~ts",
-     [Name, Handler, peer(Peer), exception(Class, Reason, Stack)]}.
+     [Name, Handler, peer(Peer), exception(Handler, Class, Reason, Stack)]}.
 
-exception(Class, Reason, Stack) ->
+exception(Handler, Class, Reason, Stack) ->
     Elixir = erlang:module_loaded('Elixir.Exception')
-        orelse (is_map(Reason) andalso maps:get('__exception__', Reason, false) =:= true
+        orelse ((elixir_module(Handler)
+                 orelse (is_map(Reason) andalso maps:get('__exception__', Reason, false) =:= true))
                 andalso code:ensure_loaded('Elixir.Exception') =:= {module, 'Elixir.Exception'}),
     try
         case Elixir of
@@ -106,6 +108,9 @@ exception(Class, Reason, Stack) ->
     end.
 
 elixir_exception() -> 'Elixir.Exception'.
+
+elixir_module(M) when is_atom(M) -> lists:prefix("Elixir.", atom_to_list(M));
+elixir_module(_) -> false.
 
 peer({ok, {IP, Port}}) when is_tuple(IP), is_integer(Port) ->
     io_lib:format("~ts:~b", [inet:ntoa(IP), Port]);

@@ -22,7 +22,8 @@
          conns_sup_keeps_sys_debug_options/1,
          parked_connection_keeps_its_logger_metadata/1,
          a_crash_report_names_the_listener_and_the_client/1,
-         a_crash_is_logged_where_sasl_reports_are_not/1]).
+         a_crash_is_logged_where_sasl_reports_are_not/1,
+         an_elixir_handlers_first_crash_is_in_elixirs_words/1]).
 %% sluice_handler callbacks
 -export([init/2, handle_data/2]).
 
@@ -34,7 +35,8 @@ all() ->
      conns_sup_keeps_sys_debug_options,
      parked_connection_keeps_its_logger_metadata,
      a_crash_report_names_the_listener_and_the_client,
-     a_crash_is_logged_where_sasl_reports_are_not].
+     a_crash_is_logged_where_sasl_reports_are_not,
+     an_elixir_handlers_first_crash_is_in_elixirs_words].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -264,3 +266,45 @@ a_crash_is_logged_where_sasl_reports_are_not(Config) ->
     after 300 -> ok
     end,
     ok = gen_tcp:close(Sock).
+
+%% In a VM where Elixir runs but nothing has formatted an exception yet
+%% (its `Exception' module not loaded: a fresh node, here a peer with
+%% Elixir's code on its path), the [sluice] crash line of a handler that
+%% is an Elixir module is in Elixir's words: `** (exit) :boom', as
+%% Logger prints a crash. (Until 2026-11 the first such crash was in
+%% Erlang's, "exception exit: boom", unless its reason was an Elixir
+%% exception.) Elixir is one of the packages `make deps' installs.
+an_elixir_handlers_first_crash_is_in_elixirs_words(_Config) ->
+    Ebin = case os:find_executable("elixir") of
+               false -> ct:fail("no elixir: make deps installs it");
+               Exe -> filename:join([filename:dirname(filename:dirname(resolved(Exe))),
+                                     "lib", "elixir", "ebin"])
+           end,
+    true = filelib:is_dir(Ebin),
+    Sluice = filename:dirname(code:which(sluice_log)),
+    {ok, Peer, _} = peer:start_link(#{connection => standard_io,
+                                      args => ["-pa", Ebin, "-pa", Sluice]}),
+    try
+        ?assertNot(peer:call(Peer, erlang, module_loaded, ['Elixir.Exception'])),
+        Text = fun(Handler) ->
+                       {Format, Args} =
+                           peer:call(Peer, sluice_log, format_crash,
+                                     [#{listener => boom, handler => Handler,
+                                        peer => {ok, {{127, 0, 0, 1}, 4000}}, class => exit,
+                                        reason => boom, stacktrace => []}]),
+                       lists:flatten(io_lib:format(Format, Args))
+               end,
+        Erlang = Text(an_erlang_handler),
+        Elixir = Text('Elixir.Boom'),
+        ct:log("~s~n~s", [Erlang, Elixir]),
+        ?assertNotEqual(nomatch, string:find(Erlang, "exception exit: boom")),
+        ?assertNotEqual(nomatch, string:find(Elixir, "** (exit) :boom"))
+    after
+        peer:stop(Peer)
+    end.
+
+resolved(File) ->
+    case file:read_link_all(File) of
+        {ok, Target} -> resolved(filename:absname(Target, filename:dirname(File)));
+        {error, _} -> File
+    end.
