@@ -11,12 +11,12 @@ DEB_PACKAGES := erlang-nox erlang-dev erlang-eunit erlang-common-test \
 	erlang-proper erlang-dialyzer erlang-tools erlang-edoc rebar3 gcc make \
 	libc6-dev libssl-dev openssl elixir
 
-# The Elixir example (examples/kv) builds apps/sluice as a mix path
-# dependency: mix runs rebar3 for it, this one (mix cannot fetch its own
-# offline), and rebar3's own build state goes under the example's _build
-# rather than into apps/sluice.
+# The Elixir examples (examples/kv, examples/chat) build apps/sluice as a
+# mix path dependency: mix runs rebar3 for it, this one (mix cannot fetch
+# its own offline), and rebar3's own build state goes under each
+# example's _build rather than into apps/sluice.
 MIX = MIX_ENV=test MIX_REBAR3=$(shell command -v $(REBAR)) \
-	REBAR_BASE_DIR=$(CURDIR)/examples/kv/_build/rebar3 mix
+	REBAR_BASE_DIR=$(CURDIR)/$(1)/_build/rebar3 mix
 
 .PHONY: all deps build c certs test test-elixir check docs bench bench-quick soak clean \
 	distclean
@@ -69,10 +69,11 @@ test: build
 	      /^Failed [0-9]+ tests?\./ {printf "%s", fails; match($$0, /Passed [0-9]+/); print "ct: " substr($$0, RSTART + 7, RLENGTH - 7) " passed, " $$2 " failed"; exit 1} \
 	      END {if (!ok) exit 1}' _build/ct.log
 
-# The example's ExUnit tests (a couple of seconds; the first run also builds
-# apps/sluice for mix).
+# The examples' ExUnit tests (a few seconds; the first run also builds
+# apps/sluice for mix, and examples/chat its TLS certificates).
 test-elixir: deps
-	cd examples/kv && $(MIX) test
+	cd examples/kv && $(call MIX,examples/kv) test
+	cd examples/chat && $(call MIX,examples/chat) test
 
 # The library's API reference (edoc) in apps/sluice/doc, from its doc
 # comments and apps/sluice/doc/overview.edoc; any edoc warning fails it.
@@ -108,4 +109,4 @@ clean:
 	$(MAKE) -C $(CSRC) clean
 
 distclean: clean
-	rm -rf _build examples/kv/_build
+	rm -rf _build examples/kv/_build examples/chat/_build

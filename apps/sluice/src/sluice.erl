@@ -822,7 +822,9 @@ adopt(Name, Socket) ->
 %% `over_limit' (at `max_connections'; adopt/3 does not wait). A socket
 %% the listener's transport does not take (docs/handler.md, "Adopting a
 %% socket") or options other than `buffered' (iodata) raise `badarg'.
--spec adopt(name(), term(), #{buffered => iodata()}) -> {ok, pid()} | {error, term()}.
+%% The options are a map or a proplist (Elixir: `buffered: bytes').
+-spec adopt(name(), term(), #{buffered => iodata()} | [{buffered, iodata()}]) ->
+          {ok, pid()} | {error, term()}.
 adopt(Name, Socket, Opts) ->
     sluice_adopt:adopt(Name, Socket, Opts).
 

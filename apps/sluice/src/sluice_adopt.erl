@@ -30,7 +30,7 @@
 %% handshake is run).
 -type adopted() :: #{buffered := binary(), tls := none | ssl:sslsocket()}.
 
--spec adopt(sluice:name(), term(), map()) -> {ok, pid()} | {error, term()}.
+-spec adopt(sluice:name(), term(), map() | list()) -> {ok, pid()} | {error, term()}.
 adopt(Name, Sock, Opts) ->
     Buffered = buffered(Name, Sock, Opts),
     connection() andalso erlang:error(badarg, [Name, Sock, Opts]),
@@ -61,18 +61,29 @@ connection() ->
     end.
 
 %% The options: only `buffered', iodata. Anything else is the caller's
-%% mistake, raised as the API's other functions raise theirs.
+%% mistake, raised as the API's other functions raise theirs. A list is
+%% read as a listener's options are (sluice_opts:from_list/1): Elixir's
+%% trailing keyword list, `adopt(name, socket, buffered: bytes)', was
+%% refused with a bare `badarg'.
 buffered(Name, Sock, Opts) when is_map(Opts) ->
-    case maps:keys(Opts) -- [buffered] of
+    buffered(Name, Sock, Opts, Opts);
+buffered(Name, Sock, Opts) when is_list(Opts) ->
+    case sluice_opts:from_list(Opts) of
+        {ok, Map} -> buffered(Name, Sock, Map, Opts);
+        {error, not_a_map} -> erlang:error(badarg, [Name, Sock, Opts])
+    end;
+buffered(Name, Sock, Opts) ->
+    erlang:error(badarg, [Name, Sock, Opts]).
+
+buffered(Name, Sock, Map, Opts) ->
+    case maps:keys(Map) -- [buffered] of
         [] ->
-            try iolist_to_binary(maps:get(buffered, Opts, <<>>))
+            try iolist_to_binary(maps:get(buffered, Map, <<>>))
             catch error:badarg -> erlang:error(badarg, [Name, Sock, Opts])
             end;
         _ ->
             erlang:error(badarg, [Name, Sock, Opts])
-    end;
-buffered(Name, Sock, Opts) ->
-    erlang:error(badarg, [Name, Sock, Opts]).
+    end.
 
 %% What the socket is, for the listener's transport: `{inet, Port}' (a
 %% gen_tcp socket on the inet driver: the `inet' transport's, and the TCP

@@ -89,14 +89,18 @@ handler_crashed(Name, Handler, Peer, Class, Reason, Stack) ->
 -spec format_crash(map()) -> {io:format(), [term()]}.
 format_crash(#{listener := Name, handler := Handler, peer := Peer, class := Class,
                reason := Reason, stacktrace := Stack}) ->
-    {"sluice listener ~0tp: handler ~0tp crashed on a connection from ~ts~n~ts",
-     [Name, Handler, peer(Peer), exception(Handler, Class, Reason, Stack)]}.
+    Elixir = elixir(Handler, Reason),
+    {"sluice listener ~0tp: handler ~0tp crashed on a connection from ~ts~n~ts~ts",
+     [Name, Handler, peer(Peer), exception(Elixir, Class, Reason, Stack),
+      result_hint(Reason, Elixir)]}.
 
-exception(Handler, Class, Reason, Stack) ->
-    Elixir = erlang:module_loaded('Elixir.Exception')
+elixir(Handler, Reason) ->
+    erlang:module_loaded('Elixir.Exception')
         orelse ((elixir_module(Handler)
                  orelse (is_map(Reason) andalso maps:get('__exception__', Reason, false) =:= true))
-                andalso code:ensure_loaded('Elixir.Exception') =:= {module, 'Elixir.Exception'}),
+                andalso code:ensure_loaded('Elixir.Exception') =:= {module, 'Elixir.Exception'}).
+
+exception(Elixir, Class, Reason, Stack) ->
     try
         case Elixir of
             %% (a module sluice does not depend on: called by name)
@@ -108,6 +112,69 @@ exception(Handler, Class, Reason, Stack) ->
     end.
 
 elixir_exception() -> 'Elixir.Exception'.
+
+%% A result of another behaviour's (a gen_server's, a thousand_island
+%% handler's) is the usual slip of a handler ported from one, and "bad
+%% return value" alone did not say what sluice wanted instead: the line
+%% says it, in the language the handler is written in. The crash's reason
+%% is left as it is (handle_error/2, terminate/2 and the crash report
+%% get it unchanged). Only a crash is formatted here, never a result.
+result_hint({bad_return_value, {_H, Cb, Value}}, Elixir) when is_atom(Cb) ->
+    case hint(Cb, Value) of
+        none -> "";
+        {_Erlang, Ex} when Elixir -> ["\n(", Ex, ")"];
+        {Erlang, _Ex} -> ["\n(", Erlang, ")"]
+    end;
+result_hint(_Reason, _Elixir) ->
+    "".
+
+hint(_Cb, {noreply, _}) ->
+    {"{noreply, State} is a gen_server's result: a sluice callback returns {ok, State}",
+     "{:noreply, state} is a GenServer's result: a sluice callback returns {:ok, state}"};
+hint(_Cb, {noreply, _, _}) ->
+    {"{noreply, State, Timeout} is a gen_server's result: a sluice callback returns "
+     "{ok, State, Timeout}",
+     "{:noreply, state, timeout} is a GenServer's result: a sluice callback returns "
+     "{:ok, state, timeout}"};
+hint(_Cb, {stop, _, _}) ->
+    {"{stop, Reason, State} is a gen_server's result: a sluice callback closes with "
+     "{close, Reason, State}",
+     "{:stop, reason, state} is a GenServer's result: a sluice callback closes with "
+     "{:close, reason, state}"};
+hint(_Cb, {continue, _}) ->
+    {"{continue, State} is a thousand_island handler's result: here {ok, State}",
+     "{:continue, state} is a thousand_island handler's result: here {:ok, state}"};
+hint(_Cb, {continue, _, _}) ->
+    {"{continue, State, Timeout} is a thousand_island handler's result: here "
+     "{ok, State, Timeout}",
+     "{:continue, state, timeout} is a thousand_island handler's result: here "
+     "{:ok, state, timeout}"};
+hint(Cb, {close, _}) when Cb =/= init ->
+    {"{close, State} is a thousand_island handler's result: here {close, Reason, State}, "
+     "e.g. {close, normal, State}",
+     "{:close, state} is a thousand_island handler's result: here {:close, reason, state}, "
+     "e.g. {:close, :normal, state}"};
+hint(_Cb, {error, _, _}) ->
+    {"{error, Reason, State} is a thousand_island handler's result: here "
+     "{close, Reason, State}",
+     "{:error, reason, state} is a thousand_island handler's result: here "
+     "{:close, reason, state}"};
+hint(_Cb, {switch_transport, _, _}) ->
+    {"{switch_transport, ...} is a thousand_island handler's result: here "
+     "{starttls, IoData, State}, on a listener with tls_opts",
+     "{:switch_transport, ...} is a thousand_island handler's result: here "
+     "{:starttls, iodata, state}, on a listener with tls_opts"};
+hint(handle_call, Reply) when tuple_size(Reply) >= 3, element(1, Reply) =:= reply ->
+    %% A gen_server's reply to its caller; here the reply is what goes to
+    %% the client, so a term that is not iodata fails as a result.
+    {"handle_call/3's {reply, IoData, State} sends IoData to the client: answer the caller "
+     "with sluice:reply(From, Reply) and return {ok, State}",
+     "handle_call/3's {:reply, iodata, state} sends iodata to the client: answer the caller "
+     "with :sluice.reply(from, reply) and return {:ok, state}"};
+hint(_Cb, ok) ->
+    {"a result carries the state: {ok, State}", "a result carries the state: {:ok, state}"};
+hint(_Cb, _Value) ->
+    none.
 
 elixir_module(M) when is_atom(M) -> lists:prefix("Elixir.", atom_to_list(M));
 elixir_module(_) -> false.

@@ -351,8 +351,31 @@ first(K, V, Acc) -> Acc#{K => V}.
 %% here (it crashed the check, or went on to ssl).
 nested(Opts) ->
     maps:map(fun(K, V) when K =:= socket_opts; K =:= tls_opts -> first_of_each(K, V);
+                (alarms, V) -> alarms_map(V);
                 (_, V) -> V
              end, Opts).
+
+%% `alarms' as Elixir writes options, a keyword list of keyword lists
+%% (`alarms: [crowded: [type: :num_connections, ...]]'), is read as the
+%% options around it are (from_list/1) into the map of maps the alarms
+%% take; it was refused as "expected a map". What is no list of options
+%% is left as it was given, for sluice_alarms' check to refuse.
+alarms_map(L) when is_list(L) ->
+    case from_list(L) of
+        {ok, M} -> alarms_map(M);
+        {error, not_a_map} -> L
+    end;
+alarms_map(M) when is_map(M) ->
+    maps:map(fun(_Name, A) when is_list(A) ->
+                     case from_list(A) of
+                         {ok, AM} -> AM;
+                         {error, not_a_map} -> A
+                     end;
+                (_Name, A) ->
+                     A
+             end, M);
+alarms_map(Other) ->
+    Other.
 
 first_of_each(_K, M) when is_map(M) ->
     maps:to_list(M);
@@ -847,8 +870,8 @@ format_error({bad_option, listen_socket, Why}) ->
 format_error({bad_option, alarms, Why}) ->
     sluice_alarms:format_error(Why);
 format_error({bad_option, K, V}) ->
-    lists:flatten(io_lib:format("bad value for option ~p: ~0p (expected ~s)",
-                                [K, V, expected(K)]));
+    lists:flatten(io_lib:format("bad value for option ~p: ~0p (expected ~s)~s",
+                                [K, V, expected(K), sluice_opts_hint:string_value(K, V)]));
 format_error({not_for_local, port, Port}) ->
     lists:flatten(io_lib:format("bad value for option port: ~0p (a Unix socket, ip => "
                                 "{local, Path}, has no port: leave port out, or 0)", [Port]));

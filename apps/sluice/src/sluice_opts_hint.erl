@@ -2,12 +2,13 @@
 %% sluice_opts:format_error/1: the option nearest a misspelt key, sluice's
 %% name for a thousand_island option, and the usual slips in `tls_opts'
 %% (an Elixir string where ssl takes a charlist, `verify_peer' without the
-%% authorities). Runs only when an error is put in words, never on a
-%% listener's or a connection's path.
+%% authorities), a value read from the environment as a string. Runs only
+%% when an error is put in words, never on a listener's or a connection's
+%% path.
 %% @private
 -module(sluice_opts_hint).
 
--export([unknown/2, handler/1, tls/1]).
+-export([unknown/2, handler/1, tls/1, string_value/2]).
 
 %% @doc The words to add after "unknown option K" (`""' for none), given
 %% the options a listener knows. Users coming from thousand_island write
@@ -156,3 +157,58 @@ tls(_Why) ->
 binary_host([{H, _} | _]) when is_binary(H) -> true;
 binary_host([_ | Rest]) -> binary_host(Rest);
 binary_host(_) -> false.
+
+%% @doc The words to add after a refused value's "(expected ...)" when the
+%% value is a string that reads as what was expected: a port or a timeout
+%% read from the environment (`System.get_env("PORT")', `os:getenv/1')
+%% or a config file, an address written as text. `""' for any other.
+%% The plain words ("expected an integer 0..65535") left the reader to
+%% see that the quotes around the value were the fault.
+-spec string_value(atom(), term()) -> string().
+string_value(K, V) ->
+    case text(V) of
+        none -> "";
+        Text -> string_hint(K, Text, is_binary(V))
+    end.
+
+string_hint(ip, Text, _Binary) ->
+    case inet:parse_address(Text) of
+        {ok, IP} ->
+            lists:flatten(io_lib:format("; a string: an address is a tuple, ~0p here "
+                                        "(inet:parse_address/1; Elixir: "
+                                        ":inet.parse_address(~~c\"~ts\"))", [IP, Text]));
+        {error, _} when hd(Text) =:= $/ ->
+            "; a string: a Unix socket's path goes in {local, Path} (Elixir: {:local, path})";
+        {error, _} ->
+            ""
+    end;
+string_hint(_K, Text, Binary) ->
+    Convert = case Binary of
+                  true -> "binary_to_integer/1; Elixir: String.to_integer/1";
+                  false -> "list_to_integer/1; Elixir: List.to_integer/1"
+              end,
+    case string:to_integer(Text) of
+        {N, ""} when is_integer(N) ->
+            lists:flatten(io_lib:format("; a string: give the integer, ~b (~s)",
+                                        [N, Convert]));
+        _ when Text =:= "infinity" ->
+            "; a string: give the atom, infinity (Elixir: :infinity)";
+        _ when Text =:= "true"; Text =:= "false" ->
+            "; a string: give the boolean, " ++ Text;
+        _ ->
+            ""
+    end.
+
+%% A binary or a charlist of printable characters, as a charlist.
+text(V) when is_binary(V) ->
+    case unicode:characters_to_list(V) of
+        L when is_list(L) -> text(L);
+        _ -> none
+    end;
+text([_ | _] = V) ->
+    case io_lib:printable_unicode_list(V) of
+        true -> V;
+        false -> none
+    end;
+text(_) ->
+    none.

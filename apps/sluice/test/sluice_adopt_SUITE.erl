@@ -29,6 +29,7 @@
          over_limit_gives_back_the_mailboxs_messages/1,
          drain_and_stop_reach_adopted_connections/1,
          buffered_bytes_that_split_a_frame/1,
+         options_may_be_a_keyword_list/1,
          proxy_listener_reads_no_header_from_an_adopted_socket/1,
          closed_in_the_mailbox_gives_everything_back/1,
          recv_in_init_reads_the_buffered_bytes_first/1,
@@ -58,7 +59,8 @@ groups() ->
                         closed_in_the_mailbox_gives_everything_back,
                         proxy_listener_reads_no_header_from_an_adopted_socket,
                         restarting_conns_sup_leaves_everything_with_the_owner,
-                        owners_delivery_options_are_the_listeners]},
+                        owners_delivery_options_are_the_listeners,
+                        options_may_be_a_keyword_list]},
      {socket, [], Tcp},
      {ssl, [], [round_trip_hands_everything_back_in_order,
                 plain_socket_given_to_a_tls_listener_handshakes,
@@ -438,7 +440,7 @@ refusals(Name, S, Usable) ->
     Usable(),
     ?assertError(badarg, sluice:adopt(Name, S, #{buffered => not_iodata})),
     ?assertError(badarg, sluice:adopt(Name, S, #{other => 1})),
-    ?assertError(badarg, sluice:adopt(Name, S, [])),
+    ?assertError(badarg, sluice:adopt(Name, S, [{other, 1}])),
     ?assertError(badarg, sluice:adopt(Name, self())),
     Usable().
 
@@ -511,6 +513,29 @@ buffered_bytes_that_split_a_frame(Config) ->
     ?assertEqual([<<"hello">>, <<"world">>], handled(Pid, 10)),
     expect(C, <<"helloworld">>),
     ok = sluice_test_lib:wait_info(Name, bytes_in, 12, 5000),
+    close_own(Own).
+
+%% adopt/3's options as a proplist, Elixir's `adopt(name, socket,
+%% buffered: bytes)', read as a listener's are (the first of a repeated
+%% key wins); `[]' is none. A list that is not one of options, or holds
+%% another key, still raises badarg, and the socket stays the caller's.
+options_may_be_a_keyword_list(Config) ->
+    Name = ?config(name, Config),
+    _ = start(Config, Name, #{framing => line}),
+    {{_, S}, C, Own} = own_pair(Config),
+    ?assertError(badarg, sluice:adopt(Name, S, "hel")),
+    ?assertError(badarg, sluice:adopt(Name, S, [{buffered, <<"hel">>}, {tls, none}])),
+    ?assertError(badarg, sluice:adopt(Name, S, [{buffered, <<"hel">>} | improper])),
+    {ok, Pid} = sluice:adopt(Name, S, [{buffered, [<<"he">>, "l"]}, {buffered, <<"ignored">>}]),
+    send(C, <<"lo\n">>),
+    ?assertEqual([<<"hello">>], handled(Pid, 5)),
+    expect(C, <<"hello">>),
+    {{_, S2}, C2, Own2} = own_pair(Config),
+    {ok, Pid2} = sluice:adopt(Name, S2, []),
+    send(C2, <<"bye\n">>),
+    ?assertEqual([<<"bye">>], handled(Pid2, 3)),
+    expect(C2, <<"bye">>),
+    close_own(Own2),
     close_own(Own).
 
 %% A listener that expects a PROXY header (from its load balancer) reads

@@ -22,7 +22,8 @@
          largest_shutdown_timeout_stops_cleanly/1,
          priority_is_set_on_every_connection/1,
          unknown_options_are_said_with_what_was_meant/1,
-         another_librarys_handler_is_said_as_such/1]).
+         another_librarys_handler_is_said_as_such/1,
+         a_string_value_is_said_as_one/1]).
 
 -define(LOOPBACK, {127, 0, 0, 1}).
 -define(HANDLER, {sluice_proto_echo, []}).
@@ -41,7 +42,8 @@ groups() ->
        largest_shutdown_timeout_stops_cleanly,
        priority_is_set_on_every_connection,
        unknown_options_are_said_with_what_was_meant,
-       another_librarys_handler_is_said_as_such]).
+       another_librarys_handler_is_said_as_such,
+       a_string_value_is_said_as_one]).
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -163,6 +165,38 @@ another_librarys_handler_is_said_as_such(Config) ->
     %% Any other module that is not a handler keeps the generic words.
     ?assertMatch("bad value for option handler: {lists,[]} (expected {Module, Opts} " ++ _,
                  sluice:format_error({bad_option, handler, {lists, []}})).
+
+%% A value read from the environment or a config file is a string
+%% (Elixir's `port: System.get_env("PORT")'): refused as before, the
+%% error term unchanged, and format_error/1 says that the string is the
+%% fault and what to give instead ("bad value for option port:
+%% <<\"4000\">> (expected an integer 0..65535 ...)" left the quotes to
+%% be noticed). A string that reads as nothing expected keeps the plain
+%% words.
+a_string_value_is_said_as_one(Config) ->
+    Name = ?config(name, Config),
+    Cases = [{{port, <<"4000">>}, "a string: give the integer, 4000 (binary_to_integer/1; "
+              "Elixir: String.to_integer/1)"},
+             {{port, "4000"}, "give the integer, 4000 (list_to_integer/1"},
+             {{idle_timeout, <<"infinity">>}, "give the atom, infinity (Elixir: :infinity)"},
+             {{max_connections, <<"1000">>}, "give the integer, 1000"},
+             {{reuseport, <<"true">>}, "give the boolean, true"},
+             {{ip, <<"127.0.0.1">>}, "an address is a tuple, {127,0,0,1} here "
+              "(inet:parse_address/1; Elixir: :inet.parse_address(~c\"127.0.0.1\"))"},
+             {{ip, "::1"}, "an address is a tuple, {0,0,0,0,0,0,0,1} here"},
+             {{ip, <<"/run/app.sock">>}, "a Unix socket's path goes in {local, Path}"}],
+    lists:foreach(
+      fun({Opt = {K, V}, Said}) ->
+              R = sluice:start_listener(Name, [Opt | base()]),
+              ?assertEqual({error, {bad_option, K, V}}, R),
+              Line = sluice:format_error(element(2, R)),
+              ct:log("~0p: ~s", [Opt, Line]),
+              ?assertNotEqual(nomatch, string:find(Line, "(expected "), Line),
+              ?assertNotEqual(nomatch, string:find(Line, Said), Line)
+      end, Cases),
+    [?assertEqual(nomatch, string:find(sluice:format_error({bad_option, K, V}), "a string"))
+     || {K, V} <- [{port, <<"four">>}, {port, 70000}, {ip, <<"localhost">>}, {port, [1, 2]}]],
+    ?assertEqual([], [N || N <- sluice:listeners(), N =:= Name]).
 
 %% A module made here that exports functions of these arities, each
 %% returning ok.

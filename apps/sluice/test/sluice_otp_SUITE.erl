@@ -23,7 +23,8 @@
          parked_connection_keeps_its_logger_metadata/1,
          a_crash_report_names_the_listener_and_the_client/1,
          a_crash_is_logged_where_sasl_reports_are_not/1,
-         an_elixir_handlers_first_crash_is_in_elixirs_words/1]).
+         an_elixir_handlers_first_crash_is_in_elixirs_words/1,
+         another_behaviours_result_is_said_with_sluices/1]).
 %% sluice_handler callbacks
 -export([init/2, handle_data/2]).
 
@@ -36,7 +37,8 @@ all() ->
      parked_connection_keeps_its_logger_metadata,
      a_crash_report_names_the_listener_and_the_client,
      a_crash_is_logged_where_sasl_reports_are_not,
-     an_elixir_handlers_first_crash_is_in_elixirs_words].
+     an_elixir_handlers_first_crash_is_in_elixirs_words,
+     another_behaviours_result_is_said_with_sluices].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -65,6 +67,7 @@ handle_data(Data, S = #{test_pid := Pid}) ->
     Pid ! {?MODULE, self(), logger:get_process_metadata()},
     case Data of
         <<"crash">> -> error(crash_requested);
+        <<"noreply">> -> {noreply, S};
         _ -> {reply, <<"ok">>, S}
     end.
 
@@ -308,3 +311,29 @@ resolved(File) ->
         {ok, Target} -> resolved(filename:absname(Target, filename:dirname(File)));
         {error, _} -> File
     end.
+
+%% A gen_server's result from a handler crashes the connection as any
+%% result that is not one (`bad_return_value', unchanged), and the
+%% [sluice] crash line says what sluice takes in its place, in Erlang's
+%% words for an Erlang handler ("bad return value" alone did not).
+another_behaviours_result_is_said_with_sluices(Config) ->
+    Name = ?config(name, Config),
+    Domain = fun logger_filters:domain/2,
+    ok = sluice_log_forwarder:start(elixir_logger, self(),
+                                    #{filters => [{sasl, {Domain, {stop, sub, [otp, sasl]}}}],
+                                      filter_default => log}),
+    sluice_test_lib:start_listener(Name, #{handler => {?MODULE, #{test_pid => self()}}}),
+    {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, sluice_test_lib:port(Name),
+                                 [binary, {active, false}]),
+    ok = gen_tcp:send(Sock, <<"noreply">>),
+    Pid = receive {?MODULE, P, _} -> P after 5000 -> error(no_data) end,
+    Line = receive {log, elixir_logger, error, Tx, #{pid := Pid}} -> Tx
+           after 5000 -> ct:fail(no_crash_line)
+           end,
+    ct:log("~s", [Line]),
+    [?assertNotEqual(nomatch, string:find(Line, Part), Part)
+     || Part <- ["bad_return_value", "{noreply, State} is a gen_server's result: a sluice "
+                 "callback returns {ok, State}"]],
+    ?assertEqual({error, closed}, gen_tcp:recv(Sock, 0, 5000)),
+    ok = sluice_test_lib:wait_info(Name, closed, 1, 5000),
+    ?assertMatch(#{close_reasons := #{crashed := 1}}, sluice:info(Name)).

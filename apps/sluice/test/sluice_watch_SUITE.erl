@@ -25,7 +25,8 @@
          a_raising_callback_leaves_the_listener_serving/1,
          a_blocking_callback_is_not_called_again_and_blocks_nothing/1,
          bad_alarms_are_refused/1,
-         set_transport_opts_changes_alarms/1]).
+         set_transport_opts_changes_alarms/1,
+         alarms_may_be_keyword_lists/1]).
 
 -define(ECHO, {sluice_proto_echo, []}).
 -define(WAIT, 5000).
@@ -44,7 +45,8 @@ all() ->
      a_raising_callback_leaves_the_listener_serving,
      a_blocking_callback_is_not_called_again_and_blocks_nothing,
      bad_alarms_are_refused,
-     set_transport_opts_changes_alarms].
+     set_transport_opts_changes_alarms,
+     alarms_may_be_keyword_lists].
 
 init_per_testcase(Case, Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -351,7 +353,9 @@ bad_alarms_are_refused(Config) ->
     Name = ?config(name, Config),
     Cb = fun(_, _, _, _) -> ok end,
     Good = #{type => num_connections, threshold => 5, callback => Cb},
-    Cases = [{[], {not_a_map, []}, "expected a map of alarm name"},
+    Cases = [{x, {not_a_map, x}, "expected a map of alarm name"},
+             {[{a}], {not_a_map, [{a}]}, "expected a map of alarm name"},
+             {[{a, [1]}], {a, {not_a_map, [1]}}, "alarm a is [1]"},
              {#{a => x}, {a, {not_a_map, x}}, "alarm a is x"},
              {#{a => Good#{type => memory}}, {a, {bad_value, type, memory}},
               "alarm a's type is memory"},
@@ -413,3 +417,25 @@ set_transport_opts_changes_alarms(Config) ->
     ok = sluice:set_transport_opts(Name, #{alarms => #{three => Two#{threshold => 3,
                                                            callback => reporter(three)}}}),
     {three, Name, three, _, [_, _, _], _} = alarm(three).
+
+%% `alarms' as Elixir's keyword lists, at both levels (`alarms: [crowd:
+%% [type: :num_connections, threshold: 1, ...]]'), read as the other
+%% options are: the first of a repeated key wins, `[]' is none; the
+%% listener holds, and get_transport_opts/1 gives, the map of maps.
+alarms_may_be_keyword_lists(Config) ->
+    Name = ?config(name, Config),
+    Crowd = [{type, num_connections}, {threshold, 1}, {callback, reporter(crowd)},
+             {cooldown, 0}, {threshold, 5}],
+    Port = start(Config, #{alarms => [{crowd, Crowd}, {crowd, []}]}),
+    {ok, #{alarms := Alarms}} = sluice:get_transport_opts(Name),
+    ?assertMatch(#{crowd := #{type := num_connections, threshold := 1, cooldown := 0}}, Alarms),
+    ?assertEqual([crowd], maps:keys(Alarms)),
+    _ = client(Port),
+    {crowd, Name, crowd, _, [_], _} = alarm(crowd),
+    ok = sluice:set_transport_opts(Name, [{alarms, []}]),
+    ?assertMatch({ok, #{alarms := #{}}}, sluice:get_transport_opts(Name)),
+    Two = [{type, num_connections}, {threshold, 2}, {callback, reporter(two)}],
+    ok = sluice:set_transport_opts(Name, [{alarms, [{two, Two}]}]),
+    _ = client(Port),
+    {two, Name, two, _, [_, _], _} = alarm(two),
+    no_alarm(crowd, 50).

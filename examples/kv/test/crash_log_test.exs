@@ -10,6 +10,16 @@ defmodule KV.CrashLogTest do
     def handle_data(_data, _state), do: raise("boom from the handler")
   end
 
+  # Handlers ported from a GenServer or from thousand_island.
+  defmodule Habits do
+    @behaviour :sluice_handler
+    def init(_conn, opts), do: {:ok, opts}
+    def handle_data("noreply", state), do: {:noreply, state}
+    def handle_data("continue", state), do: {:continue, state}
+    def handle_data(_, state), do: {:ok, state}
+    def handle_call(:ask, _from, state), do: {:reply, :answer, state}
+  end
+
   # With Logger's defaults (handle_sasl_reports: false), a connection
   # whose handler raised logged nothing: its only report was proc_lib's
   # crash report, which Logger drops. A thousand_island handler's crash is
@@ -32,5 +42,36 @@ defmodule KV.CrashLogTest do
     assert log =~ "handler KV.CrashLogTest.Boom crashed on a connection from 127.0.0.1:"
     assert log =~ "** (RuntimeError) boom from the handler"
     assert length(String.split(log, "boom from the handler")) == 2
+  end
+
+  # "bad return value: {..., {:noreply, %{}}}" said that the result was
+  # wrong, not which one sluice wanted: the line now says it, in Elixir.
+  test "another behaviour's result is logged with sluice's in its place" do
+    {:ok, _} = :sluice.start_listener(Habits, port: 0, handler: {Habits, %{}}, framing: :line)
+    on_exit(fn -> :sluice.stop_listener(Habits) end)
+    %{port: port} = :sluice.info(Habits)
+
+    crash = fn line ->
+      {:ok, sock} = :gen_tcp.connect({127, 0, 0, 1}, port, [:binary, active: false])
+      :ok = :gen_tcp.send(sock, line)
+      assert {:error, _} = :gen_tcp.recv(sock, 0, 2000)
+    end
+
+    log =
+      capture_log(fn ->
+        crash.("noreply\n")
+        crash.("continue\n")
+        {:ok, sock} = :gen_tcp.connect({127, 0, 0, 1}, port, [:binary, active: false])
+        assert KV.TestWait.wait_for(fn -> length(:sluice.connections(Habits)) == 1 end, 2000)
+        [pid] = :sluice.connections(Habits)
+        assert {{:bad_return_value, {Habits, :handle_call, _}}, _} = catch_exit(:sluice.call(pid, :ask, 2000))
+        assert {:error, _} = :gen_tcp.recv(sock, 0, 2000)
+        assert KV.TestWait.wait_for(fn -> :sluice.info(Habits).close_reasons.crashed == 3 end, 2000)
+        Logger.flush()
+      end)
+
+    assert log =~ "{:noreply, state} is a GenServer's result: a sluice callback returns {:ok, state}"
+    assert log =~ "{:continue, state} is a thousand_island handler's result: here {:ok, state}"
+    assert log =~ "answer the caller with :sluice.reply(from, reply) and return {:ok, state}"
   end
 end
