@@ -257,8 +257,7 @@ prefix(T, Prefix) ->
 -spec probed(sluice_transport:socket(), sluice_listener_sup:listener()) -> no_return().
 probed(Sock, #{transport := T, stats := Stats}) ->
     T:close_socket(Sock),
-    sluice_stats:ended(Stats, peer_closed),
-    exit(normal).
+    sluice_conn_close:counted_end(ended, Stats, peer_closed).
 
 %% A connection that never reached its handler: counted and, because the
 %% same fault can come from every client, logged at most once a second.
@@ -269,8 +268,7 @@ probed(Sock, #{transport := T, stats := Stats}) ->
 refuse(Sock, #{name := Name, transport := T, stats := Stats}, Reason) ->
     sluice_log:refused(Name, Stats, Reason),
     T:close_socket(Sock),
-    sluice_stats:ended(Stats, Reason),
-    exit(normal).
+    sluice_conn_close:counted_end(ended, Stats, Reason).
 
 start(S, #{opts := #{handler := {_, HOpts}}}, Conn, Prefix) ->
     Started = sluice_telemetry:connection_start(S#s.listener, self()),

@@ -11,8 +11,8 @@
 %%  <li>handed_off/1: the socket is another process's now
 %%      (sluice_conn_handoff).</li>
 %% </ul>
-%% Each counts the connection's close reason once, runs the handler's
-%% last callbacks and ends the process.
+%% Each runs the handler's last callbacks, then counts the connection's
+%% close reason once and ends the process (counted_end/3).
 %% @private
 -module(sluice_conn_close).
 
@@ -21,6 +21,8 @@
 -export([graceful_close/3, linger_close/3, finish/2, crash/4, handed_off/1]).
 %% a half-close (sluice_conn_halfclose), a hand-off (sluice_conn_handoff)
 -export([send_queued/1]).
+%% a connection that ends before its handler (sluice_conn)
+-export([counted_end/3]).
 
 %% After `reply_close' the replies go out, then FIN, and the connection
 %% reads and drops what the peer still sends for at most this long: closing
@@ -162,9 +164,8 @@ finish({error, ?AFTER_SHUTDOWN(Bytes)}, S) ->
 finish(?BY_HANDLER(Reason) = ByHandler, S = #s{t = T, ts = TS, stats = Stats}) ->
     ok = queued_sends(ByHandler, S),
     T:close(TS),
-    sluice_stats:ended_by_handler(Stats, Reason),
     stop(Reason, S),
-    exit(normal);
+    counted_end(ended_by_handler, Stats, Reason);
 finish({error, closed}, S = #s{t = T, ts = TS}) ->
     case sluice_transport:optional(T, closed_by_peer, [TS], false) of
         true -> finish(closed, S);
@@ -182,14 +183,13 @@ failed(Reason, S = #s{t = T, ts = TS, stats = Stats}) ->
              _ -> ok
          end,
     T:close(TS),
-    sluice_stats:ended(Stats, Reason),
     case Reason of
         closed -> sluice_conn_handler:closed(S);
         {error, Why} -> sluice_conn_handler:failed({socket_error, Why}, S);
         _ -> ok
     end,
     stop(Reason, S),
-    exit(normal).
+    counted_end(ended, Stats, Reason).
 
 %% @doc The handler raised, or returned something that is not a result: as
 %% a gen_server does, the handler is told (handle_error/2, terminate/2) and
@@ -205,18 +205,38 @@ crash(Class, Reason, Stack, S = #s{t = T, ts = TS}) ->
     T:close(TS),
     sluice_conn_handler:failed({crash, Class, Reason, Stack}, S),
     stop(Reason, S),
-    _ = {Class, Reason} =:= {exit, normal} andalso sluice_stats:crashed(S#s.stats),
     label(S#s.listener, Peer),
     sluice_log:handler_crashed(S#s.listener, S#s.handler, Peer, Class, Reason, Stack),
-    erlang:raise(Class, Reason, Stack).
+    case {Class, Reason} of
+        {exit, normal} -> counted_end(ended, S#s.stats, crashed);
+        _ -> erlang:raise(Class, Reason, Stack)
+    end.
 
 %% @doc The socket has been handed to another process
 %% (sluice_conn_handoff), which was told: the connection ends here without
 %% closing it, counted as `handoff', with terminate(handoff, S).
 -spec handed_off(#s{}) -> no_return().
 handed_off(S = #s{stats = Stats}) ->
-    sluice_stats:ended(Stats, handoff),
     stop(handoff, S),
+    counted_end(ended, Stats, handoff).
+
+%% @doc Count the connection's close reason (sluice_stats:ended/2 or
+%% ended_by_handler/2) and end normally, which its supervisor takes for
+%% an end that counted its own reason (sluice_conns_sup). Last, once the
+%% handler's last callbacks have returned, and with exits trapped (no
+%% handler code runs any more to see it): an exit signal (a shutdown from
+%% supervisor:terminate_child/2 or a stop, a linked process's end) that
+%% comes during those callbacks ends the process uncounted, for its
+%% supervisor to count, and one that comes after the count is a message
+%% no one reads. (Counted before the callbacks, a shutdown during them
+%% had the connection counted twice, its reason and `drained', and left
+%% its mark in the supervisor's slot.) Only a `kill', which cannot be
+%% trapped, landing in the few instructions between the count and the
+%% end still counts twice. Once per connection, nothing per read.
+-spec counted_end(ended | ended_by_handler, sluice_stats:stats(), term()) -> no_return().
+counted_end(How, Stats, Reason) ->
+    _ = process_flag(trap_exit, true),
+    ok = sluice_stats:How(Stats, Reason),
     exit(normal).
 
 %% A handler that closes (a `close' or `reply_close' result) right after

@@ -48,6 +48,9 @@
              index :: pos_integer(),
              listener :: sluice_listener_sup:listener(),
              stats :: sluice_stats:stats(),
+             %% the stats as its connections have them (of_sup/2): what
+             %% this process counts for one of them is marked as theirs is
+             own :: sluice_stats:stats(),
              children = #{} :: sluice_sweep:children(),
              %% where hibernated connections report waking (sluice_sweep)
              woke :: sluice_sweep:woke_table(),
@@ -186,6 +189,7 @@ init(Parent, Listener0 = #{name := Name, transport := T, stats := Stats}, Index)
                   sluice_conn_handoff, sluice_deadline]
                  ++ starttls_modules(Listener0)],
     _ = sluice_telemetry:refresh(),
+    ok = predecessor_gone(Name, Index),
     ok = sluice_stats:sup_reset(Stats, Index),
     ok = sluice_registry:set_conns_sup(Name, Index, self()),
     %% Read after this process is published: a set_handler_opts/2 or
@@ -199,8 +203,28 @@ init(Parent, Listener0 = #{name := Name, transport := T, stats := Stats}, Index)
     Woke = sluice_sweep:woke_table(),
     Gate = gate(Listener),
     loop(#st{parent = Parent, index = Index, listener = Listener, stats = Stats,
+             own = sluice_stats:of_sup(Stats, Index),
              tick = Tick, sweep = Sweep, parked = sluice_parking:new(T), woke = Woke,
              gate = Gate, template = template(Listener, Index, Woke, Gate)}).
+
+%% This supervisor's predecessor in its slot, if it is still shutting its
+%% connections down, is waited for (for up to the listener's
+%% shutdown_timeout and the kill after it, terminate/2): killing this
+%% process's parent ends it as any other (its end is its parent's), but
+%% nothing waits for it, and the parent's successor starts this one at
+%% once. Its counts (each connection closed as it goes) landed in the slot
+%% after this one's reset had counted them all: every one of them closed
+%% twice, and the slot's count below zero, which the next reset took for
+%% 4 billion lost connections (`closed' and `crashed' 2^32 too many,
+%% `connections' 2^32 below zero). One that was killed is gone already.
+predecessor_gone(Name, Index) ->
+    case sluice_registry:conns_sup(Name, Index) of
+        Pid when is_pid(Pid), Pid =/= self() ->
+            MRef = erlang:monitor(process, Pid),
+            receive {'DOWN', MRef, process, Pid, _} -> ok end;
+        _ ->
+            ok
+    end.
 
 %% The connections' template, whose stats are their copy (they mark the
 %% close reasons they count in this supervisor's slot: sluice_stats:of_sup/2).
@@ -274,7 +298,7 @@ loop(St = #st{sweeping = {_, _}, handled = H}) when H >= ?MSGS_PER_SLICE ->
 loop(St = #st{parent = Parent, handled = H}) ->
     receive
         {'EXIT', Parent, Reason} ->
-            terminate(Reason, St);
+            terminate(parents(Reason), St);
         {system, From, Req} ->
             sys:handle_system_msg(Req, From, Parent, ?MODULE, St#st.debug, St);
         Msg ->
@@ -282,6 +306,17 @@ loop(St = #st{parent = Parent, handled = H}) ->
     after between_messages(St) ->
             loop(idle_work(St))
     end.
+
+%% This process ends because its parent did: a reason that is no
+%% shutdown (the parent was killed, or crashed) is reported once, by the
+%% parent's supervisor, and again in a crash report of each of a
+%% listener's connection supervisors was noise (as a shutdown, it writes
+%% none). Still a reason that is not `normal': sockets handed here and
+%% not yet started close with it. Its own faults (a crash, sys:terminate/2)
+%% keep their reason and their report.
+parents(Reason) when Reason =:= normal; Reason =:= shutdown -> Reason;
+parents({shutdown, _} = Reason) -> Reason;
+parents(Reason) -> {shutdown, {parent, Reason}}.
 
 handle({sluice_start, Sock}, St) ->
     Pid = proc_lib:spawn_opt(sluice_conn, init, [self(), Sock, St#st.template], [link]),
@@ -311,8 +346,8 @@ handle({'EXIT', Pid, Reason}, St0 = #st{children = Children}) ->
     case maps:take(Pid, Children) of
         {_Entry, Rest} ->
             St = recounted(Pid, St1),
-            gone(own_reason(Gated, Reason), St),
             ended(Gated, Reason, St),
+            gone(St),
             St#st{children = Rest};
         error ->
             St1
@@ -393,13 +428,16 @@ started(Pid, Sock, St = #st{children = Children}) ->
 %% How a connection process that exited with `Reason' is counted: one a
 %% drain cut off before its handler, `drained' whatever it died of (the
 %% kill, mostly); any other only if it did not end normally, having
-%% counted its own reason.
-ended(cut, _Reason, #st{stats = Stats}) ->
-    sluice_stats:ended(Stats, drained);
+%% counted its own reason. Before gone/1, and marked as a connection's
+%% own count is: this process killed between the two leaves the
+%% connection counted in its slot with its mark, which its successor
+%% counts closed and not `crashed' again (sluice_stats:sup_reset/2).
+ended(cut, _Reason, #st{own = Own}) ->
+    sluice_stats:ended(Own, drained);
 ended(_Gated, normal, _St) ->
     ok;
-ended(_Gated, _Reason, #st{stats = Stats}) ->
-    sluice_stats:crashed(Stats).
+ended(_Gated, _Reason, #st{own = Own}) ->
+    sluice_stats:crashed(Own).
 
 %% A connection process's entry in the gate, taken out as it is gone:
 %% `cut' (a drain cut it off), `passed', or `none'.
@@ -603,15 +641,15 @@ expired(_Now, #st{sweep = #{idle := infinity}}) ->
 expired(Now, #st{sweep = #{idle := Idle}, parked = Tab}) ->
     sluice_parking:expired(Tab, Now - Idle).
 
-%% Reasoned: it counted its own close reason (own_reason/2).
-gone(Reasoned, #st{stats = Stats, index = I}) ->
-    sluice_stats:sup_gone(Stats, I, Reasoned).
+%% A connection is gone, its close reason counted (by itself, or here by
+%% ended/3 or shut_down/3) and marked: the mark is taken off.
+gone(#st{stats = Stats, index = I}) ->
+    sluice_stats:sup_gone(Stats, I).
 
 %% Whether a connection that exited with Reason counted its own close
-%% reason: one that ended normally did (ended/3), but for one a drain cut
-%% before its handler, which exits normally uncounted. (One killed by a
-%% link after it had counted, in its handler's terminate/2, is counted
-%% twice, as before, and leaves its mark in the slot.)
+%% reason: one that ended normally did (sluice_conn_close:counted_end/3),
+%% but for one a drain cut before its handler, which exits normally
+%% uncounted, and one that parked as it was shut down (unparked/3).
 own_reason(cut, _Reason) -> false;
 own_reason(_Gated, Reason) -> Reason =:= normal.
 
@@ -661,10 +699,10 @@ modules(#st{listener = #{opts := #{handler := {H, _}}}}) ->
 terminate_child(Pid, St = #st{listener = #{opts := #{shutdown_timeout := Timeout}}}) ->
     exit(Pid, shutdown),
     Reason = receive
-                 {'EXIT', Pid, R} -> R
+                 {'EXIT', Pid, R} -> unparked(Pid, R, St)
              after Timeout ->
                      exit(Pid, kill),
-                     receive {'EXIT', Pid, R} -> R end
+                     receive {'EXIT', Pid, R} -> unparked(Pid, R, St) end
              end,
     Gated = gated(Pid, St),
     St2 = recounted(Pid, St),
@@ -674,10 +712,27 @@ terminate_child(Pid, St = #st{listener = #{opts := #{shutdown_timeout := Timeout
 %% A connection this supervisor shut down is gone: counted closed and,
 %% unless it ended normally having counted its own reason (as a handler
 %% that traps exits does; own_reason/2), as a shutdown counts, `drained'.
-shut_down(Gated, Reason, St = #st{stats = Stats}) ->
-    Own = own_reason(Gated, Reason),
-    _ = Own orelse sluice_stats:ended(Stats, {shutdown, Reason}),
-    gone(Own, St).
+shut_down(Gated, Reason, St = #st{own = Own}) ->
+    _ = own_reason(Gated, Reason) orelse sluice_stats:ended(Own, {shutdown, Reason}),
+    gone(St).
+
+%% How a connection shut down (terminate_child/2, terminate/2) ended: one
+%% that had parked just before (it exited normally, its park message,
+%% which came before its exit, is still in the mailbox behind what this
+%% process is doing) is a parked one, closed here and counted as a
+%% shutdown, as those already parked are. Its normal exit, taken for a
+%% connection that had counted its own reason, left it with no reason
+%% and took a mark off that it had never made.
+unparked(Pid, normal, #st{listener = #{transport := T}}) ->
+    receive
+        {sluice_park, Pid, Sock, _HState, _TS} ->
+            T:close_socket(Sock),
+            shutdown
+    after 0 ->
+            normal
+    end;
+unparked(_Pid, Reason, _St) ->
+    Reason.
 
 %% Shut every connection down (`shutdown' exit), give them the listener's
 %% shutdown timeout, kill the rest, and account for each as
@@ -706,7 +761,7 @@ wait_children(Children, TRef, St) ->
         {'EXIT', Pid, Why} when is_map_key(Pid, Children) ->
             Gated = gated(Pid, St),
             St2 = recounted(Pid, St),
-            shut_down(Gated, Why, St2),
+            shut_down(Gated, unparked(Pid, Why, St), St2),
             wait_children(maps:remove(Pid, Children), TRef, St2);
         {timeout, TRef, kill_all} ->
             _ = [exit(Pid, kill) || Pid <- maps:keys(Children)],

@@ -26,10 +26,10 @@
 %% alarms (sluice_alarms)
 -export([arm_alarms/2, disarm_alarms/1]).
 %% connection supervisors
--export([of_sup/2, sup_claim/2, sup_unclaim/3, sup_withdraw/3, sup_reset/2, sup_gone/3, parked/3,
+-export([of_sup/2, sup_claim/2, sup_unclaim/3, sup_withdraw/3, sup_reset/2, sup_gone/2, parked/3,
          parked_reset/2, uncount/2, uncounted_gone/2]).
 %% reading
--export([live/1, read/1, close_reason/1, handler_close_reason/1]).
+-export([live/1, read/1, close_reason/1, handler_close_reason/1, marks/1]).
 
 -export_type([stats/0, close_reason/0]).
 
@@ -37,8 +37,8 @@
                 a :: atomics:atomics_ref(),
                 sups :: pos_integer(),
                 %% in a connection's copy (of_sup/2): its supervisor's
-                %% index; 0 in every other
-                sup = 0 :: non_neg_integer()}).
+                %% index and the generation of its marks; 0 in every other
+                sup = 0 :: 0 | {pos_integer(), non_neg_integer()}}).
 -opaque stats() :: #stats{}.
 
 %% Why a connection ended, as info/1's `close_reasons' names it.
@@ -66,10 +66,14 @@
 
 %% atomics; after the fixed slots, NumSups slots of live connections per
 %% connection supervisor, then NumSups slots of parked ones, then NumSups
-%% slots of uncounted ones (uncount/2). A supervisor's
-%% live slot holds its generation (bumped by each incarnation) in the high
-%% bits and its count in the low ?COUNT_BITS, so that a claim can tell
-%% whether a restart has taken it over (sup_claim/2, sup_unclaim/3).
+%% slots of uncounted ones (uncount/2), then NumSups slots of the marks
+%% of connections that counted their own close reason (of_sup/2). A
+%% supervisor's live slot holds its generation (bumped by each
+%% incarnation) in the high bits and its count in the low ?COUNT_BITS, so
+%% that a claim can tell whether a restart has taken it over
+%% (sup_claim/2, sup_unclaim/3); its marks slot too, so that a connection
+%% can tell whether its supervisor's successor has counted it already
+%% (reasoned/1).
 -define(CONNS, 1).
 -define(MAX_CONNS, 2).
 -define(SHEDDING, 3).
@@ -143,20 +147,43 @@ unsent(#stats{c = C}, Bytes) ->
 %% connection was closed with, see close_reason/1).
 -spec ended(stats(), term()) -> ok.
 ended(St = #stats{c = C}, Reason) ->
-    counters:add(C, reason_slot(close_reason(Reason)), 1),
-    reasoned(St).
+    case reasoned(St) of
+        true -> counters:add(C, reason_slot(close_reason(Reason)), 1);
+        false -> ok
+    end.
 
 %% @doc A connection ended because its handler closed it with `Reason'
 %% (see handler_close_reason/1).
 -spec ended_by_handler(stats(), term()) -> ok.
 ended_by_handler(St = #stats{c = C}, Reason) ->
-    counters:add(C, reason_slot(handler_close_reason(Reason)), 1),
-    reasoned(St).
+    case reasoned(St) of
+        true -> counters:add(C, reason_slot(handler_close_reason(Reason)), 1);
+        false -> ok
+    end.
 
-%% A connection counted its own close reason (of_sup/2): marked in its
-%% supervisor's slot until the supervisor sees it gone (sup_gone/3).
-reasoned(#stats{sup = 0}) -> ok;
-reasoned(St = #stats{a = A, sup = I}) -> atomics:add(A, reasoned_slot(St, I), 1).
+%% Whether a connection counts its own close reason (of_sup/2): marked in
+%% its supervisor's slot until the supervisor sees it gone (sup_gone/2),
+%% if that supervisor's generation of marks is still the slot's. If not,
+%% its supervisor was killed and the successor's reset (sup_reset/2) has
+%% counted it `crashed' already: a connection that outlived its
+%% supervisor for a moment (the kill on its way, or a handler that traps
+%% exits) and counted its reason after the reset was counted twice, and
+%% left its mark to the successor, which then took one of its own
+%% crashed connections for one with a reason. Either the mark and the
+%% count, or neither: one reason per connection.
+reasoned(#stats{sup = 0}) ->
+    true;
+reasoned(St = #stats{a = A, sup = {I, Gen}}) ->
+    Slot = reasoned_slot(St, I),
+    mark(A, Slot, Gen, atomics:get(A, Slot)).
+
+mark(A, Slot, Gen, Old) when Old bsr ?COUNT_BITS =:= Gen ->
+    case atomics:compare_exchange(A, Slot, Old, Old + 1) of
+        ok -> true;
+        Now -> mark(A, Slot, Gen, Now)
+    end;
+mark(_A, _Slot, _Gen, _Old) ->
+    false.
 
 %% @doc A connection process died abnormally (its supervisor saw it).
 -spec crashed(stats()) -> ok.
@@ -401,12 +428,17 @@ disarm_alarms(#stats{a = A}) ->
 
 %% @doc `St' as the connections of supervisor `I' count with: a close
 %% reason they count (ended/2, ended_by_handler/2, crashed/1) is also
-%% marked in the supervisor's slot until it sees them gone (sup_gone/3),
+%% marked in the supervisor's slot until it sees them gone (sup_gone/2),
 %% so that if it is killed in between its successor does not count them
 %% `crashed' as well (sup_reset/2). A connection counts its reason and
-%% then ends normally; its supervisor counts the others.
+%% then ends normally; its supervisor counts the others, with the same
+%% copy, before it takes them off (so that its own kill in between
+%% counts none twice either).
+%% Called by supervisor `I' itself, after its reset: the generation of
+%% the marks it reads is its own.
 -spec of_sup(stats(), pos_integer()) -> stats().
-of_sup(St, I) -> St#stats{sup = I}.
+of_sup(St = #stats{a = A}, I) ->
+    St#stats{sup = {I, atomics:get(A, reasoned_slot(St, I)) bsr ?COUNT_BITS}}.
 
 %% @doc Connection supervisor `I' starts (or restarts): a new generation
 %% of its slot. A predecessor that was killed left its connections counted
@@ -427,7 +459,10 @@ sup_reset(St = #stats{a = A}, I) ->
     %% Its uncounted connections ended with it too: taken off before the
     %% live count (admit/1).
     atomics:sub(A, ?UNCOUNTED, atomics:exchange(A, uncounted_slot(St, I), 0)),
-    Reasoned = atomics:exchange(A, reasoned_slot(St, I), 0),
+    %% A new generation of marks: a connection of the old one that
+    %% outlived it no longer counts its reason (reasoned/1).
+    RSlot = reasoned_slot(St, I),
+    Reasoned = reset_slot(A, RSlot, atomics:get(A, RSlot)) band ?COUNT_MASK,
     lost(St, Old band ?COUNT_MASK, Reasoned),
     atomics:put(A, parked_slot(St, I), 0).
 
@@ -438,8 +473,7 @@ lost(_St, 0, _Reasoned) ->
 lost(#stats{a = A, c = C}, N, Reasoned) ->
     atomics:sub(A, ?CONNS, N),
     counters:add(C, ?CLOSED, N),
-    %% (never below 0: a mark taken off for one that had made none)
-    counters:add(C, reason_slot(crashed), N - min(N, max(0, Reasoned))).
+    counters:add(C, reason_slot(crashed), N - min(N, Reasoned)).
 
 %% One counted connection that did not start, with its dead supervisor.
 lost(St, 1) ->
@@ -487,15 +521,28 @@ unclaim(St = #stats{a = A}, Slot, Gen, Old, Count)
 unclaim(_St, _Slot, _Gen, _Old, _Count) ->
     false.
 
-%% @doc A connection of supervisor `I' is gone (however it ended);
-%% `Reasoned': it had counted its own close reason (it ended normally:
-%% of_sup/2), whose mark is taken off.
--spec sup_gone(stats(), pos_integer(), boolean()) -> ok.
-sup_gone(St = #stats{a = A, c = C}, I, Reasoned) ->
-    _ = Reasoned andalso atomics:sub(A, reasoned_slot(St, I), 1),
+%% @doc A connection of supervisor `I' is gone (however it ended), its
+%% close reason counted through of_sup/2's copy, by itself or by the
+%% supervisor: its mark is taken off.
+-spec sup_gone(stats(), pos_integer()) -> ok.
+sup_gone(St = #stats{a = A, c = C}, I) ->
+    _ = unmark(A, reasoned_slot(St, I)),
     atomics:sub(A, ?CONNS, 1),
     atomics:sub(A, sup_slot(St, I), 1),
     counters:add(C, ?CLOSED, 1).
+
+%% A mark taken off, never below none: the generation above it must stay
+%% the slot's (reasoned/1).
+unmark(A, Slot) ->
+    unmark(A, Slot, atomics:get(A, Slot)).
+
+unmark(A, Slot, Old) when Old band ?COUNT_MASK > 0 ->
+    case atomics:compare_exchange(A, Slot, Old, Old - 1) of
+        ok -> true;
+        Now -> unmark(A, Slot, Now)
+    end;
+unmark(_A, _Slot, _Old) ->
+    false.
 
 %% @doc Supervisor `I' holds `Delta' more parked connections.
 -spec parked(stats(), pos_integer(), integer()) -> ok.
@@ -534,6 +581,13 @@ reasoned_slot(#stats{sups = NS}, I) -> ?FIXED_ATOMICS + 3 * NS + I.
 -spec live(stats()) -> integer().
 live(#stats{a = A}) ->
     atomics:get(A, ?CONNS).
+
+%% @doc Per connection supervisor, the marks of connections that counted
+%% their own close reason and whose end it has not seen (of_sup/2): none
+%% once every connection that ended is gone. For probes and tests.
+-spec marks(stats()) -> [integer()].
+marks(St = #stats{a = A, sups = NS}) ->
+    [atomics:get(A, reasoned_slot(St, I)) band ?COUNT_MASK || I <- lists:seq(1, NS)].
 
 %% @doc Every figure, as info/1 reports them.
 -spec read(stats()) -> map().

@@ -1,13 +1,17 @@
 %% info/1's figures against what happened: every accepted connection
 %% ends counted in `closed' and in exactly one of `close_reasons', however
-%% it ends (here: with a killed connection supervisor, and with a handler
-%% that calls exit(normal)); and the telemetry stop event of a connection
+%% it ends (here: with a killed connection supervisor, with a handler
+%% that calls exit(normal), shut down in its last callbacks, outliving its
+%% killed supervisor, parking as it is shut down, under a supervisor
+%% whose own was killed), and no mark is left in a supervisor's slot
+%% (sluice_stats:marks/1); and the telemetry stop event of a connection
 %% that parked covers its whole life, as the start event's time says.
 %%
 %% This module is also the handler of its listeners: an echo that calls
 %% exit(normal) on `exit-normal' and closes with the reason it is sent
 %% after `close-'; given a pid, it tells it of handle_close/1,
-%% handle_error/2 and terminate/2.
+%% handle_error/2 and terminate/2; `{trap, Pid}' traps exits; `hold'
+%% holds handle_data/2, `hold-terminate' terminate/2, until told `go'.
 -module(sluice_figures_SUITE).
 -behaviour(sluice_handler).
 
@@ -22,7 +26,12 @@
          handler_exit_normal_is_counted_as_crashed/1,
          stop_event_of_a_parked_connection_covers_its_whole_life/1,
          handler_close_is_counted_by_the_name_it_gave/1,
-         bytes_out_after_a_send_timeout_is_what_the_kernel_took/1]).
+         bytes_out_after_a_send_timeout_is_what_the_kernel_took/1,
+         a_connection_that_outlives_its_killed_supervisor_is_counted_once/1,
+         a_shutdown_after_the_count_does_not_count_again/1,
+         a_connection_parking_as_its_supervisor_stops_is_counted/1,
+         a_connection_parking_as_it_is_terminated_is_counted/1,
+         a_supervisor_whose_parent_was_killed_ends_before_its_successor_counts/1]).
 %% the handler
 -export([init/2, handle_data/2, handle_close/1, handle_error/2, terminate/2]).
 
@@ -34,6 +43,8 @@ all() ->
     [{group, inet}, {group, socket},
      %% parking is inet's only
      killed_conns_sup_counts_its_parked_connections_closed,
+     a_connection_parking_as_its_supervisor_stops_is_counted,
+     a_connection_parking_as_it_is_terminated_is_counted,
      stop_event_of_a_parked_connection_covers_its_whole_life].
 
 groups() ->
@@ -41,7 +52,10 @@ groups() ->
                                     a_close_its_killed_supervisor_had_not_seen_is_counted_once,
                                     handler_exit_normal_is_counted_as_crashed,
                                     handler_close_is_counted_by_the_name_it_gave,
-                                    bytes_out_after_a_send_timeout_is_what_the_kernel_took]).
+                                    bytes_out_after_a_send_timeout_is_what_the_kernel_took,
+                                    a_connection_that_outlives_its_killed_supervisor_is_counted_once,
+                                    a_shutdown_after_the_count_does_not_count_again,
+                                    a_supervisor_whose_parent_was_killed_ends_before_its_successor_counts]).
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -67,11 +81,20 @@ end_per_testcase(_Case, Config) ->
 
 %%% The handler -------------------------------------------------------
 
+init(_Conn, {trap, Pid}) ->
+    process_flag(trap_exit, true),
+    {ok, Pid};
 init(_Conn, Opts) ->
     {ok, Opts}.
 
 handle_data(<<"exit-normal">>, _State) ->
     exit(normal);
+handle_data(<<"hold-terminate">>, Pid) ->
+    {reply, <<"ok">>, {hold_terminate, Pid}};
+handle_data(<<"hold">>, State) ->
+    %% until the case lets it go on
+    tell(State, {held, self()}),
+    receive {?MODULE, go} -> {reply, <<"went">>, State} end;
 handle_data(<<"close-", Reason/binary>>, State) ->
     {close, binary_to_term(Reason), State};
 handle_data(Data, State) ->
@@ -81,7 +104,12 @@ handle_close(State) -> tell(State, handle_close).
 
 handle_error(Why, State) -> tell(State, {handle_error, Why}).
 
-terminate(Reason, State) -> tell(State, {terminate, Reason}).
+terminate(Reason, {hold_terminate, Pid}) ->
+    %% held in terminate/2 until the case lets it go on
+    tell(Pid, {held, self()}),
+    receive {?MODULE, go} -> tell(Pid, {terminate, Reason}) end;
+terminate(Reason, State) ->
+    tell(State, {terminate, Reason}).
 
 tell(Pid, What) when is_pid(Pid) -> Pid ! {?MODULE, What}, ok;
 tell(_State, _What) -> ok.
@@ -247,7 +275,214 @@ bytes_out_after_a_send_timeout_is_what_the_kernel_took(Config) ->
     ct:log("client sent ~p, server read ~p and sent ~p", [Sent, In, Out]),
     ?assert(Out =< 16 * Buf, {bytes_out, Out, read, In}).
 
+
+%% A handler that traps exits outlives its killed supervisor until its
+%% callback returns: the supervisor's successor has counted it closed
+%% (`crashed') by then, and its own end (it is told of the supervisor's
+%% exit and ends, as a `drained' shutdown) is not counted again, nor left
+%% as a mark in the successor's slot. (Until 2026-11: crashed 1 and
+%% drained 1 for one connection, and the stray mark made the successor
+%% take one of its own crashed connections for one with a reason.)
+a_connection_that_outlives_its_killed_supervisor_is_counted_once(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{handler => {?MODULE, {trap, self()}},
+                                           num_conns_sups => 1}),
+    [S] = echoed(sluice_test_lib:port(Name), 1),
+    ok = gen_tcp:send(S, <<"hold">>),
+    Conn = receive {?MODULE, {held, P}} -> P after ?WAIT -> ct:fail(not_held) end,
+    [Sup] = sluice_test_lib:conns_sups(Name),
+    exit(Sup, kill),
+    ok = sluice_test_lib:wait_until(fun() -> is_pid(new_sup(Name, Sup)) end, ?WAIT),
+    ok = sluice_test_lib:wait_info(Name, closed, 1, ?WAIT),
+    Conn ! {?MODULE, go},
+    {ok, <<"went">>} = gen_tcp:recv(S, 4, ?WAIT),
+    ok = sluice_test_lib:expect_closed(S, ?WAIT),
+    receive {?MODULE, {terminate, {shutdown, killed}}} -> ok after ?WAIT -> ct:fail(no_end) end,
+    ok = wait_dead(Conn),
+    assert_figures(Name, 1, #{crashed => 1}),
+    ?assertEqual([0], marks(Name)),
+    %% the successor counts its own as before (that do not trap exits): a
+    %% crash and a reason
+    ok = sluice:set_handler_opts(Name, []),
+    [S2, S3] = echoed(sluice_test_lib:port(Name), 2),
+    ok = gen_tcp:close(S2),
+    ok = sluice_test_lib:wait_info(Name, closed, 2, ?WAIT),
+    [Sup2] = sluice_test_lib:conns_sups(Name),
+    exit(Sup2, kill),
+    ok = sluice_test_lib:expect_closed(S3, ?WAIT),
+    ok = sluice_test_lib:wait_until(fun() -> is_pid(new_sup(Name, Sup2)) end, ?WAIT),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, ?WAIT),
+    assert_figures(Name, 3, #{crashed => 2, peer_closed => 1}),
+    ?assertEqual([0], marks(Name)).
+
+%% A connection shut down (supervisor:terminate_child/2) while its handler
+%% is in terminate/2 after the client's close: counted once, by the reason
+%% it ended with (here the shutdown's, `drained': its own is counted once
+%% its last callbacks are done), and no mark is left in its supervisor's
+%% slot. (Until 2026-11: peer_closed 1 and drained 1 for one connection,
+%% and a mark left for the successor of a killed supervisor.)
+a_shutdown_after_the_count_does_not_count_again(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{handler => {?MODULE, self()}, num_conns_sups => 1}),
+    [S] = echoed(sluice_test_lib:port(Name), 1),
+    [Conn] = sluice:procs(Name, connections),
+    ok = gen_tcp:send(S, <<"hold-terminate">>),
+    {ok, <<"ok">>} = gen_tcp:recv(S, 2, ?WAIT),
+    ok = gen_tcp:close(S),
+    receive {?MODULE, {held, Conn}} -> ok after ?WAIT -> ct:fail(not_held) end,
+    [Sup] = sluice_test_lib:conns_sups(Name),
+    ok = supervisor:terminate_child(Sup, Conn),
+    assert_figures(Name, 1, #{drained => 1}),
+    ?assertEqual([0], marks(Name)).
+
+%% A connection that parks (its socket handed to its supervisor) just as
+%% its supervisor stops (here sys:terminate/2, while it is suspended, so
+%% that the park waits in its mailbox): closed, and counted as the parked
+%% ones are, `drained'. (Until 2026-11 its normal exit was taken for an
+%% end that had counted its reason: closed with none, and a mark taken
+%% off that was never made.)
+a_connection_parking_as_its_supervisor_stops_is_counted(Config) ->
+    Name = ?config(name, Config),
+    [S, Conn, Sup] = parking_conn(Name),
+    ok = sys:terminate(Sup, shutdown),
+    ok = sluice_test_lib:expect_closed(S, ?WAIT),
+    ok = sluice_test_lib:wait_until(fun() -> is_pid(new_sup(Name, Sup)) end, ?WAIT),
+    false = is_process_alive(Conn),
+    assert_figures(Name, 1, #{drained => 1}),
+    ?assertEqual([0], marks(Name)).
+
+%% The same with supervisor:terminate_child/2, asked before the
+%% connection parked and handled after: the supervisor carries on, and
+%% its slot keeps no mark taken off for it.
+a_connection_parking_as_it_is_terminated_is_counted(Config) ->
+    Name = ?config(name, Config),
+    Self = self(),
+    sluice_test_lib:start_listener(Name, #{handler => {?MODULE, []}, transport => inet,
+                                           num_conns_sups => 1, park_after => 60000}),
+    [S] = echoed(sluice_test_lib:port(Name), 1),
+    [Conn] = sluice:procs(Name, connections),
+    [Sup] = sluice_test_lib:conns_sups(Name),
+    ok = sys:suspend(Sup),
+    Caller = spawn_link(fun() -> Self ! {terminated, supervisor:terminate_child(Sup, Conn)} end),
+    ok = sluice_test_lib:wait_until(
+           fun() ->
+                   {messages, Ms} = process_info(Sup, messages),
+                   lists:any(fun({'$gen_call', {P, _}, _}) -> P =:= Caller; (_) -> false end, Ms)
+           end, ?WAIT),
+    %% as the sweep tells a quiet connection
+    Conn ! {sluice_sweep, park},
+    ok = wait_dead(Conn),
+    ok = sys:resume(Sup),
+    receive {terminated, R} -> ?assertEqual(ok, R) after ?WAIT -> ct:fail(no_answer) end,
+    ok = sluice_test_lib:expect_closed(S, ?WAIT),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, ?WAIT),
+    ?assertMatch(#{parked := 0}, sluice:info(Name)),
+    assert_figures(Name, 1, #{drained => 1}),
+    ?assertEqual([0], marks(Name)),
+    %% and later ends are counted as before
+    [S2] = echoed(sluice_test_lib:port(Name), 1),
+    ok = gen_tcp:close(S2),
+    ok = sluice_test_lib:wait_info(Name, closed, 2, ?WAIT),
+    assert_figures(Name, 2, #{drained => 1, peer_closed => 1}),
+    ?assertEqual([0], marks(Name)).
+
+%% A connection supervisor whose own supervisor was killed shuts its
+%% connections down (here one whose handler traps exits and is held in
+%% terminate/2) while that supervisor's successor starts its successor:
+%% which waits for it to be gone before it counts what it left, so that
+%% the connection is counted once, as it ended. (Until 2026-11 the
+%% successor counted it `crashed' at once, then the old supervisor
+%% counted it closed again, in a slot whose count went below zero: the
+%% next reset took that for 2^32 lost connections.)
+a_supervisor_whose_parent_was_killed_ends_before_its_successor_counts(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{handler => {?MODULE, {trap, self()}},
+                                           num_conns_sups => 1}),
+    [S] = echoed(sluice_test_lib:port(Name), 1),
+    ok = gen_tcp:send(S, <<"hold-terminate">>),
+    {ok, <<"ok">>} = gen_tcp:recv(S, 2, ?WAIT),
+    [Sup] = sluice_test_lib:conns_sups(Name),
+    SupSup = conns_sup_sup(Name),
+    exit(SupSup, kill),
+    Conn = receive {?MODULE, {held, P}} -> P after ?WAIT -> ct:fail(not_held) end,
+    %% The successor has started: it is waiting for Sup, or has counted
+    ok = sluice_test_lib:wait_until(
+           fun() ->
+                   case successor(Name, SupSup) of
+                       none -> false;
+                       New -> sluice_registry:conns_sup(Name, 1) =:= New
+                                  orelse waits_for(New, Sup)
+                   end
+           end, ?WAIT),
+    Conn ! {?MODULE, go},
+    ok = sluice_test_lib:expect_closed(S, ?WAIT),
+    ok = wait_dead(Sup),
+    ok = sluice_test_lib:wait_until(fun() -> is_pid(new_sup(Name, Sup)) end, ?WAIT),
+    assert_figures(Name, 1, #{drained => 1}),
+    ?assertEqual([0], marks(Name)).
+
+conns_sup_sup(Name) ->
+    {ok, #{sup := LSup}} = sluice_registry:lookup(Name),
+    case lists:keyfind(sluice_conns_sup_sup, 1, supervisor:which_children(LSup)) of
+        {_, Pid, _, _} when is_pid(Pid) -> Pid;
+        _ -> none
+    end.
+
+%% The connection supervisor the successor of SupSup is starting, if any
+%% (found by its link: the successor is in its init, and answers no call).
+successor(Name, SupSup) ->
+    {ok, #{sup := LSup}} = sluice_registry:lookup(Name),
+    {links, Links} = process_info(LSup, links),
+    Sups = [P || P <- Links, is_pid(P), P =/= SupSup, initial(P) =:= {supervisor, sluice_conns_sup_sup, 1}],
+    case [C || SS <- Sups, {links, L} <- [process_info(SS, links)], C <- L, is_pid(C),
+               initial(C) =:= {sluice_conns_sup, init, 3}] of
+        [New | _] -> New;
+        [] -> none
+    end.
+
+initial(Pid) ->
+    case proc_lib:initial_call(Pid) of
+        {M, F, Args} when is_list(Args) -> {M, F, length(Args)};
+        Other -> Other
+    end.
+
+waits_for(Pid, Old) ->
+    case process_info(Pid, monitors) of
+        {monitors, Ms} -> lists:member({process, Old}, Ms);
+        undefined -> false
+    end.
+
+%% An inet listener's connection that has parked, its park message
+%% waiting in its suspended supervisor's mailbox: [ClientSocket, Conn, Sup].
+parking_conn(Name) ->
+    sluice_test_lib:start_listener(Name, #{handler => {?MODULE, []}, transport => inet,
+                                           num_conns_sups => 1, park_after => 60000}),
+    [S] = echoed(sluice_test_lib:port(Name), 1),
+    [Conn] = sluice:procs(Name, connections),
+    [Sup] = sluice_test_lib:conns_sups(Name),
+    ok = sys:suspend(Sup),
+    Conn ! {sluice_sweep, park},
+    ok = wait_dead(Conn),
+    [S, Conn, Sup].
+
 %%% Helpers -----------------------------------------------------------
+
+%% The connection supervisor that replaced Old (false until there is one).
+new_sup(Name, Old) ->
+    case sluice_test_lib:conns_sups(Name) of
+        [New] when New =/= Old -> New;
+        _ -> false
+    end.
+
+wait_dead(Pid) ->
+    sluice_test_lib:wait_until(fun() -> not is_process_alive(Pid) end, ?WAIT).
+
+%% The marks of connections that counted their own reason, per connection
+%% supervisor (sluice_stats's slots, read as they are laid out there):
+%% none once every end has been seen.
+marks(Name) ->
+    {ok, #{stats := Stats}} = sluice_registry:lookup(Name),
+    sluice_stats:marks(Stats).
 
 %% Send Chunk up to N times, until a send fails; what was sent.
 flood(_S, _Chunk, Sent, 0) ->

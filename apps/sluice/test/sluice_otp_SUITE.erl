@@ -20,6 +20,7 @@
 -export([conns_sup_answers_supervisor_calls/1,
          conns_sup_terminate_child_shuts_a_connection_down/1,
          conns_sup_keeps_sys_debug_options/1,
+         killed_conns_sup_sup_is_one_report/1,
          parked_connection_keeps_its_logger_metadata/1,
          a_crash_report_names_the_listener_and_the_client/1,
          a_crash_is_logged_where_sasl_reports_are_not/1,
@@ -34,6 +35,7 @@ all() ->
     [conns_sup_answers_supervisor_calls,
      conns_sup_terminate_child_shuts_a_connection_down,
      conns_sup_keeps_sys_debug_options,
+     killed_conns_sup_sup_is_one_report,
      parked_connection_keeps_its_logger_metadata,
      a_crash_report_names_the_listener_and_the_client,
      a_crash_is_logged_where_sasl_reports_are_not,
@@ -130,6 +132,62 @@ conns_sup_terminate_child_shuts_a_connection_down(Config) ->
     ok = gen_tcp:send(Other, <<"y">>),
     ?assertEqual({ok, <<"y">>}, gen_tcp:recv(Other, 1, 2000)),
     ok = gen_tcp:close(Other).
+
+%% Killing a listener's connection supervisors' supervisor is one
+%% report: the listener's supervisor's (it restarts it), not one more per
+%% connection supervisor, whose end is its parent's (OTP's supervisors
+%% log two each in that case: a gen_server's and a crash report). A
+%% connection supervisor that ends for a reason of its own still has its
+%% crash report. (Until 2026-11: a crash report per connection
+%% supervisor, 4 here, besides the supervisor's.)
+killed_conns_sup_sup_is_one_report(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{handler => {sluice_proto_echo, []},
+                                           num_conns_sups => 4}),
+    {ok, Sock} = sluice_test_lib:connect(sluice_test_lib:port(Name)),
+    ok = sluice_test_lib:wait_info(Name, connections, 1, 5000),
+    Sups = sluice_test_lib:conns_sups(Name),
+    4 = length(Sups),
+    {ok, #{sup := LSup}} = sluice_registry:lookup(Name),
+    {_, SupSup, _, _} = lists:keyfind(sluice_conns_sup_sup, 1, supervisor:which_children(LSup)),
+    ok = sluice_log_forwarder:start(self()),
+    exit(SupSup, kill),
+    ok = sluice_test_lib:expect_closed(Sock, 5000),
+    ok = restarted(Name, Sups),
+    %% Each report is sent from the process that logs it before it ends
+    %% or restarts anything: all are here now.
+    Reports = reports(),
+    ct:log("~p", [Reports]),
+    ?assertMatch([{error, #{pid := LSup}}], Reports),
+    #{close_reasons := #{drained := 1}, connections := 0} = sluice:info(Name),
+    %% A connection supervisor's own end (here sys:terminate/2 with a
+    %% reason that is no shutdown) is reported as before: its crash report
+    %% and its supervisor's.
+    [Sup | _] = sluice_test_lib:conns_sups(Name),
+    ok = sys:terminate(Sup, boom),
+    ok = restarted(Name, [Sup]),
+    Own = reports(),
+    ct:log("~p", [Own]),
+    ?assertMatch([_, _], Own),
+    ?assert(lists:keymember(Sup, 1, [{P, L} || {_, #{pid := P}} = L <- Own])),
+    ok.
+
+%% Old are gone and the listener has its 4 connection supervisors again.
+restarted(Name, Old) ->
+    sluice_test_lib:wait_until(
+      fun() ->
+              New = sluice_test_lib:conns_sups(Name),
+              length(New) =:= 4 andalso [P || P <- New, lists:member(P, Old)] =:= []
+                  andalso not lists:any(fun erlang:is_process_alive/1, Old)
+      end, 5000).
+
+%% The error reports logged so far, in order.
+reports() ->
+    receive
+        {log, error, _Text, Meta} -> [{error, Meta} | reports()];
+        {log, _Level, _Text, _Meta} -> reports()
+    after 0 -> []
+    end.
 
 %% sys:statistics/2, sys:log/2 and sys:trace/2 on a connection
 %% supervisor: they answered ok and then recorded nothing (the debug

@@ -18,7 +18,7 @@ claim_then_gone_test() ->
     admitted = sluice_stats:admit(S),
     _ = sluice_stats:sup_claim(S, 1),
     ?assertEqual(1, live(S)),
-    ok = sluice_stats:sup_gone(S, 1, false),
+    ok = sluice_stats:sup_gone(S, 1),
     ?assertEqual(0, live(S)).
 
 %% The supervisor was gone before the claim, and its successor has not
@@ -61,7 +61,7 @@ slots_are_per_supervisor_test() ->
     _ = sluice_stats:sup_claim(S, 2),
     ok = sluice_stats:sup_reset(S, 2),
     ?assertEqual(1, live(S)),
-    ok = sluice_stats:sup_gone(S, 1, false),
+    ok = sluice_stats:sup_gone(S, 1),
     ?assertEqual(0, live(S)).
 
 %% The limit is exact under a burst of admissions from many processes.
@@ -100,7 +100,7 @@ lost_connection_is_closed_once_in_either_order_test() ->
 %% A connection that counted its own reason (through its supervisor's
 %% copy, of_sup/2) and was gone before its supervisor saw it: the
 %% successor's reset counts it closed, not `crashed' again; one whose end
-%% the supervisor saw takes its mark off (sup_gone/3); the other
+%% the supervisor saw takes its mark off (sup_gone/2); the other
 %% supervisor's slot and a copy-less count (the supervisor's own) leave
 %% no mark.
 own_reason_is_not_counted_crashed_again_test() ->
@@ -115,7 +115,7 @@ own_reason_is_not_counted_crashed_again_test() ->
     Conn1 = sluice_stats:of_sup(S, 1),
     %% seen by the supervisor
     ok = sluice_stats:ended(Conn1, closed),
-    ok = sluice_stats:sup_gone(S, 1, true),
+    ok = sluice_stats:sup_gone(S, 1),
     %% not seen: the client's close, the handler's
     ok = sluice_stats:ended(Conn1, closed),
     ok = sluice_stats:ended_by_handler(Conn1, bye),
@@ -128,6 +128,35 @@ own_reason_is_not_counted_crashed_again_test() ->
     ok = sluice_stats:sup_reset(S, 2),
     ?assertEqual({5, #{peer_closed => 2, handler => 1, idle_timeout => 1, crashed => 1}, 0},
                  Figures(S)).
+
+%% A connection of a supervisor that its successor has reset (the
+%% connection outlived it: a handler that traps exits) counts no reason
+%% of its own: the reset counted it `crashed'; and it leaves no mark in
+%% the successor's slot, whose own connections count as before. A mark
+%% taken off where there is none (sup_gone/2) leaves the slot at none.
+a_connection_of_a_reset_supervisor_counts_nothing_test() ->
+    Figures = fun(S) ->
+                      #{closed := C, close_reasons := CR} = sluice_stats:read(S),
+                      {C, maps:filter(fun(_, V) -> V > 0 end, CR), live(S)}
+              end,
+    S = new(),
+    [admitted = sluice_stats:admit(S) || _ <- [1, 2, 3]],
+    _ = sluice_stats:sup_claim(S, 1),
+    _ = sluice_stats:sup_claim(S, 2),
+    Old = sluice_stats:of_sup(S, 1),
+    ok = sluice_stats:sup_reset(S, 1),
+    ok = sluice_stats:ended(Old, {shutdown, killed}),
+    ok = sluice_stats:ended_by_handler(Old, bye),
+    ?assertEqual({1, #{crashed => 1}, 2}, Figures(S)),
+    ?assertEqual([0, 0], sluice_stats:marks(S)),
+    _ = sluice_stats:sup_claim(S, 1),
+    New = sluice_stats:of_sup(S, 1),
+    ok = sluice_stats:ended(New, closed),
+    ?assertEqual([1, 0], sluice_stats:marks(S)),
+    ok = sluice_stats:sup_gone(S, 1),
+    ok = sluice_stats:sup_gone(S, 2),
+    ?assertEqual([0, 0], sluice_stats:marks(S)),
+    ?assertEqual({3, #{crashed => 1, peer_closed => 1}, 0}, Figures(S)).
 
 %% Bytes that never reached the kernel (sluice_transport's unsent/1) are
 %% counted apart: `bytes_out' leaves them out, `bytes_unsent' has them,
