@@ -23,8 +23,13 @@ struct outcome run_outcome(struct run *r, const struct stats *t)
         for (int i = 0; i < r->nw; i++)
             o.timeouts += r->sc->errors(&r->w[i]);
     o.total = o.protocol + o.failures + o.timeouts;
+    /* A run interrupted before any connection came up or failed (a
+       Ctrl-C as it starts, or while the connects are still pending) could
+       not connect at all only if one failed: it printed "could not
+       connect ... at all ()" beside "connection failures: none", exit 3. */
+    int none_up = t->established == 0 && (o.failures || !r->interrupted);
     o.code = o.protocol ? EXIT_PROTOCOL
-             : t->established == 0 ? EXIT_NO_CONNECTION
+             : none_up ? EXIT_NO_CONNECTION
              : o.total ? EXIT_ERRORS : EXIT_OK;
     return o;
 }

@@ -138,11 +138,17 @@ int main(int argc, char **argv)
         if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != self)
             _exit(128 + SIGTERM);
         if (pipefd[1] >= 0) {
-            char fd[16];
+            char fd[16], run[24];
             snprintf(fd, sizeof fd, "%d", pipefd[1]);
+            snprintf(run, sizeof run, "%ld", (long)self);
             /* the write end only, and across execve */
-            if (fcntl(pipefd[1], F_SETFD, 0) == 0)
+            if (fcntl(pipefd[1], F_SETFD, 0) == 0) {
                 setenv("SLUICE_READY_FD", fd, 1);
+                /* The parent-death SIGTERM can come before the VM takes
+                   signals, and is lost then: the VM checks that its
+                   parent is still this pid once it does. */
+                setenv("SLUICE_RUN_PID", run, 1);
+            }
         }
         execvp(argv[1], argv + 1);
         fprintf(stderr, "sluice-run: cannot run %s: %s\n", argv[1], strerror(errno));

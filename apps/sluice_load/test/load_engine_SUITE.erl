@@ -36,6 +36,7 @@
          soft_file_limit_is_raised_for_the_conns/1,
          eaddrnotavail_says_which_limit/1,
          sigterm_reports_the_run_as_interrupted/1,
+         sigterm_before_any_connection_is_not_exit_3/1,
          accept_then_close_is_closed_by_peer/1,
          server_closing_mid_run_is_reported/1,
          ref_acks_frames_split_anywhere/1,
@@ -79,6 +80,7 @@ groups() ->
        soft_file_limit_is_raised_for_the_conns,
        eaddrnotavail_says_which_limit,
        sigterm_reports_the_run_as_interrupted,
+       sigterm_before_any_connection_is_not_exit_3,
        accept_then_close_is_closed_by_peer,
        server_closing_mid_run_is_reported]},
      {ref_server, [],
@@ -494,6 +496,40 @@ sigterm_reports_the_run_as_interrupted(Config) ->
     {0, Whole} = load(Config, ["--scenario", "ping", "--port", Port, "--conns", "2",
                                "--interval", "100"]),
     ?assertEqual(false, get(Whole, interrupted)).
+
+%% SIGTERM while every connect is still pending (a listener whose accept
+%% queue is full: the kernel drops the SYNs, so the connects neither
+%% succeed nor fail): the run could not connect at all only if a connect
+%% failed. It said "could not connect ... at all ()" beside "connection
+%% failures: none" and exited 3; now the errors line is 0 and so is the
+%% exit. (A Ctrl-C as a run starts, which bin/sluice now passes on rather
+%% than drops, came to the same.)
+sigterm_before_any_connection_is_not_exit_3(Config) ->
+    {ok, L} = gen_tcp:listen(0, [{ip, {127, 0, 0, 1}}, {backlog, 0}, {active, false}]),
+    {ok, Port} = inet:port(L),
+    Self = self(),
+    %% (the queue's own connects, never accepted: they hold it full)
+    Fillers = [spawn(fun() ->
+                             R = gen_tcp:connect({127, 0, 0, 1}, Port, [], 20000),
+                             Self ! {filled, self()},
+                             receive stop -> R end
+                     end) || _ <- lists:seq(1, 3)],
+    P = open_port({spawn_executable, bin(Config, "sluice-load")},
+                  [{args, ["--scenario", "ping", "--port", itoa(Port), "--conns", "2",
+                           "--duration", "10"]},
+                   exit_status, binary, stderr_to_stdout, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    timer:sleep(700),
+    _ = os:cmd("kill -TERM " ++ itoa(OsPid)),
+    {Status, Out} = collect(P, [], erlang:monotonic_time(millisecond) + 10000),
+    ct:log("~s", [Out]),
+    [exit(F, kill) || F <- Fillers],
+    ok = gen_tcp:close(L),
+    ?assertMatch({match, _}, re:run(Out, "connect: 0 established of 2 attempts")),
+    ?assertMatch({match, _}, re:run(Out, "connection failures: none")),
+    ?assertEqual(nomatch, re:run(Out, "at all")),
+    ?assertEqual(0, Status).
 
 %% A server at its connection limit accepts and closes at once: that shows
 %% as closed_by_peer failures (with and without --probe ping), errors of

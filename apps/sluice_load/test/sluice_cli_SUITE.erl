@@ -19,6 +19,8 @@
          sigint_drains_and_exits_0/1,
          an_early_sigterm_still_drains/1,
          the_launcher_holds_a_signal_until_the_vm_takes_it/1,
+         an_early_sigterm_to_a_relaunched_serve_still_drains/1,
+         a_launcher_killed_early_still_stops_serve/1,
          unknown_option_exits_2_with_one_line/1,
          malformed_value_exits_2_with_one_line/1,
          port_in_use_exits_1_with_one_line/1,
@@ -51,7 +53,9 @@ suite() -> [{timetrap, {seconds, 60}}].
 all() ->
     [serve_prints_one_listening_line_and_acks, sigterm_drains_and_exits_0,
      sigint_drains_and_exits_0, an_early_sigterm_still_drains,
-     the_launcher_holds_a_signal_until_the_vm_takes_it, unknown_option_exits_2_with_one_line,
+     the_launcher_holds_a_signal_until_the_vm_takes_it,
+     an_early_sigterm_to_a_relaunched_serve_still_drains,
+     a_launcher_killed_early_still_stops_serve, unknown_option_exits_2_with_one_line,
      malformed_value_exits_2_with_one_line, port_in_use_exits_1_with_one_line,
      metrics_port_in_use_exits_1_with_one_line, hosts_without_nodes_exits_2_with_one_line,
      an_option_that_does_not_apply_exits_2_with_one_line, a_closed_stdout_exits_141,
@@ -200,6 +204,99 @@ the_launcher_holds_a_signal_until_the_vm_takes_it(Config) ->
     ?assertEqual([], [R || R = {_, Status, Lines, Ms} <- Runs,
                            not (Status =:= 143 andalso Lines =:= [<<"ready">>]
                                 andalso Ms >= 400 andalso Ms < 5000)]).
+
+%% `serve --io-poll-threads 2' serves in a second VM started with the
+%% flag (sluice_vm_flags:relaunch/2), and passes a SIGTERM on to it: one
+%% that came in the first VM's first moments is passed on as soon as that
+%% VM can, i.e. while the second VM is starting. That VM alone dropped it
+%% (served on: the case timed out) or died of it (143, no drain); under
+%% sluice-run of its own it is held until its serve can drain. The signal
+%% goes when the second VM's process appears, and 30 and 150 ms after.
+an_early_sigterm_to_a_relaunched_serve_still_drains(Config) ->
+    Runs = [relaunched_sigterm(Config, Ms) || Ms <- [0, 30, 150]],
+    ct:log("~p", [Runs]),
+    ?assertEqual([], [R || R = {_, Status, Drained, _} <- Runs,
+                           not (Status =:= 0 andalso Drained)]).
+
+relaunched_sigterm(Config, Ms) ->
+    {Port, OsPid} = sluice_load_test_lib:sluice(Config, ["serve", "--ip", ?LOOPBACK, "--port", "0",
+                                                         "--drain-timeout", "2000",
+                                                         "--io-poll-threads", "2"]),
+    ok = wait_relaunched(OsPid, erlang:monotonic_time(millisecond) + 15000),
+    timer:sleep(Ms),
+    signal("TERM", OsPid),
+    {Status, Lines} = sluice_load_test_lib:wait_exit(Port, 6000),
+    {Ms, Status, lists:any(fun(L) -> binary:match(L, <<"drained">>) =/= nomatch end, Lines),
+     Lines}.
+
+%% Until a process under OsPid has the relaunched VM's environment (the
+%% first one does from its exec on: sluice-run, or erl's script).
+wait_relaunched(OsPid, Deadline) ->
+    Relaunched = [P || P <- sluice_procfs:process_tree(OsPid),
+                       {ok, Env} <- [file:read_file("/proc/" ++ integer_to_list(P) ++ "/environ")],
+                       binary:match(Env, <<"SLUICE_VM_RELAUNCHED=1">>) =/= nomatch],
+    case Relaunched of
+        [_ | _] -> ok;
+        [] ->
+            case erlang:monotonic_time(millisecond) > Deadline of
+                true -> error(no_relaunched_vm);
+                false -> timer:sleep(2), wait_relaunched(OsPid, Deadline)
+            end
+    end.
+
+%% `kill -9' of the launcher in the VM's first moments: the VM's
+%% parent-death SIGTERM came before the VM could take signals and was
+%% dropped (serve served on with no parent, forever). The VM now sees
+%% that its launcher is gone when it starts taking signals and drains as
+%% on that SIGTERM. Killed at 20, 50, 100 and 150 ms after the fork; the
+%% VM must be gone 10 s after, having drained if it served (one killed
+%% before OTP takes SIGTERM dies of it, having served nothing).
+a_launcher_killed_early_still_stops_serve(Config) ->
+    Runs = [launcher_killed(Config, Ms) || Ms <- [20, 50, 100, 150]],
+    ct:log("~p", [Runs]),
+    ?assertEqual([], [R || R = {_, Left, Served, Drained, _} <- Runs,
+                           not (Left =:= [] andalso Drained =:= Served)]).
+
+launcher_killed(Config, Ms) ->
+    Out = filename:join(?config(priv_dir, Config), "killed-" ++ integer_to_list(Ms) ++ ".out"),
+    {ok, Root} = sluice_load_test_lib:repo_root(),
+    %% (the VM's output to a file: the launcher's port goes with it)
+    Cmd = "exec " ++ filename:join(Root, "bin/sluice") ++ " serve --ip " ++ ?LOOPBACK
+        ++ " --port 0 --drain-timeout 2000 >" ++ Out ++ " 2>&1",
+    {Port, OsPid} = sluice_load_test_lib:run_lines(Config, "/bin/sh", ["-c", Cmd]),
+    Vm = wait_child(OsPid, erlang:monotonic_time(millisecond) + 5000),
+    %% (one left serving is no longer under OsPid for the reaper)
+    sluice_load_test_lib:reap(Config, Vm),
+    timer:sleep(Ms),
+    signal("KILL", OsPid),
+    _ = sluice_load_test_lib:wait_exit(Port, 5000),
+    Left = wait_gone(Vm, erlang:monotonic_time(millisecond) + 10000),
+    {ok, Text} = file:read_file(Out),
+    {Ms, Left, binary:match(Text, <<"listening on">>) =/= nomatch,
+     binary:match(Text, <<"drained">>) =/= nomatch, Text}.
+
+%% The launcher's child, once the script is the launcher (exec) and it
+%% has forked (the VM, by exec).
+wait_child(OsPid, Deadline) ->
+    Comm = file:read_file("/proc/" ++ integer_to_list(OsPid) ++ "/comm"),
+    case {Comm, sluice_procfs:process_tree(OsPid)} of
+        {{ok, <<"sluice-run\n">>}, [OsPid, Child | _]} -> Child;
+        _ ->
+            case erlang:monotonic_time(millisecond) > Deadline of
+                true -> error(no_child);
+                false -> timer:sleep(1), wait_child(OsPid, Deadline)
+            end
+    end.
+
+wait_gone(Pid, Deadline) ->
+    case filelib:is_dir("/proc/" ++ integer_to_list(Pid)) of
+        false -> [];
+        true ->
+            case erlang:monotonic_time(millisecond) > Deadline of
+                true -> [Pid];
+                false -> timer:sleep(20), wait_gone(Pid, Deadline)
+            end
+    end.
 
 %% An unknown option: status 2 and exactly one line, naming the option.
 unknown_option_exits_2_with_one_line(Config) ->

@@ -21,6 +21,7 @@
          a_port_shared_by_another_server_is_in_use/1,
          a_hung_node_is_not_counted_as_drained/1,
          hosts_start_nodes_through_ssh/1,
+         an_ssh_still_connecting_is_ended_with_serve/1,
          bad_cluster_options_exit_2_with_one_line/1,
          cluster_info_sums_over_peer_nodes/1,
          telemetry_events_carry_the_figures/1,
@@ -41,7 +42,7 @@ all() ->
     [serve_on_two_nodes_spreads_reports_and_drains, a_dead_node_leaves_the_other_serving,
      a_killed_launcher_leaves_no_vm_running, a_port_shared_by_another_server_is_in_use,
      a_hung_node_is_not_counted_as_drained,
-     hosts_start_nodes_through_ssh,
+     hosts_start_nodes_through_ssh, an_ssh_still_connecting_is_ended_with_serve,
      bad_cluster_options_exit_2_with_one_line, cluster_info_sums_over_peer_nodes,
      telemetry_events_carry_the_figures, no_telemetry_no_process].
 
@@ -238,6 +239,44 @@ hosts_start_nodes_through_ssh(Config) ->
     {Status, After} = sluice_load_test_lib:wait_exit(Port, 15000),
     ct:log("after SIGTERM: ~p~n~s", [Status, [[L, $\n] || L <- After]]),
     ?assertEqual(0, Status).
+
+%% `serve --hosts HOST' interrupted while ssh is still connecting (a
+%% stand-in that hangs as ssh does on an unreachable host): the node is
+%% given up on after its boot timeout (30 s, here 3: SLUICE_BOOT_TIMEOUT),
+%% exit 1 with one line, and that ssh is gone
+%% with the command, its children too. It ran on until its own connect
+%% timeout, and held the command's standard error open (a `2>&1 | tee'
+%% did not end).
+an_ssh_still_connecting_is_ended_with_serve(Config) ->
+    ct:timetrap({seconds, 75}),
+    {Ssh, PidFile} = sluice_load_test_lib:hanging_ssh(?config(priv_dir, Config), "serve-hanging-ssh"),
+    Env = [{"SLUICE_SSH", Ssh}, {"SLUICE_DIST_HOST", "127.0.0.1"},
+           {"SLUICE_BOOT_TIMEOUT", "3"}],
+    {Port, OsPid} = sluice_load_test_lib:sluice(
+                      Config, ["serve", "--ip", ?LOOPBACK, "--port", "0", "--nodes", "1",
+                               "--hosts", "127.0.0.1"], Env),
+    SshPid = wait_pid(PidFile, erlang:monotonic_time(millisecond) + 15000),
+    sluice_load_test_lib:reap(Config, SshPid),
+    signal("TERM", OsPid),
+    {Status, Lines} = sluice_load_test_lib:wait_exit(Port, 45000),
+    ct:log("~p: ~p", [Status, Lines]),
+    ?assertEqual(1, Status),
+    ?assertMatch([<<"sluice: cannot start a node on 127.0.0.1: none came up", _/binary>>], Lines),
+    ?assertEqual([], sluice_load_test_lib:wait_group_gone(SshPid, 5000)).
+
+wait_pid(File, Deadline) ->
+    Read = case file:read_file(File) of
+               {ok, B} -> string:to_integer(string:trim(B));
+               _ -> none
+           end,
+    case Read of
+        {Pid, <<>>} -> Pid;
+        _ ->
+            case erlang:monotonic_time(millisecond) > Deadline of
+                true -> ct:fail({no_pid, File});
+                false -> timer:sleep(20), wait_pid(File, Deadline)
+            end
+    end.
 
 %% Bad --nodes / --metrics-port values: status 2, one line naming the option.
 bad_cluster_options_exit_2_with_one_line(Config) ->

@@ -18,6 +18,7 @@
          bad_options_exit_2_with_one_line/1,
          sigterm_ends_the_run_with_a_report/1,
          sigterm_while_the_nodes_start_ends_the_run_with_a_report/1,
+         an_ssh_still_connecting_is_ended_with_the_run/1,
          an_engine_stopped_as_it_starts_still_reports/1,
          engine_starts_its_window_on_go/1,
          a_lost_engine_is_reported_and_the_rest_merged/1,
@@ -34,6 +35,7 @@ all() ->
      scale_holds_connections_and_reports_server_memory,
      bad_options_exit_2_with_one_line, sigterm_ends_the_run_with_a_report,
      sigterm_while_the_nodes_start_ends_the_run_with_a_report,
+     an_ssh_still_connecting_is_ended_with_the_run,
      an_engine_stopped_as_it_starts_still_reports,
      engine_starts_its_window_on_go, a_lost_engine_is_reported_and_the_rest_merged,
      lockstep_rate_stays_per_connection, a_slow_rate_keeps_its_digits_when_split,
@@ -294,6 +296,48 @@ sigterm_while_the_nodes_start_ends_the_run_with_a_report(Config) ->
     ?assertEqual(0, get(engines_lost, J)),
     ?assertEqual(3, length(get(engine_results, J))).
 
+%% `load --nodes HOST' interrupted while ssh is still connecting (a
+%% stand-in that hangs as ssh does on an unreachable host): the command
+%% gives the node up (after its boot timeout, 30 s, here 3 through
+%% SLUICE_BOOT_TIMEOUT: an interrupt waits for a booting node, as the
+%% case above shows) and exits 1, and that ssh is gone with
+%% it, its children too. It ran on until its own connect timeout (peer
+%% gives no handle on it before the node is up), holding the command's
+%% output open: this case timed out waiting for the exit.
+an_ssh_still_connecting_is_ended_with_the_run(Config) ->
+    ct:timetrap({seconds, 75}),
+    TcpPort = start_ref(Config),
+    {Ssh, PidFile} = sluice_load_test_lib:hanging_ssh(?config(priv_dir, Config), "hanging-ssh"),
+    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
+                  [{args, ["load", "--scenario", "ping", "--nodes", "localhost", "--ssh", Ssh,
+                           "--port", TcpPort, "--conns", "2", "--duration", "3"]},
+                   {env, [{"SLUICE_BOOT_TIMEOUT", "3"}]},
+                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    ok = wait_file(PidFile, 10000),
+    {ok, SshPid} = read_pid(PidFile, 2000),
+    sluice_load_test_lib:reap(Config, SshPid),
+    _ = os:cmd("kill -TERM " ++ integer_to_list(OsPid)),
+    {Status, Out} = collect_lines(P, [], 45000),
+    ct:log("~p: ~s~nssh's group at the exit:~n~s",
+           [Status, Out, os:cmd("ps -o pid,pgid,ppid,args -g " ++ integer_to_list(SshPid))]),
+    ?assertEqual(1, Status),
+    ?assertNotEqual(nomatch, string:find(Out, "cannot start a node on localhost")),
+    ?assertEqual([], sluice_load_test_lib:wait_group_gone(SshPid, 5000)).
+
+read_pid(File, Ms) ->
+    case file:read_file(File) of
+        {ok, B} ->
+            case string:to_integer(string:trim(B)) of
+                {Pid, <<>>} -> {ok, Pid};
+                _ when Ms =< 0 -> ct:fail({no_pid, File});
+                _ -> timer:sleep(20), read_pid(File, Ms - 20)
+            end;
+        _ when Ms =< 0 -> ct:fail({no_pid, File});
+        _ -> timer:sleep(20), read_pid(File, Ms - 20)
+    end.
+
 %% sluice_load_engine told to stop as soon as it is started (SIGTERM in
 %% the coordinator as the engines start): the engine still reports, with
 %% status 0. The SIGTERM reached it before it blocked the signal, and it
@@ -357,10 +401,13 @@ scale_in_hold(Config, Interval, Duration) ->
     {P, OsPid, TcpPort}.
 
 collect_lines(P, Acc) ->
+    collect_lines(P, Acc, 20000).
+
+collect_lines(P, Acc, Ms) ->
     receive
-        {P, {data, {_, L}}} -> collect_lines(P, [L, "\n" | Acc]);
+        {P, {data, {_, L}}} -> collect_lines(P, [L, "\n" | Acc], Ms);
         {P, {exit_status, S}} -> {S, iolist_to_binary(lists:reverse(Acc))}
-    after 20000 -> ct:fail(no_exit)
+    after Ms -> ct:fail(no_exit)
     end.
 
 %% What the coordinator builds on, in the engine alone: with --go-stdin

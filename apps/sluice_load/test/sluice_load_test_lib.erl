@@ -5,7 +5,8 @@
 
 -export([repo_root/0, priv_dir/0, start_reaper/1, stop_reaper/1, reap/2, ipv6_loopback/0]).
 -export([run_lines/3, run_lines/4, sluice/2, sluice/3, sluice_exit/2, signal/2,
-         wait_line/3, wait_exit/2, built_bin/1, fake_ssh/3, cookie/0]).
+         wait_line/3, wait_exit/2, built_bin/1, fake_ssh/3, cookie/0,
+         hanging_ssh/2, wait_group_gone/2]).
 
 %% @doc The repository root: the first ancestor of this module (source or
 %% beam) that holds bin/sluice.
@@ -206,3 +207,27 @@ cookie() ->
     {ok, [[Home]]} = init:get_argument(home),
     {ok, B} = file:read_file(filename:join(Home, ".erlang.cookie")),
     string:trim(binary_to_list(B)).
+
+%% @doc A stand-in for an ssh that cannot connect (an unreachable host):
+%% it writes its pid to the file it returns, then waits two minutes (as
+%% ssh waits out its connect timeout) before it would run the command.
+-spec hanging_ssh(file:filename(), string()) -> {file:filename(), file:filename()}.
+hanging_ssh(Dir, Name) ->
+    Ssh = filename:join(Dir, Name),
+    PidFile = filename:join(Dir, Name ++ ".pid"),
+    _ = file:delete(PidFile),
+    ok = file:write_file(Ssh, ["#!/bin/sh\necho $$ > '", PidFile, "'\n",
+                               "sleep 120\nshift\nexec \"$@\"\n"]),
+    ok = file:change_mode(Ssh, 8#755),
+    {Ssh, PidFile}.
+
+%% @doc Wait at most `Ms' for every process of process group `Pgid' to be
+%% gone: `[]', or the ones still there.
+-spec wait_group_gone(non_neg_integer(), non_neg_integer()) -> [string()].
+wait_group_gone(Pgid, Ms) ->
+    Left = string:lexemes(os:cmd("pgrep -g " ++ integer_to_list(Pgid)), "\n"),
+    case Left of
+        [] -> [];
+        _ when Ms =< 0 -> Left;
+        _ -> timer:sleep(50), wait_group_gone(Pgid, Ms - 50)
+    end.

@@ -10,7 +10,7 @@
 -module(sluice_procfs).
 
 -export([rss_bytes/0, open_fds/0, stderr_is_tty/0,
-         process_tree/1, cpu_ticks/1, clk_tck/0,
+         process_tree/1, parent/1, cpu_ticks/1, clk_tck/0,
          cpu_model/0, kernel_release/0, open_file_limit/0]).
 -export([parse_status_kb/2, parse_stat/1, parse_limit/2]).
 
@@ -59,6 +59,15 @@ stderr_is_tty() ->
 %%% ------------------------------------------------------------------
 %%% Process trees and CPU time
 %%% ------------------------------------------------------------------
+
+%% @doc The parent of OS process `Pid' (what its getppid() returns), or
+%% `error' when it is gone or there is no /proc.
+-spec parent(non_neg_integer()) -> {ok, non_neg_integer()} | error.
+parent(Pid) ->
+    case stat(Pid) of
+        {ok, #{ppid := PPid}} -> {ok, PPid};
+        error -> error
+    end.
 
 %% @doc `Root' and all its live descendants, parents first. Found by
 %% scanning every /proc/PID/stat: this kernel has no

@@ -33,7 +33,29 @@
 hold() ->
     ok = os:set_signal(sigterm, handle),
     ok = swap({?MODULE, {hold, false}}),
-    ready().
+    ok = ready(),
+    orphaned().
+
+%% sluice-run's pid (SLUICE_RUN_PID): if it is no longer this VM's parent,
+%% it was killed (kill -9) and its parent-death SIGTERM may have come
+%% before the VM could take signals, when it is lost (`serve' served on
+%% with no parent). One after the handler above is in place is kept; this
+%% covers one before: the command gets a SIGTERM either way (twice is as
+%% once: the hold keeps one).
+orphaned() ->
+    case os:getenv("SLUICE_RUN_PID") of
+        false ->
+            ok;
+        Text ->
+            os:unsetenv("SLUICE_RUN_PID"),
+            Self = list_to_integer(os:getpid()),
+            case {string:to_integer(Text), sluice_procfs:parent(Self)} of
+                {{Run, ""}, {ok, Parent}} when Parent =/= Run ->
+                    gen_event:notify(erl_signal_server, sigterm);
+                _ ->
+                    ok
+            end
+    end.
 
 %% sluice-run's pipe (its write end's number in SLUICE_READY_FD): one byte
 %% says the VM takes signals now. The variable is taken out of the

@@ -65,12 +65,13 @@ start_one(Host, #{ssh := Ssh, erl := Erl}, I) ->
 
 base_opts(I) ->
     Name = lists:flatten(io_lib:format("~s_e~b", [base_name(), I])),
-    #{name => Name, connection => standard_io, args => ["-hidden", "-kernel", "net_setuptime", "20"],
-      wait_boot => 30000}.
+    #{name => Name, connection => standard_io, args => ["-hidden", "-kernel", "net_setuptime", "20"]}.
 
+%% (sluice_peer_boot: an ssh still connecting when the node is given up
+%% on is ended, not left to its own connect timeout)
 boot(Host, Opts) ->
     Where = case Host of local -> "this host"; _ -> Host end,
-    try peer:start(Opts) of
+    try sluice_peer_boot:start(Opts, sluice_peer_boot:timeout()) of
         {ok, Peer, Node} -> connect(Peer, Node, Where);
         {error, Reason} -> {error, boot_error(Where, Opts, Reason)}
     catch exit:Reason ->

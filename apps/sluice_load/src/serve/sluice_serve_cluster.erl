@@ -18,7 +18,6 @@
 -export([run/2, start_node_listener/1, start_first_listener/1]).
 
 -define(LISTENER, sluice_cli).
--define(PEER_TIMEOUT, 30000).
 -define(CALL_TIMEOUT, 15000).
 
 %% @doc Run the cluster until a signal; the exit code or an error. `O' is
@@ -133,8 +132,7 @@ start_peer(I, Host, O) ->
     %% distribution: the node needs this node's cookie to connect back,
     %% and is given it over that channel (sluice_build:give_cookie/2),
     %% never on its command line. It halts when this VM goes, as before.
-    Opts = #{name => Name, args => Args, wait_boot => ?PEER_TIMEOUT,
-             connection => standard_io},
+    Opts = #{name => Name, args => Args, connection => standard_io},
     case Host of
         local -> boot_peer(Host, Opts#{host => "127.0.0.1", exec => Erl});
         _ -> case ssh() of
@@ -143,9 +141,13 @@ start_peer(I, Host, O) ->
              end
     end.
 
+%% (sluice_peer_boot: an ssh still connecting when the node is given up
+%% on is ended, not left to its own connect timeout)
 boot_peer(Host, Opts) ->
-    try peer:start(Opts) of
+    try sluice_peer_boot:start(Opts, sluice_peer_boot:timeout()) of
         {ok, Peer, Node} -> join(Host, Peer, Node);
+        {error, {boot_failed, _} = Reason} -> {error, peer_error(Host, {exit, Reason})};
+        {error, timeout} -> {error, peer_error(Host, {exit, timeout})};
         {error, Reason} -> {error, peer_error(Host, Reason)}
     catch
         Class:Reason -> {error, peer_error(Host, {Class, Reason})}
@@ -187,7 +189,7 @@ peer_error(Host, {exit, timeout}) when Host =/= local ->
     lists:flatten(io_lib:format("cannot start a node on ~s: none came up within ~b s "
                                 "(check that `ssh -T ~s erl` starts Erlang there, and that it "
                                 "reaches this host's epmd and distribution ports)",
-                                [Host, ?PEER_TIMEOUT div 1000, Host]));
+                                [Host, sluice_peer_boot:timeout() div 1000, Host]));
 peer_error(Host, Reason) ->
     lists:flatten(io_lib:format("cannot start a node on ~s: ~p",
                                 [case Host of local -> "this host"; _ -> Host end, Reason])).

@@ -77,14 +77,22 @@ asked(O) ->
 %% @doc Run `bin/sluice serve Args' in a VM started with the options'
 %% emulator flags (and SLUICE_ERL_FLAGS, as bin/sluice gives this one), in
 %% the foreground: its output is the command's, SIGTERM is passed on, its
-%% exit status is returned.
+%% exit status is returned. It runs under sluice-run, as bin/sluice runs
+%% this one: a SIGTERM passed on in the new VM's first moments (this VM
+%% passes on at once one it kept from its own start) is held until the
+%% new VM can drain on it; the VM alone dropped it and served on.
 -spec relaunch(map(), [string()]) -> sluice_cli:result().
 relaunch(O, Args) ->
     Flags = string:lexemes(os:getenv("SLUICE_ERL_FLAGS", ""), " \t"),
     ErlArgs = ["+Bi", "-noshell", "-noinput" | Flags] ++ emulator_args(O)
         ++ lists:append([["-pa", D] || D <- sluice_build:code_path()])
         ++ ["-run", "sluice_cli", "main", "-extra", "serve" | Args],
-    sluice_cprog:run(sluice_build:erl(), ErlArgs, [{?RELAUNCHED_ENV, "1"}]).
+    case sluice_build:program("sluice-run") of
+        {ok, Run} ->
+            sluice_cprog:run(Run, [sluice_build:erl() | ErlArgs], [{?RELAUNCHED_ENV, "1"}]);
+        {error, Msg} ->
+            {error, 1, Msg}
+    end.
 
 %% @doc In a VM started by relaunch/2: true, and from now on this VM halts
 %% when the VM that started it goes (its end of the port, descriptors 3

@@ -1,0 +1,84 @@
+%% @doc Start a node with OTP's `peer' and, if it does not come up, end
+%% the command that was to start it (ssh, for a node on another host).
+%%
+%% peer:start/1 waiting for the boot gives no handle on that command until
+%% it returns, and when it gives up (its wait_boot timeout) it only closes
+%% the command's standard I/O: an ssh still connecting (an unreachable
+%% host) does not read it, and ran on after `load --nodes' or `serve
+%% --hosts' had ended, until its own connect timeout. Here peer:start/1
+%% returns at once (wait_boot notifies this process), the command's OS
+%% process is read off the peer's port while the node boots, and a boot
+%% that fails or times out ends the command's whole process group (ssh and
+%% anything it started, e.g. a ProxyCommand: erl_child_setup makes each
+%% port program the leader of a session of its own).
+-module(sluice_peer_boot).
+
+-export([start/2, timeout/0]).
+
+%% @doc How long a node has to come up, in ms: 30 s, or
+%% $SLUICE_BOOT_TIMEOUT seconds (a slow link's ssh may need more; the
+%% tests of a host that never answers need less).
+-spec timeout() -> pos_integer().
+timeout() ->
+    case string:to_integer(os:getenv("SLUICE_BOOT_TIMEOUT", "")) of
+        {S, ""} when is_integer(S), S > 0 -> S * 1000;
+        _ -> 30000
+    end.
+
+%% @doc peer:start(Opts) that waits at most `Timeout' ms for the node (in
+%% place of `wait_boot'; `Opts' must name the node's `host'). The errors
+%% are what peer:start/1 exits with: `{boot_failed, Why}' (the command
+%% ended first, e.g. `{exit_status, 255}') or `timeout'.
+-spec start(map(), timeout()) -> {ok, pid(), node()} | {error, term()}.
+start(#{host := _} = Opts, Timeout) ->
+    Tag = make_ref(),
+    case peer:start(Opts#{wait_boot => {self(), Tag}}) of
+        {ok, Peer, _Node} ->
+            Mref = erlang:monitor(process, Peer),
+            OsPid = os_pid(Peer),
+            receive
+                {Tag, {started, Node, Peer}} ->
+                    erlang:demonitor(Mref, [flush]),
+                    {ok, Peer, Node};
+                {Tag, {boot_failed, Why, Peer}} ->
+                    erlang:demonitor(Mref, [flush]),
+                    give_up(Peer, OsPid),
+                    {error, {boot_failed, Why}};
+                {'DOWN', Mref, process, Peer, Why} ->
+                    give_up(Peer, OsPid),
+                    {error, Why}
+            after Timeout ->
+                    erlang:demonitor(Mref, [flush]),
+                    give_up(Peer, OsPid),
+                    {error, timeout}
+            end;
+        {error, _} = E ->
+            E
+    end.
+
+%% The port peer's init/1 opened (and so linked) for the command.
+os_pid(Peer) ->
+    case erlang:process_info(Peer, links) of
+        {links, Links} ->
+            case [P || P <- Links, is_port(P)] of
+                [Port | _] ->
+                    case erlang:port_info(Port, os_pid) of
+                        {os_pid, OsPid} -> OsPid;
+                        undefined -> none
+                    end;
+                [] -> none
+            end;
+        undefined -> none
+    end.
+
+%% The command first, while its pid is surely still its own (the peer's
+%% port closing lets erl_child_setup reap it); then the peer.
+give_up(Peer, OsPid) ->
+    _ = case OsPid of
+            none -> ok;
+            %% (the group: the command leads a session of its own; a
+            %% group already gone is no error)
+            _ -> os:cmd("kill -TERM -" ++ integer_to_list(OsPid) ++ " 2>/dev/null")
+        end,
+    _ = (catch gen_server:stop(Peer)),
+    ok.
