@@ -478,16 +478,9 @@ eaddrnotavail_says_which_limit(Config) ->
 sigterm_reports_the_run_as_interrupted(Config) ->
     Port = start_ref(Config, ["--protocol", "ping"]),
     Json = json_path(Config),
-    P = open_port({spawn_executable, bin(Config, "sluice-load")},
-                  [{args, ["--scenario", "ping", "--port", Port, "--conns", "2",
-                           "--interval", "100", "--duration", "30", "--json", Json]},
-                   exit_status, binary, stderr_to_stdout, hide]),
-    {os_pid, OsPid} = erlang:port_info(P, os_pid),
-    sluice_load_test_lib:reap(Config, OsPid),
-    timer:sleep(700),
-    _ = os:cmd("kill -TERM " ++ itoa(OsPid)),
-    {Status, Out} = collect(P, [], erlang:monotonic_time(millisecond) + 10000),
-    ct:log("~s", [Out]),
+    {Status, Out} = interrupted(Config, ["--scenario", "ping", "--port", Port, "--conns", "2",
+                                         "--interval", "100", "--duration", "30",
+                                         "--json", Json]),
     ?assertEqual(0, Status),
     ?assertMatch({match, _}, re:run(Out, "s measured \\(interrupted\\)\n")),
     J = read_json(Json),
@@ -496,6 +489,19 @@ sigterm_reports_the_run_as_interrupted(Config) ->
     {0, Whole} = load(Config, ["--scenario", "ping", "--port", Port, "--conns", "2",
                                "--interval", "100"]),
     ?assertEqual(false, get(Whole, interrupted)).
+
+%% sluice-load with Args, sent SIGTERM 0.7 s after its start: its status
+%% and its output (logged).
+interrupted(Config, Args) ->
+    P = open_port({spawn_executable, bin(Config, "sluice-load")},
+                  [{args, Args}, exit_status, binary, stderr_to_stdout, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    timer:sleep(700),
+    _ = os:cmd("kill -TERM " ++ itoa(OsPid)),
+    {Status, Out} = collect(P, [], erlang:monotonic_time(millisecond) + 10000),
+    ct:log("~s", [Out]),
+    {Status, Out}.
 
 %% SIGTERM while every connect is still pending (a listener whose accept
 %% queue is full: the kernel drops the SYNs, so the connects neither
@@ -514,16 +520,8 @@ sigterm_before_any_connection_is_not_exit_3(Config) ->
                              Self ! {filled, self()},
                              receive stop -> R end
                      end) || _ <- lists:seq(1, 3)],
-    P = open_port({spawn_executable, bin(Config, "sluice-load")},
-                  [{args, ["--scenario", "ping", "--port", itoa(Port), "--conns", "2",
-                           "--duration", "10"]},
-                   exit_status, binary, stderr_to_stdout, hide]),
-    {os_pid, OsPid} = erlang:port_info(P, os_pid),
-    sluice_load_test_lib:reap(Config, OsPid),
-    timer:sleep(700),
-    _ = os:cmd("kill -TERM " ++ itoa(OsPid)),
-    {Status, Out} = collect(P, [], erlang:monotonic_time(millisecond) + 10000),
-    ct:log("~s", [Out]),
+    {Status, Out} = interrupted(Config, ["--scenario", "ping", "--port", itoa(Port),
+                                         "--conns", "2", "--duration", "10"]),
     [exit(F, kill) || F <- Fillers],
     ok = gen_tcp:close(L),
     ?assertMatch({match, _}, re:run(Out, "connect: 0 established of 2 attempts")),
