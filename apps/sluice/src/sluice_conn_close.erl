@@ -12,7 +12,8 @@
 %%      (sluice_conn_handoff).</li>
 %% </ul>
 %% Each runs the handler's last callbacks, then counts the connection's
-%% close reason once and ends the process (counted_end/3).
+%% close reason once, emits the telemetry stop event and ends the
+%% process (counted_end/3,4).
 %% @private
 -module(sluice_conn_close).
 
@@ -164,8 +165,8 @@ finish({error, ?AFTER_SHUTDOWN(Bytes)}, S) ->
 finish(?BY_HANDLER(Reason) = ByHandler, S = #s{t = T, ts = TS, stats = Stats}) ->
     ok = queued_sends(ByHandler, S),
     T:close(TS),
-    stop(Reason, S),
-    counted_end(ended_by_handler, Stats, Reason);
+    terminated(Reason, S),
+    counted_end(ended_by_handler, Stats, Reason, {Reason, S});
 finish({error, closed}, S = #s{t = T, ts = TS}) ->
     case sluice_transport:optional(T, closed_by_peer, [TS], false) of
         true -> finish(closed, S);
@@ -188,8 +189,8 @@ failed(Reason, S = #s{t = T, ts = TS, stats = Stats}) ->
         {error, Why} -> sluice_conn_handler:failed({socket_error, Why}, S);
         _ -> ok
     end,
-    stop(Reason, S),
-    counted_end(ended, Stats, Reason).
+    terminated(Reason, S),
+    counted_end(ended, Stats, Reason, {Reason, S}).
 
 %% @doc The handler raised, or returned something that is not a result: as
 %% a gen_server does, the handler is told (handle_error/2, terminate/2) and
@@ -204,12 +205,17 @@ crash(Class, Reason, Stack, S = #s{t = T, ts = TS}) ->
     Peer = T:peername(T:socket(TS)),
     T:close(TS),
     sluice_conn_handler:failed({crash, Class, Reason, Stack}, S),
-    stop(Reason, S),
+    terminated(Reason, S),
+    %% The stop event as the others come, once the reason is counted: by
+    %% this process for `exit(normal)', else by the supervisor when it
+    %% sees the exit (after the event, as ever).
+    Normal = {Class, Reason} =:= {exit, normal},
+    _ = Normal orelse stop_event(Reason, S),
     label(S#s.listener, Peer),
     sluice_log:handler_crashed(S#s.listener, S#s.handler, Peer, Class, Reason, Stack),
-    case {Class, Reason} of
-        {exit, normal} -> counted_end(ended, S#s.stats, crashed);
-        _ -> erlang:raise(Class, Reason, Stack)
+    case Normal of
+        true -> counted_end(ended, S#s.stats, crashed, {Reason, S});
+        false -> erlang:raise(Class, Reason, Stack)
     end.
 
 %% @doc The socket has been handed to another process
@@ -217,8 +223,8 @@ crash(Class, Reason, Stack, S = #s{t = T, ts = TS}) ->
 %% closing it, counted as `handoff', with terminate(handoff, S).
 -spec handed_off(#s{}) -> no_return().
 handed_off(S = #s{stats = Stats}) ->
-    stop(handoff, S),
-    counted_end(ended, Stats, handoff).
+    terminated(handoff, S),
+    counted_end(ended, Stats, handoff, {handoff, S}).
 
 %% @doc Count the connection's close reason (sluice_stats:ended/2 or
 %% ended_by_handler/2) and end normally, which its supervisor takes for
@@ -231,12 +237,27 @@ handed_off(S = #s{stats = Stats}) ->
 %% no one reads. (Counted before the callbacks, a shutdown during them
 %% had the connection counted twice, its reason and `drained', and left
 %% its mark in the supervisor's slot.) Only a `kill', which cannot be
-%% trapped, landing in the few instructions between the count and the
-%% end still counts twice. Once per connection, nothing per read.
+%% trapped, landing between the count and the end still counts twice.
+%% Once per connection, nothing per read.
 -spec counted_end(ended | ended_by_handler, sluice_stats:stats(), term()) -> no_return().
 counted_end(How, Stats, Reason) ->
+    counted_end(How, Stats, Reason, none).
+
+%% The same, and then the telemetry stop event of a connection that had
+%% its start event: after the count, as it was before the count moved
+%% after the handler's callbacks, so that a telemetry handler (it runs
+%% here) that reads info/1 on the event finds this connection's reason
+%% counted (it found none). Exits are trapped while it runs: one that
+%% came then would have the supervisor count the connection again.
+-spec counted_end(ended | ended_by_handler, sluice_stats:stats(), term(),
+                  none | {term(), #s{}}) -> no_return().
+counted_end(How, Stats, Reason, Stop) ->
     _ = process_flag(trap_exit, true),
     ok = sluice_stats:How(Stats, Reason),
+    _ = case Stop of
+            {Why, S} -> stop_event(Why, S);
+            none -> ok
+        end,
     exit(normal).
 
 %% A handler that closes (a `close' or `reply_close' result) right after
@@ -287,9 +308,13 @@ label(Listener, Peer) ->
                                                         Error -> Error
                                                     end}).
 
-stop(Reason, S = #s{listener = Name, started = Started}) ->
+%% The handler's terminate/2, its last callback (what a sluice:recv/3 left
+%% unhandled counted first).
+terminated(Reason, S) ->
     ok = recv_left(S),
-    ok = sluice_conn_handler:terminate(Reason, S),
+    ok = sluice_conn_handler:terminate(Reason, S).
+
+stop_event(Reason, #s{listener = Name, started = Started}) ->
     sluice_telemetry:connection_stop(Name, self(), Started, Reason).
 
 %% A sluice:recv/3 in the callback that closed (`close', `reply_close', a

@@ -87,6 +87,11 @@
 %% supervisor is with starting connections.
 -define(MSGS_PER_SLICE, 64).
 
+%% How long a connection supervisor waits at most for its predecessor,
+%% whose parent was killed, to shut its connections down
+%% (predecessor_gone/3): the default shutdown_timeout and its margin.
+-define(PREDECESSOR_WAIT, 6000).
+
 %% @doc Start connection supervisor `Index' of a listener.
 -spec start_link(sluice_listener_sup:listener(), pos_integer()) -> {ok, pid()}.
 start_link(Listener, Index) ->
@@ -189,7 +194,7 @@ init(Parent, Listener0 = #{name := Name, transport := T, stats := Stats}, Index)
                   sluice_conn_handoff, sluice_deadline]
                  ++ starttls_modules(Listener0)],
     _ = sluice_telemetry:refresh(),
-    ok = predecessor_gone(Name, Index),
+    ok = predecessor_gone(Name, Index, Listener0),
     ok = sluice_stats:sup_reset(Stats, Index),
     ok = sluice_registry:set_conns_sup(Name, Index, self()),
     %% Read after this process is published: a set_handler_opts/2 or
@@ -217,14 +222,33 @@ init(Parent, Listener0 = #{name := Name, transport := T, stats := Stats}, Index)
 %% twice, and the slot's count below zero, which the next reset took for
 %% 4 billion lost connections (`closed' and `crashed' 2^32 too many,
 %% `connections' 2^32 below zero). One that was killed is gone already.
-predecessor_gone(Name, Index) ->
+%% The wait is bounded (?PREDECESSOR_WAIT, less for a shorter
+%% shutdown_timeout): the listener accepts nothing meanwhile, and its
+%% restart, and a stop_listener/1 behind it, waited as long as the
+%% predecessor did, forever for a handler that traps exits and ignores
+%% the shutdown under shutdown_timeout infinity. Then it is killed: its
+%% connections end with it as any killed supervisor's (counted `crashed'
+%% by the reset; one that traps exits and lives on counts nothing more,
+%% its marks' generation being the old one).
+predecessor_gone(Name, Index, #{opts := #{shutdown_timeout := Shutdown}}) ->
     case sluice_registry:conns_sup(Name, Index) of
         Pid when is_pid(Pid), Pid =/= self() ->
             MRef = erlang:monitor(process, Pid),
-            receive {'DOWN', MRef, process, Pid, _} -> ok end;
+            receive
+                {'DOWN', MRef, process, Pid, _} -> ok
+            after predecessor_wait(Shutdown) ->
+                    exit(Pid, kill),
+                    receive {'DOWN', MRef, process, Pid, _} -> ok end
+            end;
         _ ->
             ok
     end.
+
+%% Room for the predecessor to kill what its shutdown_timeout left and
+%% count it (as sluice_conns_sup_sup's child spec leaves it), within
+%% ?PREDECESSOR_WAIT.
+predecessor_wait(infinity) -> ?PREDECESSOR_WAIT;
+predecessor_wait(Shutdown) -> min(Shutdown + 1000, ?PREDECESSOR_WAIT).
 
 %% The connections' template, whose stats are their copy (they mark the
 %% close reasons they count in this supervisor's slot: sluice_stats:of_sup/2).

@@ -92,7 +92,10 @@ format_crash(#{listener := Name, handler := Handler, peer := Peer, class := Clas
     Elixir = elixir(Handler, Reason),
     {"sluice listener ~0tp: handler ~0tp crashed on a connection from ~ts~n~ts~ts",
      [Name, Handler, peer(Peer), exception(Elixir, Class, Reason, Stack),
-      result_hint(Reason, Elixir)]}.
+      %% The hint quotes the handler's source: in its language, not the
+      %% VM's (an Erlang handler in an Elixir VM, once anything loaded
+      %% Exception, was told `{:noreply, state}')
+      result_hint(Reason, Elixir andalso elixir_module(Handler))]}.
 
 elixir(Handler, Reason) ->
     erlang:module_loaded('Elixir.Exception')

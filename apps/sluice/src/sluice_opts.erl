@@ -788,6 +788,15 @@ is_ip(_) ->
 bad(K, V) ->
     throw({bad_option, K, V}).
 
+%% Whether option K takes V on its own (check/2, without the options
+%% around it): for format_error/1's hints, which offer a value only if
+%% it would not be refused in turn.
+accepts(K, V) ->
+    try check(K, V) of
+        _ -> true
+    catch _:_ -> false
+    end.
+
 %% @doc `IP:Port' as a user writes it: `[::1]:8080' for IPv6, and
 %% `unix:Path' for a Unix socket, as nginx and haproxy write one.
 -spec format_address(inet:ip_address() | {local, binary() | string()}, inet:port_number()) ->
@@ -871,7 +880,8 @@ format_error({bad_option, alarms, Why}) ->
     sluice_alarms:format_error(Why);
 format_error({bad_option, K, V}) ->
     lists:flatten(io_lib:format("bad value for option ~p: ~0p (expected ~s)~s",
-                                [K, V, expected(K), sluice_opts_hint:string_value(K, V)]));
+                                [K, V, expected(K),
+                                 sluice_opts_hint:string_value(K, V, fun(C) -> accepts(K, C) end)]));
 format_error({not_for_local, port, Port}) ->
     lists:flatten(io_lib:format("bad value for option port: ~0p (a Unix socket, ip => "
                                 "{local, Path}, has no port: leave port out, or 0)", [Port]));

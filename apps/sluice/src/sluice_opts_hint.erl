@@ -8,7 +8,7 @@
 %% @private
 -module(sluice_opts_hint).
 
--export([unknown/2, handler/1, tls/1, string_value/2]).
+-export([unknown/2, handler/1, tls/1, string_value/3]).
 
 %% @doc The words to add after "unknown option K" (`""' for none), given
 %% the options a listener knows. Users coming from thousand_island write
@@ -163,40 +163,65 @@ binary_host(_) -> false.
 %% read from the environment (`System.get_env("PORT")', `os:getenv/1')
 %% or a config file, an address written as text. `""' for any other.
 %% The plain words ("expected an integer 0..65535") left the reader to
-%% see that the quotes around the value were the fault.
--spec string_value(atom(), term()) -> string().
-string_value(K, V) ->
+%% see that the quotes around the value were the fault. The value the
+%% string reads as is offered only if `Accepts' (the option's own check)
+%% takes it: `port => "true"' was told to give the boolean, `port =>
+%% "99999"' the integer 99999 and `reuseport => "1"' the integer 1, each
+%% refused again.
+-spec string_value(atom(), term(), fun((term()) -> boolean())) -> string().
+string_value(K, V, Accepts) ->
     case text(V) of
         none -> "";
-        Text -> string_hint(K, Text, is_binary(V))
+        Text -> string_hint(K, Text, is_binary(V), Accepts)
     end.
 
-string_hint(ip, Text, _Binary) ->
+string_hint(ip, Text, _Binary, Accepts) ->
     case inet:parse_address(Text) of
         {ok, IP} ->
-            lists:flatten(io_lib:format("; a string: an address is a tuple, ~0p here "
-                                        "(inet:parse_address/1; Elixir: "
-                                        ":inet.parse_address(~~c\"~ts\"))", [IP, Text]));
+            case Accepts(IP) of
+                true ->
+                    lists:flatten(io_lib:format("; a string: an address is a tuple, ~0p here "
+                                                "(inet:parse_address/1; Elixir: "
+                                                ":inet.parse_address(~~c\"~ts\"))", [IP, Text]));
+                false ->
+                    ""
+            end;
         {error, _} when hd(Text) =:= $/ ->
             "; a string: a Unix socket's path goes in {local, Path} (Elixir: {:local, path})";
         {error, _} ->
             ""
     end;
-string_hint(_K, Text, Binary) ->
+string_hint(_K, Text, Binary, Accepts) ->
     Convert = case Binary of
                   true -> "binary_to_integer/1; Elixir: String.to_integer/1";
                   false -> "list_to_integer/1; Elixir: List.to_integer/1"
               end,
-    case string:to_integer(Text) of
-        {N, ""} when is_integer(N) ->
-            lists:flatten(io_lib:format("; a string: give the integer, ~b (~s)",
-                                        [N, Convert]));
-        _ when Text =:= "infinity" ->
-            "; a string: give the atom, infinity (Elixir: :infinity)";
-        _ when Text =:= "true"; Text =:= "false" ->
-            "; a string: give the boolean, " ++ Text;
-        _ ->
+    case read_as(Text) of
+        {ok, N} when is_integer(N) ->
+            offered(Accepts, N, io_lib:format("; a string: give the integer, ~b (~s)",
+                                              [N, Convert]));
+        {ok, infinity} ->
+            offered(Accepts, infinity, "; a string: give the atom, infinity (Elixir: :infinity)");
+        {ok, B} when is_boolean(B) ->
+            offered(Accepts, B, "; a string: give the boolean, " ++ Text);
+        none ->
             ""
+    end.
+
+offered(Accepts, Value, Words) ->
+    case Accepts(Value) of
+        true -> lists:flatten(Words);
+        false -> ""
+    end.
+
+%% What a string reads as: an integer, infinity or a boolean.
+read_as(Text) ->
+    case string:to_integer(Text) of
+        {N, ""} when is_integer(N) -> {ok, N};
+        _ when Text =:= "infinity" -> {ok, infinity};
+        _ when Text =:= "true" -> {ok, true};
+        _ when Text =:= "false" -> {ok, false};
+        _ -> none
     end.
 
 %% A binary or a charlist of printable characters, as a charlist.

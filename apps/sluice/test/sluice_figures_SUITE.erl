@@ -31,7 +31,8 @@
          a_shutdown_after_the_count_does_not_count_again/1,
          a_connection_parking_as_its_supervisor_stops_is_counted/1,
          a_connection_parking_as_it_is_terminated_is_counted/1,
-         a_supervisor_whose_parent_was_killed_ends_before_its_successor_counts/1]).
+         a_supervisor_whose_parent_was_killed_ends_before_its_successor_counts/1,
+         a_successor_waits_for_a_stuck_predecessor_a_bounded_time/1]).
 %% the handler
 -export([init/2, handle_data/2, handle_close/1, handle_error/2, terminate/2]).
 
@@ -55,7 +56,8 @@ groups() ->
                                     bytes_out_after_a_send_timeout_is_what_the_kernel_took,
                                     a_connection_that_outlives_its_killed_supervisor_is_counted_once,
                                     a_shutdown_after_the_count_does_not_count_again,
-                                    a_supervisor_whose_parent_was_killed_ends_before_its_successor_counts]).
+                                    a_supervisor_whose_parent_was_killed_ends_before_its_successor_counts,
+                                    a_successor_waits_for_a_stuck_predecessor_a_bounded_time]).
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -420,6 +422,38 @@ a_supervisor_whose_parent_was_killed_ends_before_its_successor_counts(Config) ->
     ok = sluice_test_lib:wait_until(fun() -> is_pid(new_sup(Name, Sup)) end, ?WAIT),
     assert_figures(Name, 1, #{drained => 1}),
     ?assertEqual([0], marks(Name)).
+
+%% The successor of a connection supervisor whose parent was killed waits
+%% for it a bounded time, then kills it: here its connection's handler
+%% traps exits and does not end (shutdown_timeout infinity), and the
+%% listener serves again within seconds, with the connection that
+%% outlived both counted once (`crashed', as a killed supervisor's are)
+%% and `stop_listener/1' answering. (Until 2026-11 the successor waited
+%% as long as its predecessor did, here forever: the listener's restart,
+%% and any stop_listener/1, hung.)
+a_successor_waits_for_a_stuck_predecessor_a_bounded_time(Config) ->
+    Name = ?config(name, Config),
+    sluice_test_lib:start_listener(Name, #{handler => {?MODULE, {trap, self()}},
+                                           num_conns_sups => 1, shutdown_timeout => infinity}),
+    Port = sluice_test_lib:port(Name),
+    [S] = echoed(Port, 1),
+    ok = gen_tcp:send(S, <<"hold">>),
+    Conn = receive {?MODULE, {held, P}} -> P after ?WAIT -> ct:fail(not_held) end,
+    [Sup] = sluice_test_lib:conns_sups(Name),
+    exit(conns_sup_sup(Name), kill),
+    ok = sluice_test_lib:wait_until(fun() -> is_pid(new_sup(Name, Sup)) end, 3 * ?WAIT),
+    false = is_process_alive(Sup),
+    ?assert(is_process_alive(Conn)),
+    ok = sluice:set_handler_opts(Name, []),
+    [S2] = echoed(sluice_test_lib:port(Name), 1),
+    ok = gen_tcp:close(S2),
+    ok = sluice_test_lib:wait_info(Name, connections, 0, ?WAIT),
+    Conn ! {?MODULE, go},
+    ok = wait_dead(Conn),
+    _ = gen_tcp:close(S),
+    assert_figures(Name, 2, #{crashed => 1, peer_closed => 1}),
+    ?assertEqual([0], marks(Name)),
+    ok = sluice:stop_listener(Name).
 
 conns_sup_sup(Name) ->
     {ok, #{sup := LSup}} = sluice_registry:lookup(Name),

@@ -23,7 +23,8 @@
          priority_is_set_on_every_connection/1,
          unknown_options_are_said_with_what_was_meant/1,
          another_librarys_handler_is_said_as_such/1,
-         a_string_value_is_said_as_one/1]).
+         a_string_value_is_said_as_one/1,
+         a_string_hint_offers_only_what_the_option_takes/1]).
 
 -define(LOOPBACK, {127, 0, 0, 1}).
 -define(HANDLER, {sluice_proto_echo, []}).
@@ -43,7 +44,8 @@ groups() ->
        priority_is_set_on_every_connection,
        unknown_options_are_said_with_what_was_meant,
        another_librarys_handler_is_said_as_such,
-       a_string_value_is_said_as_one]).
+       a_string_value_is_said_as_one,
+       a_string_hint_offers_only_what_the_option_takes]).
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -197,6 +199,30 @@ a_string_value_is_said_as_one(Config) ->
     [?assertEqual(nomatch, string:find(sluice:format_error({bad_option, K, V}), "a string"))
      || {K, V} <- [{port, <<"four">>}, {port, 70000}, {ip, <<"localhost">>}, {port, [1, 2]}]],
     ?assertEqual([], [N || N <- sluice:listeners(), N =:= Name]).
+
+%% The hint for a string offers the value the string reads as only if
+%% the option takes it: `port => "true"' was told "give the boolean,
+%% true", `reuseport => "1"' "give the integer, 1", `port => "99999"'
+%% "give the integer, 99999", each refused in turn. Those keep the plain
+%% words; a string that reads as a value the option takes keeps its hint.
+a_string_hint_offers_only_what_the_option_takes(_Config) ->
+    Misleading = [{port, <<"true">>}, {port, "infinity"}, {port, <<"99999">>},
+                  {reuseport, <<"1">>}, {proxy_protocol, "0"},
+                  {max_connections, <<"-1">>}, {idle_timeout, "0"},
+                  {num_acceptors, <<"false">>}, {shutdown_timeout, <<"0">>}],
+    lists:foreach(
+      fun({K, V}) ->
+              Line = sluice:format_error({bad_option, K, V}),
+              ct:log("~0p: ~s", [{K, V}, Line]),
+              ?assertNotEqual(nomatch, string:find(Line, "(expected "), Line),
+              ?assertEqual(nomatch, string:find(Line, "a string"), Line)
+      end, Misleading),
+    Kept = [{{active, <<"true">>}, "give the boolean, true"},
+            {{active, "5"}, "give the integer, 5"},
+            {{max_connections, <<"infinity">>}, "give the atom, infinity"},
+            {{reuseport, "false"}, "give the boolean, false"}],
+    [?assertNotEqual(nomatch, string:find(sluice:format_error({bad_option, K, V}), Said))
+     || {{K, V}, Said} <- Kept].
 
 %% A module made here that exports functions of these arities, each
 %% returning ok.

@@ -25,6 +25,7 @@
          a_crash_report_names_the_listener_and_the_client/1,
          a_crash_is_logged_where_sasl_reports_are_not/1,
          an_elixir_handlers_first_crash_is_in_elixirs_words/1,
+         an_erlang_handlers_result_hint_is_in_erlangs_words_under_elixir/1,
          another_behaviours_result_is_said_with_sluices/1]).
 %% sluice_handler callbacks
 -export([init/2, handle_data/2]).
@@ -40,6 +41,7 @@ all() ->
      a_crash_report_names_the_listener_and_the_client,
      a_crash_is_logged_where_sasl_reports_are_not,
      an_elixir_handlers_first_crash_is_in_elixirs_words,
+     an_erlang_handlers_result_hint_is_in_erlangs_words_under_elixir,
      another_behaviours_result_is_said_with_sluices].
 
 init_per_suite(Config) ->
@@ -363,6 +365,56 @@ an_elixir_handlers_first_crash_is_in_elixirs_words(_Config) ->
     after
         peer:stop(Peer)
     end.
+
+%% The hint after another behaviour's result quotes the handler's source:
+%% in an Elixir VM where Exception is loaded (anything formatted an
+%% exception), an Erlang handler's `{noreply, S}' is still said in
+%% Erlang's words (it was told `{:noreply, state}'), an Elixir handler's
+%% in Elixir's; a handler named like an Elixir module in a VM without
+%% Elixir gets Erlang's words and the line does not crash.
+an_erlang_handlers_result_hint_is_in_erlangs_words_under_elixir(_Config) ->
+    Ebin = elixir_ebin(),
+    Sluice = filename:dirname(code:which(sluice_log)),
+    Text = fun(Node, Handler) ->
+                   Reason = {bad_return_value, {Handler, handle_data, {noreply, s}}},
+                   {Format, Args} =
+                       peer:call(Node, sluice_log, format_crash,
+                                 [#{listener => boom, handler => Handler,
+                                    peer => {ok, {{127, 0, 0, 1}, 4000}}, class => exit,
+                                    reason => Reason, stacktrace => []}]),
+                   lists:flatten(io_lib:format(Format, Args))
+           end,
+    ErlangHint = "{noreply, State} is a gen_server's result: a sluice callback returns {ok, State}",
+    ElixirHint = "{:noreply, state} is a GenServer's result: a sluice callback returns {:ok, state}",
+    {ok, Peer, _} = peer:start_link(#{connection => standard_io,
+                                      args => ["-pa", Ebin, "-pa", Sluice]}),
+    try
+        {module, _} = peer:call(Peer, code, ensure_loaded, ['Elixir.Exception']),
+        Erlang = Text(Peer, an_erlang_handler),
+        Elixir = Text(Peer, 'Elixir.Boom'),
+        ct:log("~s~n~s", [Erlang, Elixir]),
+        ?assertNotEqual(nomatch, string:find(Erlang, ErlangHint), Erlang),
+        ?assertNotEqual(nomatch, string:find(Elixir, ElixirHint), Elixir)
+    after
+        peer:stop(Peer)
+    end,
+    {ok, Bare, _} = peer:start_link(#{connection => standard_io, args => ["-pa", Sluice]}),
+    try
+        Named = Text(Bare, 'Elixir.NotElixir'),
+        ct:log("~s", [Named]),
+        ?assertNotEqual(nomatch, string:find(Named, ErlangHint), Named)
+    after
+        peer:stop(Bare)
+    end.
+
+elixir_ebin() ->
+    Ebin = case os:find_executable("elixir") of
+               false -> ct:fail("no elixir: make deps installs it");
+               Exe -> filename:join([filename:dirname(filename:dirname(resolved(Exe))),
+                                     "lib", "elixir", "ebin"])
+           end,
+    true = filelib:is_dir(Ebin),
+    Ebin.
 
 resolved(File) ->
     case file:read_link_all(File) of

@@ -18,7 +18,8 @@
          a_failed_accept_is_an_event/1,
          a_connection_over_the_limit_is_a_rejected_event/1,
          a_newcomer_closed_by_a_suspend_is_a_rejected_event/1,
-         without_telemetry_nothing_is_called_and_nothing_breaks/1]).
+         without_telemetry_nothing_is_called_and_nothing_breaks/1,
+         a_stop_event_finds_its_close_reason_counted/1]).
 
 -define(WAIT, 5000).
 
@@ -31,7 +32,8 @@ all() ->
      a_failed_accept_is_an_event,
      a_connection_over_the_limit_is_a_rejected_event,
      a_newcomer_closed_by_a_suspend_is_a_rejected_event,
-     without_telemetry_nothing_is_called_and_nothing_breaks].
+     without_telemetry_nothing_is_called_and_nothing_breaks,
+     a_stop_event_finds_its_close_reason_counted].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -262,6 +264,41 @@ without_telemetry_nothing_is_called_and_nothing_breaks(Config) ->
         {module, telemetry} = code:ensure_loaded(telemetry),
         true = sluice_telemetry:refresh()
     end.
+
+%% A telemetry handler (it runs in the connection's process) that reads
+%% info/1 on the stop event finds the connection's close reason counted,
+%% as it did before the count moved after the handler's last callbacks
+%% (2026-11: the count came after the event, and such a handler, or a
+%% test that reads the figures on the event, found none).
+a_stop_event_finds_its_close_reason_counted(Config) ->
+    Name = ?config(name, Config),
+    Me = self(),
+    ok = telemetry:run_in_caller(
+           fun([sluice, connection, stop], _, #{listener := L = {N, _}}) when N =:= Name ->
+                   #{close_reasons := Reasons} = sluice:info(L),
+                   Me ! {reasons_at_stop, L, maps:filter(fun(_, C) -> C > 0 end, Reasons)};
+              (_, _, _) ->
+                   ok
+           end),
+    AtStop = fun(Suffix, Opts, End) ->
+                     L = {Name, Suffix},
+                     sluice_test_lib:start_listener(L, Opts),
+                     {ok, Sock} = sluice_test_lib:connect(sluice_test_lib:port(L)),
+                     {_, #{pid := Pid}} = event([sluice, connection, start], L),
+                     End(Sock, Pid),
+                     receive {reasons_at_stop, L, R} -> R
+                     after ?WAIT -> ct:fail({no_stop_event, L})
+                     end
+             end,
+    Echo = #{handler => {sluice_proto_echo, []}},
+    ?assertEqual(#{peer_closed => 1},
+                 AtStop(peer, Echo, fun(Sock, _) -> ok = gen_tcp:close(Sock) end)),
+    ?assertEqual(#{idle_timeout => 1},
+                 AtStop(idle, Echo#{idle_timeout => 50}, fun(_, _) -> ok end)),
+    ?assertEqual(#{handler => 1},
+                 AtStop(api, Echo, fun(_, Pid) -> ok = sluice:close(Pid) end)),
+    ?assertEqual(#{drained => 1},
+                 AtStop(drain, Echo, fun(_, _) -> {ok, _} = sluice:drain({Name, drain}, 1000) end)).
 
 %%% ------------------------------------------------------------------
 

@@ -10,13 +10,19 @@
 %% caller (a connection process), which a suite notices.
 -module(telemetry).
 
--export([execute/3, forward_to_me/0, stop_forwarding/0]).
+-export([execute/3, forward_to_me/0, stop_forwarding/0, run_in_caller/1]).
+
+-define(HOOK, {?MODULE, run_in_caller}).
 
 -define(SINK, sluice_telemetry_stand_in).
 
 -spec execute([atom()], map(), map()) -> ok.
 execute(Event, Measurements, Metadata)
   when is_list(Event), is_map(Measurements), is_map(Metadata) ->
+    case persistent_term:get(?HOOK, none) of
+        none -> ok;
+        Hook -> Hook(Event, Measurements, Metadata)
+    end,
     case whereis(?SINK) of
         undefined -> ok;
         Pid -> Pid ! {telemetry, Event, Measurements, Metadata}, ok
@@ -31,4 +37,11 @@ forward_to_me() ->
 -spec stop_forwarding() -> ok.
 stop_forwarding() ->
     _ = catch unregister(?SINK),
+    _ = persistent_term:erase(?HOOK),
     ok.
+
+%% Fun(Event, Measurements, Metadata) runs in the process that emits each
+%% event, as a real telemetry handler does, until stop_forwarding/0.
+-spec run_in_caller(fun(([atom()], map(), map()) -> term())) -> ok.
+run_in_caller(Fun) ->
+    persistent_term:put(?HOOK, Fun).
