@@ -370,7 +370,7 @@ handle({'EXIT', Pid, Reason}, St0 = #st{children = Children}) ->
     case maps:take(Pid, Children) of
         {_Entry, Rest} ->
             St = recounted(Pid, St1),
-            ended(Gated, Reason, St),
+            ended(Gated, Reason, crashed, St),
             gone(St),
             St#st{children = Rest};
         error ->
@@ -449,19 +449,21 @@ started(Pid, Sock, St = #st{children = Children}) ->
             St#st{children = Children#{Pid => Entry}}
     end.
 
-%% How a connection process that exited with `Reason' is counted: one a
-%% drain cut off before its handler, `drained' whatever it died of (the
-%% kill, mostly); any other only if it did not end normally, having
-%% counted its own reason. Before gone/1, and marked as a connection's
-%% own count is: this process killed between the two leaves the
-%% connection counted in its slot with its mark, which its successor
-%% counts closed and not `crashed' again (sluice_stats:sup_reset/2).
-ended(cut, _Reason, #st{own = Own}) ->
-    sluice_stats:ended(Own, drained);
-ended(_Gated, normal, _St) ->
-    ok;
-ended(_Gated, _Reason, #st{own = Own}) ->
-    sluice_stats:crashed(Own).
+%% How a connection process that exited with `Reason' is counted here:
+%% not at all if it counted its own reason (own_reason/2); one a drain
+%% cut off before its handler, `drained' whatever it died of (the kill,
+%% mostly); any other as `Other' (`crashed' for an exit this process
+%% only saw, a shutdown's reason for one it shut down). Before gone/1, and
+%% marked as a connection's own count is: this process killed between the
+%% two leaves the connection counted in its slot with its mark, which its
+%% successor counts closed and not `crashed' again
+%% (sluice_stats:sup_reset/2).
+ended(Gated, Reason, Other, #st{own = Own}) ->
+    case own_reason(Gated, Reason) of
+        true -> ok;
+        false when Gated =:= cut -> sluice_stats:ended(Own, drained);
+        false -> sluice_stats:ended(Own, Other)
+    end.
 
 %% A connection process's entry in the gate, taken out as it is gone:
 %% `cut' (a drain cut it off), `passed', or `none'.
@@ -666,7 +668,7 @@ expired(Now, #st{sweep = #{idle := Idle}, parked = Tab}) ->
     sluice_parking:expired(Tab, Now - Idle).
 
 %% A connection is gone, its close reason counted (by itself, or here by
-%% ended/3 or shut_down/3) and marked: the mark is taken off.
+%% ended/4) and marked: the mark is taken off.
 gone(#st{stats = Stats, index = I}) ->
     sluice_stats:sup_gone(Stats, I).
 
@@ -735,9 +737,9 @@ terminate_child(Pid, St = #st{listener = #{opts := #{shutdown_timeout := Timeout
 
 %% A connection this supervisor shut down is gone: counted closed and,
 %% unless it ended normally having counted its own reason (as a handler
-%% that traps exits does; own_reason/2), as a shutdown counts, `drained'.
-shut_down(Gated, Reason, St = #st{own = Own}) ->
-    _ = own_reason(Gated, Reason) orelse sluice_stats:ended(Own, {shutdown, Reason}),
+%% that traps exits does), as a shutdown counts, `drained'.
+shut_down(Gated, Reason, St) ->
+    ended(Gated, Reason, {shutdown, Reason}, St),
     gone(St).
 
 %% How a connection shut down (terminate_child/2, terminate/2) ended: one

@@ -178,14 +178,9 @@ string_value(K, V, Accepts) ->
 string_hint(ip, Text, _Binary, Accepts) ->
     case inet:parse_address(Text) of
         {ok, IP} ->
-            case Accepts(IP) of
-                true ->
-                    lists:flatten(io_lib:format("; a string: an address is a tuple, ~0p here "
-                                                "(inet:parse_address/1; Elixir: "
-                                                ":inet.parse_address(~~c\"~ts\"))", [IP, Text]));
-                false ->
-                    ""
-            end;
+            offered(Accepts, IP, io_lib:format("; a string: an address is a tuple, ~0p here "
+                                               "(inet:parse_address/1; Elixir: "
+                                               ":inet.parse_address(~~c\"~ts\"))", [IP, Text]));
         {error, _} when hd(Text) =:= $/ ->
             "; a string: a Unix socket's path goes in {local, Path} (Elixir: {:local, path})";
         {error, _} ->

@@ -19,7 +19,7 @@
 
 -export([new/2, num_conns_sups/1]).
 %% connections
--export([received/2, sent/2, unsent/2, ended/2, ended_by_handler/2, crashed/1]).
+-export([received/2, sent/2, unsent/2, ended/2, ended_by_handler/2]).
 %% admission (acceptors)
 -export([admit/1, admit_within/2, release/1, withdraw/1, rejected/1, shedding/1, set_shedding/2,
          set_max_connections/2, max_connections/1, set_suspended/2, suspended/1, log_due/4]).
@@ -184,11 +184,6 @@ mark(A, Slot, Gen, Old) when Old bsr ?COUNT_BITS =:= Gen ->
     end;
 mark(_A, _Slot, _Gen, _Old) ->
     false.
-
-%% @doc A connection process died abnormally (its supervisor saw it).
--spec crashed(stats()) -> ok.
-crashed(St) ->
-    ended(St, crashed).
 
 %% @doc How a reason a connection ended with is counted.
 -spec close_reason(term()) -> close_reason().
@@ -427,7 +422,7 @@ disarm_alarms(#stats{a = A}) ->
 %%% Connection supervisors --------------------------------------------
 
 %% @doc `St' as the connections of supervisor `I' count with: a close
-%% reason they count (ended/2, ended_by_handler/2, crashed/1) is also
+%% reason they count (ended/2, ended_by_handler/2) is also
 %% marked in the supervisor's slot until it sees them gone (sup_gone/2),
 %% so that if it is killed in between its successor does not count them
 %% `crashed' as well (sup_reset/2). A connection counts its reason and

@@ -287,11 +287,8 @@ bytes_out_after_a_send_timeout_is_what_the_kernel_took(Config) ->
 %% take one of its own crashed connections for one with a reason.)
 a_connection_that_outlives_its_killed_supervisor_is_counted_once(Config) ->
     Name = ?config(name, Config),
-    sluice_test_lib:start_listener(Name, #{handler => {?MODULE, {trap, self()}},
-                                           num_conns_sups => 1}),
-    [S] = echoed(sluice_test_lib:port(Name), 1),
-    ok = gen_tcp:send(S, <<"hold">>),
-    Conn = receive {?MODULE, {held, P}} -> P after ?WAIT -> ct:fail(not_held) end,
+    S = trapping(Name, #{}, <<"hold">>),
+    Conn = held(),
     [Sup] = sluice_test_lib:conns_sups(Name),
     exit(Sup, kill),
     ok = sluice_test_lib:wait_until(fun() -> is_pid(new_sup(Name, Sup)) end, ?WAIT),
@@ -398,15 +395,12 @@ a_connection_parking_as_it_is_terminated_is_counted(Config) ->
 %% next reset took that for 2^32 lost connections.)
 a_supervisor_whose_parent_was_killed_ends_before_its_successor_counts(Config) ->
     Name = ?config(name, Config),
-    sluice_test_lib:start_listener(Name, #{handler => {?MODULE, {trap, self()}},
-                                           num_conns_sups => 1}),
-    [S] = echoed(sluice_test_lib:port(Name), 1),
-    ok = gen_tcp:send(S, <<"hold-terminate">>),
+    S = trapping(Name, #{}, <<"hold-terminate">>),
     {ok, <<"ok">>} = gen_tcp:recv(S, 2, ?WAIT),
     [Sup] = sluice_test_lib:conns_sups(Name),
     SupSup = conns_sup_sup(Name),
     exit(SupSup, kill),
-    Conn = receive {?MODULE, {held, P}} -> P after ?WAIT -> ct:fail(not_held) end,
+    Conn = held(),
     %% The successor has started: it is waiting for Sup, or has counted
     ok = sluice_test_lib:wait_until(
            fun() ->
@@ -433,12 +427,8 @@ a_supervisor_whose_parent_was_killed_ends_before_its_successor_counts(Config) ->
 %% and any stop_listener/1, hung.)
 a_successor_waits_for_a_stuck_predecessor_a_bounded_time(Config) ->
     Name = ?config(name, Config),
-    sluice_test_lib:start_listener(Name, #{handler => {?MODULE, {trap, self()}},
-                                           num_conns_sups => 1, shutdown_timeout => infinity}),
-    Port = sluice_test_lib:port(Name),
-    [S] = echoed(Port, 1),
-    ok = gen_tcp:send(S, <<"hold">>),
-    Conn = receive {?MODULE, {held, P}} -> P after ?WAIT -> ct:fail(not_held) end,
+    S = trapping(Name, #{shutdown_timeout => infinity}, <<"hold">>),
+    Conn = held(),
     [Sup] = sluice_test_lib:conns_sups(Name),
     exit(conns_sup_sup(Name), kill),
     ok = sluice_test_lib:wait_until(fun() -> is_pid(new_sup(Name, Sup)) end, 3 * ?WAIT),
@@ -454,6 +444,19 @@ a_successor_waits_for_a_stuck_predecessor_a_bounded_time(Config) ->
     assert_figures(Name, 2, #{crashed => 1, peer_closed => 1}),
     ?assertEqual([0], marks(Name)),
     ok = sluice:stop_listener(Name).
+
+%% A listener of one connection supervisor (and the options Extra) whose
+%% handler traps exits, and a connection to it sent Cmd: the socket.
+trapping(Name, Extra, Cmd) ->
+    sluice_test_lib:start_listener(Name, Extra#{handler => {?MODULE, {trap, self()}},
+                                                num_conns_sups => 1}),
+    [S] = echoed(sluice_test_lib:port(Name), 1),
+    ok = gen_tcp:send(S, Cmd),
+    S.
+
+%% The connection process the handler said it holds.
+held() ->
+    receive {?MODULE, {held, P}} -> P after ?WAIT -> ct:fail(not_held) end.
 
 conns_sup_sup(Name) ->
     {ok, #{sup := LSup}} = sluice_registry:lookup(Name),

@@ -338,33 +338,15 @@ a_crash_is_logged_where_sasl_reports_are_not(Config) ->
 %% Erlang's, "exception exit: boom", unless its reason was an Elixir
 %% exception.) Elixir is one of the packages `make deps' installs.
 an_elixir_handlers_first_crash_is_in_elixirs_words(_Config) ->
-    Ebin = case os:find_executable("elixir") of
-               false -> ct:fail("no elixir: make deps installs it");
-               Exe -> filename:join([filename:dirname(filename:dirname(resolved(Exe))),
-                                     "lib", "elixir", "ebin"])
-           end,
-    true = filelib:is_dir(Ebin),
-    Sluice = filename:dirname(code:which(sluice_log)),
-    {ok, Peer, _} = peer:start_link(#{connection => standard_io,
-                                      args => ["-pa", Ebin, "-pa", Sluice]}),
-    try
-        ?assertNot(peer:call(Peer, erlang, module_loaded, ['Elixir.Exception'])),
-        Text = fun(Handler) ->
-                       {Format, Args} =
-                           peer:call(Peer, sluice_log, format_crash,
-                                     [#{listener => boom, handler => Handler,
-                                        peer => {ok, {{127, 0, 0, 1}, 4000}}, class => exit,
-                                        reason => boom, stacktrace => []}]),
-                       lists:flatten(io_lib:format(Format, Args))
-               end,
-        Erlang = Text(an_erlang_handler),
-        Elixir = Text('Elixir.Boom'),
-        ct:log("~s~n~s", [Erlang, Elixir]),
-        ?assertNotEqual(nomatch, string:find(Erlang, "exception exit: boom")),
-        ?assertNotEqual(nomatch, string:find(Elixir, "** (exit) :boom"))
-    after
-        peer:stop(Peer)
-    end.
+    on_peer([elixir_ebin(), sluice_ebin()],
+            fun(Peer) ->
+                    ?assertNot(peer:call(Peer, erlang, module_loaded, ['Elixir.Exception'])),
+                    Erlang = crash_text(Peer, an_erlang_handler, boom),
+                    Elixir = crash_text(Peer, 'Elixir.Boom', boom),
+                    ct:log("~s~n~s", [Erlang, Elixir]),
+                    ?assertNotEqual(nomatch, string:find(Erlang, "exception exit: boom")),
+                    ?assertNotEqual(nomatch, string:find(Elixir, "** (exit) :boom"))
+            end).
 
 %% The hint after another behaviour's result quotes the handler's source:
 %% in an Elixir VM where Exception is loaded (anything formatted an
@@ -373,39 +355,46 @@ an_elixir_handlers_first_crash_is_in_elixirs_words(_Config) ->
 %% in Elixir's; a handler named like an Elixir module in a VM without
 %% Elixir gets Erlang's words and the line does not crash.
 an_erlang_handlers_result_hint_is_in_erlangs_words_under_elixir(_Config) ->
-    Ebin = elixir_ebin(),
-    Sluice = filename:dirname(code:which(sluice_log)),
-    Text = fun(Node, Handler) ->
-                   Reason = {bad_return_value, {Handler, handle_data, {noreply, s}}},
-                   {Format, Args} =
-                       peer:call(Node, sluice_log, format_crash,
-                                 [#{listener => boom, handler => Handler,
-                                    peer => {ok, {{127, 0, 0, 1}, 4000}}, class => exit,
-                                    reason => Reason, stacktrace => []}]),
-                   lists:flatten(io_lib:format(Format, Args))
-           end,
+    Reason = fun(Handler) -> {bad_return_value, {Handler, handle_data, {noreply, s}}} end,
+    Text = fun(Node, Handler) -> crash_text(Node, Handler, Reason(Handler)) end,
     ErlangHint = "{noreply, State} is a gen_server's result: a sluice callback returns {ok, State}",
     ElixirHint = "{:noreply, state} is a GenServer's result: a sluice callback returns {:ok, state}",
+    on_peer([elixir_ebin(), sluice_ebin()],
+            fun(Peer) ->
+                    {module, _} = peer:call(Peer, code, ensure_loaded, ['Elixir.Exception']),
+                    Erlang = Text(Peer, an_erlang_handler),
+                    Elixir = Text(Peer, 'Elixir.Boom'),
+                    ct:log("~s~n~s", [Erlang, Elixir]),
+                    ?assertNotEqual(nomatch, string:find(Erlang, ErlangHint), Erlang),
+                    ?assertNotEqual(nomatch, string:find(Elixir, ElixirHint), Elixir)
+            end),
+    on_peer([sluice_ebin()],
+            fun(Bare) ->
+                    Named = Text(Bare, 'Elixir.NotElixir'),
+                    ct:log("~s", [Named]),
+                    ?assertNotEqual(nomatch, string:find(Named, ErlangHint), Named)
+            end).
+
+%% Fun(Peer) on a fresh node (OTP peer, over its standard I/O) with the
+%% directories Paths in front of its code path; the node stopped after.
+on_peer(Paths, Fun) ->
     {ok, Peer, _} = peer:start_link(#{connection => standard_io,
-                                      args => ["-pa", Ebin, "-pa", Sluice]}),
-    try
-        {module, _} = peer:call(Peer, code, ensure_loaded, ['Elixir.Exception']),
-        Erlang = Text(Peer, an_erlang_handler),
-        Elixir = Text(Peer, 'Elixir.Boom'),
-        ct:log("~s~n~s", [Erlang, Elixir]),
-        ?assertNotEqual(nomatch, string:find(Erlang, ErlangHint), Erlang),
-        ?assertNotEqual(nomatch, string:find(Elixir, ElixirHint), Elixir)
-    after
-        peer:stop(Peer)
-    end,
-    {ok, Bare, _} = peer:start_link(#{connection => standard_io, args => ["-pa", Sluice]}),
-    try
-        Named = Text(Bare, 'Elixir.NotElixir'),
-        ct:log("~s", [Named]),
-        ?assertNotEqual(nomatch, string:find(Named, ErlangHint), Named)
-    after
-        peer:stop(Bare)
+                                      args => lists:append([["-pa", P] || P <- Paths])}),
+    try Fun(Peer)
+    after peer:stop(Peer)
     end.
+
+%% sluice_log:format_crash/1's text on the node Peer for an exit with
+%% Reason from a connection of Handler.
+crash_text(Peer, Handler, Reason) ->
+    {Format, Args} = peer:call(Peer, sluice_log, format_crash,
+                               [#{listener => boom, handler => Handler,
+                                  peer => {ok, {{127, 0, 0, 1}, 4000}}, class => exit,
+                                  reason => Reason, stacktrace => []}]),
+    lists:flatten(io_lib:format(Format, Args)).
+
+sluice_ebin() ->
+    filename:dirname(code:which(sluice_log)).
 
 elixir_ebin() ->
     Ebin = case os:find_executable("elixir") of

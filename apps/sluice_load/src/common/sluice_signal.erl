@@ -43,42 +43,48 @@ hold() ->
 %% covers one before: the command gets a SIGTERM either way (twice is as
 %% once: the hold keeps one).
 orphaned() ->
-    case os:getenv("SLUICE_RUN_PID") of
-        false ->
-            ok;
-        Text ->
-            os:unsetenv("SLUICE_RUN_PID"),
-            Self = list_to_integer(os:getpid()),
-            case {string:to_integer(Text), sluice_procfs:parent(Self)} of
-                {{Run, ""}, {ok, Parent}} when Parent =/= Run ->
+    case taken_env("SLUICE_RUN_PID") of
+        {ok, Run} ->
+            case sluice_procfs:parent(list_to_integer(os:getpid())) of
+                {ok, Parent} when Parent =/= Run ->
                     gen_event:notify(erl_signal_server, sigterm);
                 _ ->
                     ok
-            end
+            end;
+        none ->
+            ok
     end.
 
 %% sluice-run's pipe (its write end's number in SLUICE_READY_FD): one byte
-%% says the VM takes signals now. The variable is taken out of the
-%% environment so that no program or VM this one starts writes to what is
-%% another descriptor there.
+%% says the VM takes signals now (the variable taken out: a program this
+%% VM starts must not write to what is another descriptor there).
 ready() ->
-    case os:getenv("SLUICE_READY_FD") of
+    case taken_env("SLUICE_READY_FD") of
+        {ok, Fd} when Fd > 2 ->
+            try
+                Port = open_port({fd, Fd, Fd}, [out, binary]),
+                true = port_command(Port, <<"r">>),
+                %% (closing the port leaves the descriptor open)
+                true = port_close(Port),
+                ok
+            catch error:_ -> ok % sluice-run's fallback still passes it on
+            end;
+        _ ->
+            ok
+    end.
+
+%% The integer in environment variable Name, which is taken out of the
+%% environment (sluice-run's word to this VM alone: the programs and VMs
+%% it starts must not read it as theirs).
+taken_env(Name) ->
+    case os:getenv(Name) of
         false ->
-            ok;
+            none;
         Text ->
-            os:unsetenv("SLUICE_READY_FD"),
+            os:unsetenv(Name),
             case string:to_integer(Text) of
-                {Fd, ""} when Fd > 2 ->
-                    try
-                        Port = open_port({fd, Fd, Fd}, [out, binary]),
-                        true = port_command(Port, <<"r">>),
-                        %% (closing the port leaves the descriptor open)
-                        true = port_close(Port),
-                        ok
-                    catch error:_ -> ok % sluice-run's fallback still passes it on
-                    end;
-                _ ->
-                    ok
+                {N, ""} when is_integer(N) -> {ok, N};
+                _ -> none
             end
     end.
 
