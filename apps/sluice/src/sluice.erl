@@ -268,7 +268,10 @@ check_drain_ms(Name, DrainMs) ->
     erlang:error(badarg, [Name, DrainMs]).
 
 %% @doc Suspend the listener and ask every connection to drain; returns when
-%% none is left or after `DrainMs', with the number still open. Works on
+%% none is left or after `DrainMs', with the number still open at that
+%% deadline: those it closes then (waiting for their client's close, or
+%% carrying on through the drain) and those whose handler is still in a
+%% callback (closed once it returns). Works on
 %% embedded listeners too (their owner then stops them). A connection
 %% still before its handler at the deadline (waiting for its PROXY header
 %% or in its TLS handshake) is closed then, counted `drained', and is not
@@ -303,27 +306,28 @@ drain(Name, DrainMs) ->
             {error, not_found}
     end.
 
-%% The connections still open after the drain's deadline. Those it found
-%% before their handler are cut off at the deadline by their supervisors
-%% (sluice_conns_sup:cut/1), who are asked to have done it first: on
-%% their own timer it could come a moment after this count.
+%% The connections still open at the drain's deadline, as their
+%% supervisors count them (sluice_conns_sup:cut/1): those the deadline
+%% closes and those still in a callback. Those it found before their
+%% handler are cut off at the deadline by their supervisors, who are
+%% asked to have done it first (on their own timer it could come a
+%% moment after this count), and are not among them.
 left(Name, NS, Stats, Deadline) ->
     case wait_empty(Stats, Deadline) of
-        0 ->
-            0;
-        _ ->
-            _ = [sluice_conns_sup:cut(Sup) || Sup <- conns_sups(Name, NS)],
-            sluice_stats:live(Stats)
+        empty -> 0;
+        deadline -> lists:sum([sluice_conns_sup:cut(Sup) || Sup <- conns_sups(Name, NS)])
     end.
 
+%% `empty' if every connection ended before the deadline; once it has
+%% passed, those that end then are the deadline's, even if they are gone
+%% by the time the count is read: the live count is read before the
+%% clock for that.
 wait_empty(Stats, Deadline) ->
-    case sluice_stats:live(Stats) of
-        0 -> 0;
-        N ->
-            case erlang:monotonic_time(millisecond) >= Deadline of
-                true -> N;
-                false -> receive after 10 -> wait_empty(Stats, Deadline) end
-            end
+    Live = sluice_stats:live(Stats),
+    case erlang:monotonic_time(millisecond) >= Deadline of
+        true -> deadline;
+        false when Live =:= 0 -> empty;
+        false -> receive after 10 -> wait_empty(Stats, Deadline) end
     end.
 
 %% @doc Stop accepting: the listen sockets close (new connects are refused

@@ -643,7 +643,10 @@ drain_timer(Deadline) ->
 %% now there is no time left to wait for the client's close, but what was
 %% read is still answered and the client sees FIN, as when a drain's
 %% graceful close reaches its deadline (sluice_conn_close:graceful_close/3).
-drained(S) ->
+%% Its supervisor counts it among those open at the deadline (drain/2's
+%% figure), as the graceful close does one still waiting for its client.
+drained(S = #s{parent = Parent}) ->
+    ok = sluice_conns_sup:at_deadline(Parent),
     sluice_conn_close:graceful_close(drained, erlang:monotonic_time(millisecond), S).
 
 %%% Flow control -------------------------------------------------------

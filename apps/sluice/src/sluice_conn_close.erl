@@ -35,36 +35,38 @@
 %% without a reset: pause delivery, hand every chunk already delivered to
 %% the handler so that its replies go out, send FIN behind them, then read
 %% and discard until the peer closes or the deadline passes (closing with
-%% unread bytes would make the kernel send RST).
+%% unread bytes would make the kernel send RST). Its callers are drains:
+%% a connection still waiting for its client at the deadline tells its
+%% supervisor it was open then (discard_wait/4).
 -spec graceful_close(term(), integer(), #s{}) -> no_return().
 graceful_close(Reason, Deadline, S = #s{t = T}) ->
     S2 = case T:pause(S#s.ts) of
              {ok, TS} -> S#s{ts = TS};
              {error, _} -> S
          end,
-    flush(Reason, Deadline, S2).
+    flush(Reason, {drain, Deadline}, S2).
 
-flush(Reason, Deadline, S = #s{t = T, ts = TS}) ->
+flush(Reason, Until, S = #s{t = T, ts = TS}) ->
     case T:await(TS, 0) of
         {data, Data, TS2} ->
             case sluice_conn_handler:data(Data, S#s{ts = TS2}) of
-                {continue, S2} -> flush(Reason, Deadline, S2);
+                {continue, S2} -> flush(Reason, Until, S2);
                 {stop, {error, ?AFTER_SHUTDOWN(_)} = Refused, S2} -> finish(Refused, S2);
-                {stop, _, S2} -> fin_then_discard(Reason, Deadline, S2);
+                {stop, _, S2} -> fin_then_discard(Reason, Until, S2);
                 {stop_after, Out, _, S2} ->
                     _ = sluice_conn_handler:send(Out, S2),
-                    fin_then_discard(Reason, Deadline, S2);
+                    fin_then_discard(Reason, Until, S2);
                 {starttls, Owed, _Reply, _, S2} ->
                     %% Closing: no upgrade, and no "go ahead" for it
                     _ = sluice_conn_handler:send(Owed, S2),
-                    fin_then_discard(Reason, Deadline, S2);
+                    fin_then_discard(Reason, Until, S2);
                 {handoff, Owed, _Reply, _To, _Rest, S2} ->
                     %% Closing: the socket is not handed off either
                     _ = sluice_conn_handler:send(Owed, S2),
-                    fin_then_discard(Reason, Deadline, S2)
+                    fin_then_discard(Reason, Until, S2)
             end;
         {timeout, TS2} ->
-            fin_then_discard(Reason, Deadline, S#s{ts = TS2});
+            fin_then_discard(Reason, Until, S#s{ts = TS2});
         {closed, TS2} ->
             finish(Reason, S#s{ts = TS2});
         {error, _, TS2} ->
@@ -76,7 +78,7 @@ flush(Reason, Deadline, S = #s{t = T, ts = TS}) ->
 -spec linger_close(sluice_handler:reply(), term(), #s{}) -> no_return().
 linger_close(Out, Reason, S) ->
     case sluice_conn_handler:send(Out, S) of
-        ok -> fin_then_discard(Reason, erlang:monotonic_time(millisecond) + ?CLOSE_LINGER_MS, S);
+        ok -> fin_then_discard(Reason, {linger, erlang:monotonic_time(millisecond) + ?CLOSE_LINGER_MS}, S);
         %% A reply after a half-close: not lost unseen (finish/2)
         {error, ?AFTER_SHUTDOWN(_)} = Refused -> finish(Refused, S);
         {error, _} -> finish(Reason, S)
@@ -85,17 +87,17 @@ linger_close(Out, Reason, S) ->
 %% Replies already queued, then FIN behind them, then drop whatever the
 %% peer still sends until it closes or the deadline passes. One read is
 %% kept armed, or the peer's close would go unseen until the deadline.
-fin_then_discard(Reason, Deadline, S = #s{t = T}) ->
+fin_then_discard(Reason, Until, S = #s{t = T}) ->
     ok = queued_sends(Reason, S),
     %% A handler's half-close sent the FIN already (on TLS a second
     %% shutdown would be a second close_notify).
     _ = sluice_conn_halfclose:is_shut(S) orelse T:shutdown(S#s.ts, write),
-    discard(Reason, Deadline, S, []).
+    discard(Reason, Until, S, []).
 
-discard(Reason, Deadline, S = #s{t = T}, Kept) ->
+discard(Reason, Until, S = #s{t = T}, Kept) ->
     Mode = case S#s.active of false -> false; _ -> once end,
     case T:activate(S#s.ts, Mode) of
-        {ok, TS} -> discard_wait(Reason, Deadline, S#s{ts = TS}, Kept);
+        {ok, TS} -> discard_wait(Reason, Until, S#s{ts = TS}, Kept);
         {error, _} -> kept_finish(Reason, S, Kept)
     end.
 
@@ -107,19 +109,20 @@ discard(Reason, Deadline, S = #s{t = T}, Kept) ->
 %% after a shutdown fails at once; a connection's own handler does not
 %% wait, and its send is dropped). Any other message is kept, in order,
 %% and put back for terminate/2 before the end (kept_finish/3).
-discard_wait(Reason, Deadline, S = #s{t = T}, Kept) ->
+%% `Until' is `{drain, Deadline}' or `{linger, Deadline}'.
+discard_wait(Reason, Until = {Why, Deadline}, S = #s{t = T}, Kept) ->
     Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
     receive
         {'$sluice', none, {send, _}} ->
-            discard_wait(Reason, Deadline, S, Kept);
+            discard_wait(Reason, Until, S, Kept);
         {'$sluice', From, {send, _}} ->
             gen:reply(From, {error, closed}),
-            discard_wait(Reason, Deadline, S, Kept);
+            discard_wait(Reason, Until, S, Kept);
         Msg ->
             case T:classify(Msg, S#s.ts) of
-                {data, _, TS} -> discard(Reason, Deadline, S#s{ts = TS}, Kept);
-                {passive, TS} -> discard(Reason, Deadline, S#s{ts = TS}, Kept);
-                {ignore, TS} -> discard_wait(Reason, Deadline, S#s{ts = TS}, Kept);
+                {data, _, TS} -> discard(Reason, Until, S#s{ts = TS}, Kept);
+                {passive, TS} -> discard(Reason, Until, S#s{ts = TS}, Kept);
+                {ignore, TS} -> discard_wait(Reason, Until, S#s{ts = TS}, Kept);
                 {closed, TS} -> kept_finish(Reason, S#s{ts = TS}, Kept);
                 {error, _, TS} -> kept_finish(Reason, S#s{ts = TS}, Kept);
                 other ->
@@ -127,9 +130,13 @@ discard_wait(Reason, Deadline, S = #s{t = T}, Kept) ->
                                 true -> Kept;
                                 false -> [Msg | Kept]
                             end,
-                    discard_wait(Reason, Deadline, S, Kept2)
+                    discard_wait(Reason, Until, S, Kept2)
             end
     after Left ->
+            ok = case Why of
+                     drain -> sluice_conns_sup:at_deadline(S#s.parent);
+                     linger -> ok
+                 end,
             kept_finish(Reason, S, Kept)
     end.
 

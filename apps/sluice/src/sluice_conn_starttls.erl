@@ -213,16 +213,21 @@ client_hello(Deadline, Drain = {Bound, Seen}, S = #s{ts = TS}) ->
                 _AckOrPassive -> client_hello(Deadline, Drain, S)
             end
     after sluice_deadline:left(earliest(Deadline, Bound)) ->
-            {stop, waited_out(Deadline, Bound), S}
+            {stop, waited_out(Deadline, Bound, S), S}
     end.
 
 running_drain(#s{drain = {_Timer, Deadline}}) -> Deadline;
 running_drain(#s{drain = undefined}) -> none.
 
 %% Why a wait bounded by both ended: the drain's deadline, if it came
-%% first (or with the handshake's), else the handshake's timeout.
-waited_out(Deadline, Bound) when Bound =/= none, Bound =< Deadline -> drained;
-waited_out(_Deadline, _Bound) -> {handshake_error, timeout}.
+%% first (or with the handshake's), else the handshake's timeout. The
+%% drain's: the connection was open at its deadline, and its supervisor
+%% counts it so (drain/2's figure; sluice_conns_sup:at_deadline/1).
+waited_out(Deadline, Bound, S) when Bound =/= none, Bound =< Deadline ->
+    ok = sluice_conns_sup:at_deadline(S#s.parent),
+    drained;
+waited_out(_Deadline, _Bound, _S) ->
+    {handshake_error, timeout}.
 
 earliest(A, none) -> A;
 earliest(infinity, B) -> B;
@@ -240,7 +245,7 @@ handshake(Sock, Prefix, Deadline, {Bound, Seen}, Opts, S) ->
             Info = #{tls := Tls} = sluice_transport_ssl:info(TS),
             {ok, Tls, sluice_conn:on_tls(TS, Info, S)};
         {error, timeout} ->
-            {stop, waited_out(Deadline, Bound), S};
+            {stop, waited_out(Deadline, Bound, S), S};
         {error, Reason} ->
             {stop, {handshake_error, Reason}, S}
     end.

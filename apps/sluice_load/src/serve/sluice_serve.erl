@@ -3,7 +3,7 @@
 %% the cluster needs of it: the metrics endpoint and listen errors in words.
 -module(sluice_serve).
 
--export([run/2, start_metrics/3, describe_error/1, warn_if_open/1]).
+-export([run/2, start_metrics/3, describe_error/1, warn_if_open/1, connections/1]).
 
 -define(LISTENER, sluice_cli).
 
@@ -68,8 +68,8 @@ serve(O, IP, Port) ->
     %% checks nothing read went unanswered.
     #{bytes_in := In, bytes_out := Out} = sluice:info(?LISTENER),
     ok = sluice:stop_listener(?LISTENER),
-    io:format(standard_error, "sluice: drained (~b connections closed at the deadline; "
-              "~b bytes read, ~b bytes written)~n", [Left, In, Out]),
+    io:format(standard_error, "sluice: drained (~s closed at the deadline; "
+              "~b bytes read, ~b bytes written)~n", [connections(Left), In, Out]),
     0.
 
 %% @doc Once the listener accepts (on every node), before the listening
@@ -119,6 +119,12 @@ listen_error(_) -> error.
 drop_start_errors(#{msg := {report, #{label := {supervisor, start_error}}}}, _) -> stop;
 drop_start_errors(#{meta := #{mfa := {sluice, _, _}}}, _) -> stop;
 drop_start_errors(Event, _) -> Event.
+
+%% @doc "1 connection", "N connections": the drain's line (here and on
+%% several nodes, sluice_serve_cluster).
+-spec connections(non_neg_integer()) -> string().
+connections(1) -> "1 connection";
+connections(N) -> integer_to_list(N) ++ " connections".
 
 %% @doc A server reachable from every network the host is on, where the
 %% user may have meant loopback: said once on stderr.

@@ -55,8 +55,9 @@ with_peers(O, ListenerOpts, {ok, Peers}) ->
             Code = wait(Nodes),
             {Drained, Left, Failed} = drain(alive(Nodes), maps:get(drain_timeout, O)),
             stop_peers(Peers, [N || {N, _} <- Failed]),
-            io:format(standard_error, "sluice: drained ~b nodes (~b connections "
-                      "closed at the deadline)~n", [length(Drained), Left]),
+            io:format(standard_error, "sluice: drained ~b nodes (~s "
+                      "closed at the deadline)~n",
+                      [length(Drained), sluice_serve:connections(Left)]),
             _ = [io:format(standard_error, "sluice: node ~s did not drain (~0p): its "
                            "connections were cut~n", [N, Why]) || {N, Why} <- Failed],
             Code;
