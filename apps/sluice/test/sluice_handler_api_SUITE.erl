@@ -314,6 +314,10 @@ call_to_a_closed_connection_exits(Config) ->
     {S, Pid} = api(Config, #{}),
     ok = gen_tcp:close(S),
     ?expect({terminate, Pid, closed}),
+    %% (the process ends a moment after terminate/2, once its close is
+    %% counted: a call meanwhile exits `normal', with the process)
+    Ref = monitor(process, Pid),
+    receive {'DOWN', Ref, process, Pid, _} -> ok after 5000 -> error(still_alive) end,
     ?assertExit({noproc, {sluice, call, _}}, sluice:call(Pid, hello, 1000)).
 
 %% A connection registered under a name (here with global, as an Elixir

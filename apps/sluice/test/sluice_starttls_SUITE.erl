@@ -220,7 +220,7 @@ plain_then_starttls_then_tls(Config) ->
                                   || I <- lists:seq(1, 20)]) + 6 + 6,
     ?assertEqual(PlainIn, In),
     ?assert(Out > 11 + 13 + 14),
-    ?assertEqual(1, reason_count(Name, handler)).
+    ok = sluice_test_lib:wait_reason(Name, handler, 1).
 
 %%% ------------------------------------------------------------------
 %%% Injection: plaintext after STARTTLS never reaches the handler
@@ -246,7 +246,7 @@ refused(Config, Bytes) ->
     expect_closed(C),
     ?assertEqual({protocol_error, starttls_pipelined}, terminated(Pid)),
     ?assertEqual([{<<"EHLO me">>, false}, {<<"STARTTLS">>, false}], lines(Pid)),
-    ?assertEqual(1, reason_count(Name, protocol_error)).
+    ok = sluice_test_lib:wait_reason(Name, protocol_error, 1).
 
 %% A command written after STARTTLS, before the reply: held until it is
 %% in the connection's mailbox under the running grant (the handler waits
@@ -268,7 +268,7 @@ plaintext_in_the_mailbox_is_refused(Config) ->
     expect_closed(C),
     ?assertEqual({protocol_error, starttls_pipelined}, terminated(Pid)),
     ?assertEqual([{<<"STARTTLS">>, false}], lines(Pid)),
-    ?assertEqual(1, reason_count(Name, protocol_error)).
+    ok = sluice_test_lib:wait_reason(Name, protocol_error, 1).
 
 %% A command written after STARTTLS in its own write, before the client
 %% reads the reply, with no hold: wherever it lands (the mailbox, or the
@@ -287,7 +287,9 @@ plaintext_written_before_the_reply_never_reaches_the_handler(Config) ->
     ct:log("ended as ~p", [Reason]),
     ?assertMatch({R, _} when R =:= protocol_error; R =:= handshake_error, Reason),
     ?assertEqual([{<<"STARTTLS">>, false}], lines(Pid)),
-    ?assertEqual(1, reason_count(Name, protocol_error) + reason_count(Name, handshake_error)).
+    ok = sluice_test_lib:wait_until(
+           fun() -> reason_count(Name, protocol_error) + reason_count(Name, handshake_error) =:= 1 end,
+           5000).
 
 %% A client that sends EHLO and STARTTLS in one write, then closes its
 %% side, gets the reply owed to EHLO (not the "go ahead") before the
@@ -309,7 +311,7 @@ half_close_after_starttls_gets_the_replies_owed(Config) ->
     ?assertEqual({ok, <<"250 EHLO me\r\n">>}, recv_line(C)),
     expect_closed(C),
     ?assertEqual(closed, terminated(Pid)),
-    ?assertEqual(1, reason_count(Name, peer_closed)).
+    ok = sluice_test_lib:wait_reason(Name, peer_closed, 1).
 
 %%% ------------------------------------------------------------------
 %%% The handshake
@@ -325,7 +327,7 @@ silent_client_is_closed_at_handshake_timeout(Config) ->
     ?assertEqual({ok, <<"220 go ahead\r\n">>}, recv_line(C)),
     expect_closed(C),
     ?assertEqual({handshake_error, timeout}, terminated(Pid)),
-    ?assertEqual(1, reason_count(Name, handshake_error)).
+    ok = sluice_test_lib:wait_reason(Name, handshake_error, 1).
 
 %% Plaintext where the ClientHello should be: handshake_error at once
 %% (well before the timeout), never a line of the handler's.
@@ -340,7 +342,7 @@ garbage_instead_of_client_hello_is_a_handshake_error(Config) ->
     expect_closed(C),
     ?assertMatch({handshake_error, _}, terminated(Pid)),
     ?assertEqual([{<<"STARTTLS">>, false}], lines(Pid)),
-    ?assertEqual(1, reason_count(Name, handshake_error)).
+    ok = sluice_test_lib:wait_reason(Name, handshake_error, 1).
 
 %% verify_peer: the client's certificate is in the TLS facts.
 client_certificate_reaches_the_handler(Config) ->
@@ -403,7 +405,7 @@ drain_of_an_upgraded_connection_is_graceful(Config) ->
     _ = ssl:close(S),
     receive {drained, R} -> ?assertEqual({ok, 0}, R) after 5000 -> error(drain_stuck) end,
     ?assertEqual(drained, terminated(Pid)),
-    ?assertEqual(1, reason_count(Name, drained)).
+    ok = sluice_test_lib:wait_reason(Name, drained, 1).
 
 %% A drain while the connection waits for the client's ClientHello after
 %% "go ahead" (its handler started: no gate of the connection supervisor
@@ -420,7 +422,7 @@ drain_closes_a_connection_waiting_for_its_client_hello(Config) ->
     ?assertEqual({ok, 1}, sluice:drain(Name, 200)),
     ?assertEqual(drained, terminated(Pid)),
     expect_closed(C),
-    ?assertEqual(1, reason_count(Name, drained)).
+    ok = sluice_test_lib:wait_reason(Name, drained, 1).
 
 %% A drain that comes while the connection waits for the ClientHello, and
 %% a client that handshakes before its deadline: the handler is told of
@@ -443,7 +445,7 @@ drain_during_the_wait_reaches_the_handler_after_the_upgrade(Config) ->
     _ = ssl:close(S),
     receive {drained, R} -> ?assertEqual({ok, 0}, R) after 5000 -> error(drain_stuck) end,
     ?assertEqual(drained, terminated(Pid)),
-    ?assertEqual(1, reason_count(Name, drained)).
+    ok = sluice_test_lib:wait_reason(Name, drained, 1).
 
 %% A handler that carried on through a drain, then asked for STARTTLS:
 %% a client that never sends its ClientHello is closed at the drain's
@@ -460,7 +462,7 @@ starttls_while_draining_is_closed_at_the_drains_deadline(Config) ->
     ?assertEqual(drained, terminated(Pid)),
     expect_closed(C),
     receive {drained, {ok, _}} -> ok after 5000 -> error(drain_stuck) end,
-    ?assertEqual(1, reason_count(Name, drained)).
+    ok = sluice_test_lib:wait_reason(Name, drained, 1).
 
 %%% ------------------------------------------------------------------
 %%% With the other features of a listener
@@ -541,7 +543,7 @@ upgraded_connection_told_to_park_hibernates(Config) ->
     ?assertEqual({<<>>, closed}, sluice_tls_test_lib:recv_until_closed(S, 10000)),
     ?assertEqual(idle_timeout, terminated(Pid)),
     ?assertEqual(0, maps:get(parked, sluice:info(Name))),
-    ?assertEqual(1, reason_count(Name, idle_timeout)),
+    ok = sluice_test_lib:wait_reason(Name, idle_timeout, 1),
     _ = ssl:close(S).
 
 hibernated(Pid) ->

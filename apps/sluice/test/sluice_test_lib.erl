@@ -9,7 +9,7 @@
 -export([start_listener/2, stop_listener/1, port/1,
          connect/1, connect/2, recv_exactly/3, expect_closed/2,
          frame/2, frames/1, random_split/3, seed_rand/0,
-         wait_until/2, wait_until/3, wait_info/4,
+         wait_until/2, wait_until/3, wait_info/4, wait_reason/3,
          conn_pids/1, conns_sups/1, acceptor_pids/1,
          ping_results/2, ping_results/3,
          ping_sock/1,
@@ -155,6 +155,19 @@ wait_info(Name, Key, Value, Timeout) ->
                            Other -> {Key, Other, expected, Value}
                        end
                end, Timeout).
+
+%% Wait until the listener has counted N closes for Reason (5 s); fails
+%% with the last count seen. A connection counts its reason once its
+%% handler's last callbacks have returned (sluice_conn_close:
+%% counted_end/4): a test that terminate/2 (or the client's close) told
+%% of the end reads the figure a moment too early if it does not wait.
+wait_reason(Name, Reason, N) ->
+    wait_until(fun() ->
+                       case maps:get(Reason, maps:get(close_reasons, sluice:info(Name))) of
+                           N -> true;
+                           Other -> {Reason, Other, expected, N}
+                       end
+               end, 5000).
 
 %% --- the listener's processes ------------------------------------------
 
