@@ -294,6 +294,8 @@ oversized_frame_closes_only_its_connection(Config) ->
     ok = gen_tcp:send(Good, [sluice_test_lib:frame(<<"good0002">>, <<"x">>),
                              sluice_test_lib:frame(<<"good0003">>, <<>>)]),
     ?assertEqual({ok, <<"good0002good0003">>}, gen_tcp:recv(Good, 16, 2000)),
+    %% (the bad one is gone from `connections' once its supervisor took its exit)
+    ok = sluice_test_lib:wait_info(Name, connections, 1, 2000),
     ?assertMatch(#{connections := 1, protocol_errors := 1, accepted := 2}, sluice:info(Name)),
     ok = gen_tcp:close(Good).
 

@@ -543,6 +543,9 @@ echoed(Port, N) ->
 %% With no connection left: Accepted accepted, all closed, and the close
 %% reasons exactly Reasons (the others 0).
 assert_figures(Name, Accepted, Reasons) ->
+    %% (a close is counted once the connection's supervisor has taken its
+    %% exit: a moment after the client or a telemetry event saw it end)
+    ok = sluice_test_lib:wait_info(Name, closed, Accepted, 5000),
     #{accepted := A, closed := C, connections := L, close_reasons := CR} = sluice:info(Name),
     ?assertEqual({Accepted, Accepted, 0}, {A, C, L}),
     ?assertEqual(Reasons, maps:filter(fun(_, V) -> V > 0 end, CR)),
