@@ -271,7 +271,7 @@ refuse(Sock, #{name := Name, transport := T, stats := Stats}, Reason) ->
     sluice_conn_close:counted_end(ended, Stats, Reason).
 
 start(S, #{opts := #{handler := {_, HOpts}}}, Conn, Prefix) ->
-    Started = sluice_telemetry:connection_start(S#s.listener, self()),
+    Started = sluice_telemetry:connection_start(S#s.listener, self(), Conn),
     case sluice_conn_handler:init(Conn, HOpts, S#s{started = Started}) of
         {continue, S2} ->
             first(Prefix, S2);

@@ -4,8 +4,13 @@
 %% Events (measurements; metadata):
 %% <ul>
 %%  <li>`[sluice, connection, start]': `#{system_time, monotonic_time}';
-%%      `#{listener, pid}'. When the connection's handler is about to
-%%      start (after the TLS handshake and PROXY header, if any).</li>
+%%      `#{listener, pid, peer}'. When the connection's handler is about
+%%      to start (after the TLS handshake and PROXY header, if any).
+%%      `peer' is the client's address as sluice:peername/1 gives it
+%%      (`{IP, Port}', `{local, Path}'; under the PROXY protocol the load
+%%      balancer's, the client's being in the header), `undefined' if the
+%%      socket could not tell (the client is gone already); read only
+%%      when events are emitted.</li>
 %%  <li>`[sluice, connection, stop]': `#{duration, monotonic_time}'
 %%      (native time units; `monotonic_time' less `duration' is the start
 %%      event's `monotonic_time'); `#{listener, pid, reason}'. When it
@@ -43,7 +48,7 @@
 %% would flag it).
 -module(sluice_telemetry).
 
--export([refresh/0, enabled/0, connection_start/2, connection_stop/4, accept_error/2,
+-export([refresh/0, enabled/0, connection_start/3, connection_stop/4, accept_error/2,
          rejected/2]).
 
 -define(KEY, {?MODULE, enabled}).
@@ -78,14 +83,27 @@ execute(Event, Measurements, Metadata) ->
     end.
 
 %% @private A connection of `Listener' starts; returns its start time,
-%% which connection_stop/4 wants back.
--spec connection_start(sluice:name(), pid()) -> integer().
-connection_start(Listener, Pid) ->
+%% which connection_stop/4 wants back. The peer's address (a system call)
+%% is asked for only when there is an event to put it in.
+-spec connection_start(sluice:name(), pid(), sluice:conn()) -> integer().
+connection_start(Listener, Pid, Conn) ->
     Now = erlang:monotonic_time(),
-    ok = execute([sluice, connection, start],
-                 #{system_time => erlang:system_time(), monotonic_time => Now},
-                 #{listener => Listener, pid => Pid}),
+    case persistent_term:get(?KEY, false) of
+        false ->
+            ok;
+        Mod ->
+            _ = Mod:execute([sluice, connection, start],
+                            #{system_time => erlang:system_time(), monotonic_time => Now},
+                            #{listener => Listener, pid => Pid, peer => peer(Conn)}),
+            ok
+    end,
     Now.
+
+peer(Conn) ->
+    case sluice:peername(Conn) of
+        {ok, Address} -> Address;
+        {error, _} -> undefined
+    end.
 
 %% @private The connection started at `Started' ends.
 -spec connection_stop(sluice:name(), pid(), integer(), term()) -> ok.

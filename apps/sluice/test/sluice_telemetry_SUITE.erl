@@ -60,8 +60,9 @@ listeners(Config) ->
 
 %%% ------------------------------------------------------------------
 
-%% start: `#{system_time, monotonic_time}', `#{listener, pid}' with the
-%% connection's pid, before the handler sees data; stop: `#{duration,
+%% start: `#{system_time, monotonic_time}', `#{listener, pid, peer}' with
+%% the connection's pid and the client's address, before the handler sees
+%% data; stop: `#{duration,
 %% monotonic_time}' where duration is the time since start (native units),
 %% `#{listener, pid, reason}', reason `closed' when the client closed.
 %% The handler (sluice_test_handler, an echo) tells this process of its
@@ -87,8 +88,9 @@ start_and_stop_of_a_connection_the_client_closes(Config) ->
     #{monotonic_time := Started, system_time := SystemTime} = Start,
     ?assert(Started >= Before),
     ?assert(abs(SystemTime - erlang:system_time()) < erlang:convert_time_unit(?WAIT, millisecond, native)),
-    ?assertEqual([listener, pid], lists:sort(maps:keys(StartMeta))),
-    #{listener := Name, pid := Pid} = StartMeta,
+    ?assertEqual([listener, peer, pid], lists:sort(maps:keys(StartMeta))),
+    #{listener := Name, pid := Pid, peer := Peer} = StartMeta,
+    ?assertEqual(inet:sockname(Sock), {ok, Peer}),
     ?assertEqual([Pid], sluice:connections(Name)),
     ok = gen_tcp:close(Sock),
     {Stop, StopMeta} = event([sluice, connection, stop], Name),
