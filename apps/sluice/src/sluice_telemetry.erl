@@ -76,11 +76,16 @@ refresh() ->
 enabled() ->
     persistent_term:get(?KEY, false) =/= false.
 
+%% Metadata is a map, or a fun that makes it, called only when there is
+%% an event to put it in (what it reads may cost a system call).
 execute(Event, Measurements, Metadata) ->
     case persistent_term:get(?KEY, false) of
         false -> ok;
-        Mod -> _ = Mod:execute(Event, Measurements, Metadata), ok
+        Mod -> _ = Mod:execute(Event, Measurements, metadata(Metadata)), ok
     end.
+
+metadata(Make) when is_function(Make, 0) -> Make();
+metadata(Metadata) -> Metadata.
 
 %% @private A connection of `Listener' starts; returns its start time,
 %% which connection_stop/4 wants back. The peer's address (a system call)
@@ -88,15 +93,9 @@ execute(Event, Measurements, Metadata) ->
 -spec connection_start(sluice:name(), pid(), sluice:conn()) -> integer().
 connection_start(Listener, Pid, Conn) ->
     Now = erlang:monotonic_time(),
-    case persistent_term:get(?KEY, false) of
-        false ->
-            ok;
-        Mod ->
-            _ = Mod:execute([sluice, connection, start],
-                            #{system_time => erlang:system_time(), monotonic_time => Now},
-                            #{listener => Listener, pid => Pid, peer => peer(Conn)}),
-            ok
-    end,
+    ok = execute([sluice, connection, start],
+                 #{system_time => erlang:system_time(), monotonic_time => Now},
+                 fun() -> #{listener => Listener, pid => Pid, peer => peer(Conn)} end),
     Now.
 
 peer(Conn) ->

@@ -149,12 +149,7 @@ wait_loop(Fun, Deadline, Interval) ->
 
 %% Wait until info(Name)'s Key equals Value; fails with the last value seen.
 wait_info(Name, Key, Value, Timeout) ->
-    wait_until(fun() ->
-                       case maps:get(Key, sluice:info(Name)) of
-                           Value -> true;
-                           Other -> {Key, Other, expected, Value}
-                       end
-               end, Timeout).
+    wait_for(fun() -> maps:get(Key, sluice:info(Name)) end, Key, Value, Timeout).
 
 %% Wait until the listener has counted N closes for Reason (5 s); fails
 %% with the last count seen. A connection counts its reason once its
@@ -162,12 +157,17 @@ wait_info(Name, Key, Value, Timeout) ->
 %% counted_end/4): a test that terminate/2 (or the client's close) told
 %% of the end reads the figure a moment too early if it does not wait.
 wait_reason(Name, Reason, N) ->
+    wait_for(fun() -> maps:get(Reason, maps:get(close_reasons, sluice:info(Name))) end,
+             Reason, N, 5000).
+
+%% Wait until Read() gives Value; fails with `{Label, Last, expected, Value}'.
+wait_for(Read, Label, Value, Timeout) ->
     wait_until(fun() ->
-                       case maps:get(Reason, maps:get(close_reasons, sluice:info(Name))) of
-                           N -> true;
-                           Other -> {Reason, Other, expected, N}
+                       case Read() of
+                           Value -> true;
+                           Other -> {Label, Other, expected, Value}
                        end
-               end, 5000).
+               end, Timeout).
 
 %% --- the listener's processes ------------------------------------------
 
