@@ -22,11 +22,13 @@
          wait_for_connections/5]).
 -export([adopt/2, adopt/3]).
 
--export_type([conn/0, name/0, sockopt/0, sockopt_name/0, dest/0, address/0]).
+-export_type([conn/0, name/0, sockopt/0, sockopt_name/0, dest/0, address/0, drain_time/0]).
 
 -include_lib("kernel/include/logger.hrl").
 
 -type name() :: term().
+%% How long a drain waits for the connections, in ms (at most 2^32 - 1).
+-type drain_time() :: 0..16#ffffffff | infinity.
 %% A connection as send/2, close/1 and call/3 take it: its conn(), its
 %% pid, or a name its handler registered it under, as gen_server takes
 %% one (an atom, `{Name, Node}', `{global, Name}', `{via, Module, Name}':
@@ -241,11 +243,11 @@ forget_listen_side(Name) ->
 %% @doc Drain, then stop: stop accepting at once, tell every connection
 %% (its handler's handle_drain/1), wait up to `DrainMs' for them to end,
 %% then stop the listener and close whatever is left. `DrainMs' is an
-%% integer 0..2^32 - 1 (a receive timeout); anything else raises
-%% `badarg', as drain/2 does.
--spec stop_listener(name(), non_neg_integer()) -> ok | {error, not_found}.
+%% integer 0..2^32 - 1 (a receive timeout) or `infinity'; anything else
+%% raises `badarg', as drain/2 does.
+-spec stop_listener(name(), drain_time()) -> ok | {error, not_found}.
 stop_listener(Name, DrainMs) ->
-    check_drain_ms(Name, DrainMs),
+    _ = drain_ms(Name, DrainMs),
     %% Only a listener this function can stop is drained: an embedded one
     %% (child_spec/1,2) is its owner's to stop, and draining it here
     %% before answering not_found would leave it suspended.
@@ -260,11 +262,16 @@ stop_listener(Name, DrainMs) ->
     end.
 
 %% A drain's time is a receive timeout in the connections (at most
-%% 2^32 - 1 ms, about 49 days): anything else is the caller's error.
-check_drain_ms(_Name, DrainMs) when is_integer(DrainMs), DrainMs >= 0,
-                                    DrainMs =< 16#ffffffff ->
-    ok;
-check_drain_ms(Name, DrainMs) ->
+%% 2^32 - 1 ms, about 49.7 days): anything else is the caller's error.
+%% `infinity' (thousand_island's stop/2 and OTP's timeouts take it) is
+%% that longest time: a drain's deadline is a point in time every
+%% connection and supervisor compares with its clock, and one 49.7 days
+%% away is never reached by a drain anyone waits for.
+drain_ms(_Name, infinity) ->
+    16#ffffffff;
+drain_ms(_Name, DrainMs) when is_integer(DrainMs), DrainMs >= 0, DrainMs =< 16#ffffffff ->
+    DrainMs;
+drain_ms(Name, DrainMs) ->
     erlang:error(badarg, [Name, DrainMs]).
 
 %% @doc Suspend the listener and ask every connection to drain; returns when
@@ -276,10 +283,11 @@ check_drain_ms(Name, DrainMs) ->
 %% still before its handler at the deadline (waiting for its PROXY header
 %% or in its TLS handshake) is closed then, counted `drained', and is not
 %% among those still open. `DrainMs' is an integer 0..2^32 - 1 (about
-%% 49.7 days); anything else raises `badarg'.
--spec drain(name(), non_neg_integer()) -> {ok, non_neg_integer()} | {error, not_found}.
-drain(Name, DrainMs) ->
-    check_drain_ms(Name, DrainMs),
+%% 49.7 days) or `infinity' (wait for the last connection, however long:
+%% the same as 2^32 - 1); anything else raises `badarg'.
+-spec drain(name(), drain_time()) -> {ok, non_neg_integer()} | {error, not_found}.
+drain(Name, DrainTime) ->
+    DrainMs = drain_ms(Name, DrainTime),
     case sluice_registry:lookup(Name) of
         {ok, #{stats := Stats, opts := #{num_conns_sups := NS}}} ->
             Deadline = erlang:monotonic_time(millisecond) + DrainMs,

@@ -33,6 +33,7 @@
          drain_flushes_mailbox_then_fin/1,
          drain_closes_what_is_left_at_the_deadline/1,
          drain_counts_the_connections_its_deadline_closes/1,
+         drain_without_a_limit_waits_for_the_last_connection/1,
          drain_closes_connections_waiting_for_their_proxy_header/1,
          drain_closes_connections_in_their_tls_handshake/1,
          drain_at_a_handler_starting_drains_it/1,
@@ -69,6 +70,7 @@ groups() ->
                   {group, drain_modes},
                   drain_closes_what_is_left_at_the_deadline,
                   drain_counts_the_connections_its_deadline_closes,
+                  drain_without_a_limit_waits_for_the_last_connection,
                   drain_closes_connections_waiting_for_their_proxy_header,
                   drain_at_a_handler_starting_drains_it,
                   resume_after_drain_serves_new_connections,
@@ -293,9 +295,10 @@ start_errors_are_reported(Config) ->
     ?assert(echo_ok(connect(sluice_test_lib:port(Embedded)))),
     stop_sup(Sup),
     process_flag(trap_exit, false),
-    %% A drain's time is a number of ms a receive can wait.
-    [?assertError(badarg, sluice:drain(Name, Bad)) || Bad <- [infinity, -1, 1 bsl 32]],
-    [?assertError(badarg, sluice:stop_listener(Name, Bad)) || Bad <- [infinity, -1, 1 bsl 32]],
+    %% A drain's time is a number of ms a receive can wait, or infinity.
+    Bads = [forever, "infinity", 1.5, -1, 1 bsl 32],
+    [?assertError(badarg, sluice:drain(Name, Bad)) || Bad <- Bads],
+    [?assertError(badarg, sluice:stop_listener(Name, Bad)) || Bad <- Bads],
     %% The first listener is unharmed.
     ?assertMatch(#{status := running, connections := 0}, sluice:info(Name)),
     ?assert(echo_ok(connect(Port))).
@@ -917,6 +920,44 @@ drain_counts_the_connections_its_deadline_closes(Config) ->
                 [sluice_test_lib:stop_listener(L) || L <- [Graceful, Stays]]
         end,
     lists:foreach(Round, lists:seq(1, 8)).
+
+%% `infinity' (thousand_island's stop/2 takes it) drains for as long as
+%% connections are left: a client that keeps its side open after the FIN
+%% holds drain/2 and stop_listener/2 until it closes, and then neither
+%% counts it open at a deadline. (Both raised badarg on it.)
+drain_without_a_limit_waits_for_the_last_connection(Config) ->
+    Name = ?config(name, Config),
+    Self = self(),
+    Drains = [{drain, fun(N) -> sluice:drain(N, infinity) end},
+              {stop, fun(N) -> sluice:stop_listener(N, infinity) end}],
+    lists:foreach(
+      fun({Which, Drain}) ->
+              L = {Name, Which},
+              sluice_test_lib:start_listener(L, #{handler => {sluice_proto_echo, []}}),
+              %% (exit_on_close false: it reads the FIN and stays open)
+              {ok, Stays} = sluice_test_lib:connect(sluice_test_lib:port(L),
+                                                    [{exit_on_close, false}]),
+              ?assert(echo_ok(Stays)),
+              _ = spawn_link(fun() -> Self ! {Which, Drain(L)} end),
+              ?assertEqual({error, closed}, gen_tcp:recv(Stays, 0, 2000)),
+              %% Long past what the deadline of any number of ms a test
+              %% would give: still waiting for the client.
+              receive {Which, Early} -> error({returned_before_the_client_closed, Early})
+              after 500 -> ok
+              end,
+              ?assertMatch(#{connections := 1}, sluice:info(L)),
+              ok = gen_tcp:close(Stays),
+              Result = receive {Which, R} -> R after 5000 -> error({drain_stuck, Which}) end,
+              case Which of
+                  drain ->
+                      ?assertEqual({ok, 0}, Result),
+                      sluice_test_lib:wait_reason(L, drained, 1),
+                      sluice_test_lib:stop_listener(L);
+                  stop ->
+                      ?assertEqual(ok, Result),
+                      ?assertEqual({error, not_found}, sluice:info(L))
+              end
+      end, Drains).
 
 %% Connections that have not reached their handler when a drain comes,
 %% waiting for their PROXY header (proxy_timeout infinity: nothing else
