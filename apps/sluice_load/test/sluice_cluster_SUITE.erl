@@ -22,6 +22,7 @@
          a_hung_node_is_not_counted_as_drained/1,
          hosts_start_nodes_through_ssh/1,
          an_ssh_still_connecting_is_ended_with_serve/1,
+         a_second_interrupt_gives_up_the_nodes_still_starting/1,
          bad_cluster_options_exit_2_with_one_line/1,
          cluster_info_sums_over_peer_nodes/1,
          telemetry_events_carry_the_figures/1,
@@ -43,6 +44,7 @@ all() ->
      a_killed_launcher_leaves_no_vm_running, a_port_shared_by_another_server_is_in_use,
      a_hung_node_is_not_counted_as_drained,
      hosts_start_nodes_through_ssh, an_ssh_still_connecting_is_ended_with_serve,
+     a_second_interrupt_gives_up_the_nodes_still_starting,
      bad_cluster_options_exit_2_with_one_line, cluster_info_sums_over_peer_nodes,
      telemetry_events_carry_the_figures, no_telemetry_no_process].
 
@@ -261,7 +263,32 @@ an_ssh_still_connecting_is_ended_with_serve(Config) ->
     {Status, Lines} = sluice_load_test_lib:wait_exit(Port, 45000),
     ct:log("~p: ~p", [Status, Lines]),
     ?assertEqual(1, Status),
-    ?assertMatch([<<"sluice: cannot start a node on 127.0.0.1: none came up", _/binary>>], Lines),
+    ?assertMatch([<<"sluice: interrupted: waiting for the nodes to start (interrupt again",
+                    _/binary>>,
+                  <<"sluice: cannot start a node on 127.0.0.1: none came up", _/binary>>], Lines),
+    ?assertEqual([], sluice_load_test_lib:wait_group_gone(SshPid, 5000)).
+
+%% The same with a second interrupt: it gives the boot up at once (the
+%% boot timeout is a minute here), with one line, and that ssh is gone.
+%% Only the boot timeout ended it (30 s by default).
+a_second_interrupt_gives_up_the_nodes_still_starting(Config) ->
+    ct:timetrap({seconds, 60}),
+    {Ssh, PidFile} = sluice_load_test_lib:hanging_ssh(?config(priv_dir, Config),
+                                                      "serve-hanging-ssh-twice"),
+    Env = [{"SLUICE_SSH", Ssh}, {"SLUICE_DIST_HOST", "127.0.0.1"},
+           {"SLUICE_BOOT_TIMEOUT", "60"}],
+    {Port, OsPid} = sluice_load_test_lib:sluice(
+                      Config, ["serve", "--ip", ?LOOPBACK, "--port", "0", "--nodes", "1",
+                               "--hosts", "127.0.0.1"], Env),
+    SshPid = wait_pid(PidFile, erlang:monotonic_time(millisecond) + 15000),
+    sluice_load_test_lib:reap(Config, SshPid),
+    signal("TERM", OsPid),
+    _ = sluice_load_test_lib:wait_line(Port, "interrupt again", 10000),
+    signal("TERM", OsPid),
+    {Status, Lines} = sluice_load_test_lib:wait_exit(Port, 20000),
+    ct:log("~p: ~p", [Status, Lines]),
+    ?assertEqual(1, Status),
+    ?assertEqual([<<"sluice: interrupted while a node was starting on 127.0.0.1">>], Lines),
     ?assertEqual([], sluice_load_test_lib:wait_group_gone(SshPid, 5000)).
 
 wait_pid(File, Deadline) ->

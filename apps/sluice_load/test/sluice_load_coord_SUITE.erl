@@ -19,6 +19,7 @@
          sigterm_ends_the_run_with_a_report/1,
          sigterm_while_the_nodes_start_ends_the_run_with_a_report/1,
          an_ssh_still_connecting_is_ended_with_the_run/1,
+         a_second_interrupt_gives_up_a_node_still_starting/1,
          an_engine_stopped_as_it_starts_still_reports/1,
          engine_starts_its_window_on_go/1,
          a_lost_engine_is_reported_and_the_rest_merged/1,
@@ -36,6 +37,7 @@ all() ->
      bad_options_exit_2_with_one_line, sigterm_ends_the_run_with_a_report,
      sigterm_while_the_nodes_start_ends_the_run_with_a_report,
      an_ssh_still_connecting_is_ended_with_the_run,
+     a_second_interrupt_gives_up_a_node_still_starting,
      an_engine_stopped_as_it_starts_still_reports,
      engine_starts_its_window_on_go, a_lost_engine_is_reported_and_the_rest_merged,
      lockstep_rate_stays_per_connection, a_slow_rate_keeps_its_digits_when_split,
@@ -324,6 +326,34 @@ an_ssh_still_connecting_is_ended_with_the_run(Config) ->
            [Status, Out, os:cmd("ps -o pid,pgid,ppid,args -g " ++ integer_to_list(SshPid))]),
     ?assertEqual(1, Status),
     ?assertNotEqual(nomatch, string:find(Out, "cannot start a node on localhost")),
+    ?assertEqual([], sluice_load_test_lib:wait_group_gone(SshPid, 5000)).
+
+%% The same with a second interrupt: the node is given up at once (its
+%% boot timeout is a minute here), exit 1 with the reason, and that ssh
+%% is gone. The first interrupt says so; only the boot timeout ended the
+%% wait (30 s by default).
+a_second_interrupt_gives_up_a_node_still_starting(Config) ->
+    ct:timetrap({seconds, 75}),
+    TcpPort = start_ref(Config),
+    {Ssh, PidFile} = sluice_load_test_lib:hanging_ssh(?config(priv_dir, Config),
+                                                      "hanging-ssh-twice"),
+    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
+                  [{args, ["load", "--scenario", "ping", "--nodes", "localhost", "--ssh", Ssh,
+                           "--port", TcpPort, "--conns", "2", "--duration", "3"]},
+                   {env, [{"SLUICE_BOOT_TIMEOUT", "60"}]},
+                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    ok = wait_file(PidFile, 10000),
+    {ok, SshPid} = read_pid(PidFile, 2000),
+    sluice_load_test_lib:reap(Config, SshPid),
+    _ = os:cmd("kill -TERM " ++ integer_to_list(OsPid)),
+    {_, Before} = sluice_load_test_lib:wait_line(P, "interrupt again to give it up", 10000),
+    _ = os:cmd("kill -TERM " ++ integer_to_list(OsPid)),
+    {Status, Out} = collect_lines(P, [], 20000),
+    ct:log("~p: ~p~n~s", [Status, Before, Out]),
+    ?assertEqual(1, Status),
+    ?assertNotEqual(nomatch, string:find(Out, "interrupted while a node was starting on localhost")),
     ?assertEqual([], sluice_load_test_lib:wait_group_gone(SshPid, 5000)).
 
 read_pid(File, Ms) ->

@@ -84,6 +84,8 @@ boot(Host, Opts) ->
 boot_error(Where, #{exec := {Ssh, [Host, Erl]}}, {boot_failed, {exit_status, Status}}) ->
     fmt("cannot start a node on ~s: `~s ~s ~s` exited with status ~b before the node came up",
         [Where, Ssh, Host, Erl, Status]);
+boot_error(Where, _Opts, interrupted) ->
+    fmt("interrupted while a node was starting on ~s", [Where]);
 boot_error(Where, _Opts, Reason) ->
     fmt("cannot start a node on ~s: ~0p", [Where, Reason]).
 

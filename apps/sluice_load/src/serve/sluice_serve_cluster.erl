@@ -99,19 +99,35 @@ epmd() ->
     end.
 
 %% All peers at once (each takes a second or two to boot); any failure
-%% stops those that did start.
+%% stops those that did start. This process is the command's signal
+%% handler: a first SIGTERM meanwhile is kept (serve drains at once once
+%% the nodes are up), a second gives up the boots still going on
+%% (sluice_peer_boot).
 start_peers(K, Hosts, O) ->
     Self = self(),
     Specs = [{I, host(I, Hosts)} || I <- lists:seq(1, K)],
     Pids = [spawn(fun() -> Self ! {peer_started, self(), start_peer(I, Host, O)} end)
             || {I, Host} <- Specs],
-    Results = [receive {peer_started, P, R} -> R end || P <- Pids],
+    {Results, Interrupts} = lists:mapfoldl(fun(P, N) -> started(P, Pids, N) end, 0, Pids),
+    _ = Interrupts > 0 andalso (self() ! {sluice_signal, sigterm}),
     case [Why || {error, Why} <- Results] of
         [] ->
             {ok, [{Peer, Node} || {ok, Peer, Node} <- Results]};
         [Why | _] ->
             stop_peers([{Peer, Node} || {ok, Peer, Node} <- Results], []),
             {error, Why}
+    end.
+
+started(P, Pids, Interrupts) ->
+    receive
+        {peer_started, P, R} -> {R, Interrupts};
+        {sluice_signal, sigterm} when Interrupts =:= 0 ->
+            io:format(standard_error, "sluice: interrupted: waiting for the nodes to start "
+                      "(interrupt again to give them up)~n", []),
+            started(P, Pids, 1);
+        {sluice_signal, sigterm} ->
+            _ = [sluice_peer_boot:cancel(B) || B <- Pids],
+            started(P, Pids, Interrupts + 1)
     end.
 
 host(_I, []) -> local;
@@ -191,6 +207,9 @@ peer_error(Host, {exit, timeout}) when Host =/= local ->
                                 "(check that `ssh -T ~s erl` starts Erlang there, and that it "
                                 "reaches this host's epmd and distribution ports)",
                                 [Host, sluice_peer_boot:timeout() div 1000, Host]));
+peer_error(Host, interrupted) ->
+    lists:flatten(io_lib:format("interrupted while a node was starting on ~s",
+                                [case Host of local -> "this host"; _ -> Host end]));
 peer_error(Host, Reason) ->
     lists:flatten(io_lib:format("cannot start a node on ~s: ~p",
                                 [case Host of local -> "this host"; _ -> Host end, Reason])).
