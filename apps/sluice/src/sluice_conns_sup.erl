@@ -31,6 +31,8 @@
 -export([pass_gate/1]).
 -export([init/3]).
 -export([system_continue/3, system_terminate/4, system_code_change/4, format_status/2]).
+%% tests
+-export([die_at/2]).
 
 -export_type([gate/0]).
 
@@ -710,9 +712,20 @@ expired(Now, #st{sweep = #{idle := Idle}, parked = Tab}) ->
     sluice_parking:expired(Tab, Now - Idle).
 
 %% A connection is gone, its close reason counted (by itself, or here by
-%% ended/4) and marked: the mark is taken off.
+%% ended/4) and marked: it leaves the slot with its mark.
 gone(#st{stats = Stats, index = I}) ->
     sluice_stats:sup_gone(Stats, I).
+
+%% @doc For tests: connection supervisor `Sup' kills itself at `Point' of
+%% its next count of a connection's end (sluice_stats:die_at/2), as a
+%% kill landing there would. A system message: nothing is added to what
+%% it does for each connection.
+-spec die_at(pid(), sluice_stats:die_point()) -> ok.
+die_at(Sup, Point) ->
+    _ = sys:replace_state(Sup, fun(St = #st{stats = Stats}) ->
+                                       St#st{stats = sluice_stats:die_at(Stats, Point)}
+                               end),
+    ok.
 
 %% Whether a connection that exited with Reason counted its own close
 %% reason: one that ended normally did (sluice_conn_close:counted_end/3),

@@ -28,23 +28,33 @@
 %% connection supervisors
 -export([of_sup/2, sup_claim/2, sup_unclaim/3, sup_withdraw/3, sup_reset/2, sup_gone/2, parked/3,
          parked_reset/2, uncount/2, uncounted_gone/2]).
+%% tests
+-export([die_at/2]).
 %% reading
 -export([live/1, read/1, close_reason/1, handler_close_reason/1, marks/1]).
 
--export_type([stats/0, close_reason/0]).
+-export_type([stats/0, close_reason/0, die_point/0]).
 
 -record(stats, {c :: counters:counters_ref(),
                 a :: atomics:atomics_ref(),
                 sups :: pos_integer(),
                 %% in a connection's copy (of_sup/2): its supervisor's
                 %% index and the generation of its marks; 0 in every other
-                sup = 0 :: 0 | {pos_integer(), non_neg_integer()}}).
+                sup = 0 :: 0 | {pos_integer(), non_neg_integer()},
+                %% a test's (die_at/2): where in sup_gone/2 the supervisor
+                %% holding this copy kills itself; `none' everywhere else
+                die = none :: none | die_point()}).
 -opaque stats() :: #stats{}.
 
 %% Why a connection ended, as info/1's `close_reasons' names it.
 -type close_reason() :: peer_closed | idle_timeout | frame_timeout | socket_error
                       | protocol_error | drained | handler | crashed
                       | handshake_error | proxy_error | handoff.
+
+%% Where a test has a connection supervisor killed in the middle of its
+%% count of a connection's end (sup_gone/2): before it, after the live
+%% count, after the slot.
+-type die_point() :: start | conns | slot.
 
 %% counters
 -define(ACCEPTED, 1).
@@ -64,16 +74,26 @@
 -define(REASON_BASE, 7).
 -define(NUM_COUNTERS, (?REASON_BASE + length(?REASONS))).
 
-%% atomics; after the fixed slots, NumSups slots of live connections per
-%% connection supervisor, then NumSups slots of parked ones, then NumSups
-%% slots of uncounted ones (uncount/2), then NumSups slots of the marks
-%% of connections that counted their own close reason (of_sup/2). A
-%% supervisor's live slot holds its generation (bumped by each
-%% incarnation) in the high bits and its count in the low ?COUNT_BITS, so
-%% that a claim can tell whether a restart has taken it over
-%% (sup_claim/2, sup_unclaim/3); its marks slot too, so that a connection
-%% can tell whether its supervisor's successor has counted it already
-%% (reasoned/1).
+%% atomics; after the fixed slots, NumSups slots of connection
+%% supervisors (below), then NumSups slots of parked connections per
+%% supervisor, then NumSups slots of uncounted ones (uncount/2), then
+%% NumSups slots of the connections each supervisor has seen gone
+%% (sup_gone/2), a total kept over its restarts.
+%%
+%% A supervisor's slot is one word, so that what a supervisor killed at
+%% any moment leaves in it is whole: its generation (bumped by each
+%% incarnation, sup_reset/2), the connections it holds (claimed by the
+%% acceptors, sup_claim/2, until it has seen them gone), the marks of
+%% those that have counted their close reason (reasoned/1), and how
+%% many it has seen gone, modulo 4, which its total (the gone slot, added
+%% to right after) catches up with. A claim can tell whether a restart
+%% has taken the slot over (sup_claim/2, sup_unclaim/3), a connection
+%% whether its supervisor's successor has counted it already
+%% (reasoned/1), and sup_gone/2 takes a connection off the slot, with its
+%% mark, and counts it closed in one step: those were three, and a
+%% supervisor killed between taking the mark off and the connection had
+%% its successor count it `crashed' as well as by the reason it had
+%% counted (close_reasons summed to closed + 1).
 -define(CONNS, 1).
 -define(MAX_CONNS, 2).
 -define(SHEDDING, 3).
@@ -99,8 +119,20 @@
 %% one reported and not yet seen to).
 -define(ALARM_AT, 13).
 -define(FIXED_ATOMICS, 13).
--define(COUNT_BITS, 32).
--define(COUNT_MASK, ((1 bsl ?COUNT_BITS) - 1)).
+%% A supervisor's slot: live connections in bits 0-23 (16.7 million per
+%% supervisor), their marks in bits 24-47 (never more than them), the
+%% gone ones modulo 4 in bits 48-49, the generation in bits 50-62 (the
+%% sign bit stays 0). A generation is only compared with one read a
+%% moment before (a claim in flight, a connection that outlived its
+%% supervisor): 8192 restarts before one comes round again.
+-define(LIVE_MASK, 16#ffffff).
+-define(MARK_SHIFT, 24).
+-define(MARK, (1 bsl ?MARK_SHIFT)).
+-define(GONE_SHIFT, 48).
+-define(GONE, (1 bsl ?GONE_SHIFT)).
+-define(GONE_MOD, 3).
+-define(GEN_SHIFT, 50).
+-define(GEN_MASK, 16#1fff).
 %% atomics are signed 64-bit; `infinity' is stored as the largest.
 -define(INFINITY, 16#7fffffffffffffff).
 
@@ -174,11 +206,11 @@ ended_by_handler(St = #stats{c = C}, Reason) ->
 reasoned(#stats{sup = 0}) ->
     true;
 reasoned(St = #stats{a = A, sup = {I, Gen}}) ->
-    Slot = reasoned_slot(St, I),
+    Slot = sup_slot(St, I),
     mark(A, Slot, Gen, atomics:get(A, Slot)).
 
-mark(A, Slot, Gen, Old) when Old bsr ?COUNT_BITS =:= Gen ->
-    case atomics:compare_exchange(A, Slot, Old, Old + 1) of
+mark(A, Slot, Gen, Old) when Old bsr ?GEN_SHIFT =:= Gen ->
+    case atomics:compare_exchange(A, Slot, Old, Old + ?MARK) of
         ok -> true;
         Now -> mark(A, Slot, Gen, Now)
     end;
@@ -433,7 +465,7 @@ disarm_alarms(#stats{a = A}) ->
 %% the marks it reads is its own.
 -spec of_sup(stats(), pos_integer()) -> stats().
 of_sup(St = #stats{a = A}, I) ->
-    St#stats{sup = {I, atomics:get(A, reasoned_slot(St, I)) bsr ?COUNT_BITS}}.
+    St#stats{sup = {I, atomics:get(A, sup_slot(St, I)) bsr ?GEN_SHIFT}}.
 
 %% @doc Connection supervisor `I' starts (or restarts): a new generation
 %% of its slot. A predecessor that was killed left its connections counted
@@ -450,15 +482,18 @@ of_sup(St = #stats{a = A}, I) ->
 -spec sup_reset(stats(), pos_integer()) -> ok.
 sup_reset(St = #stats{a = A}, I) ->
     Slot = sup_slot(St, I),
+    %% A new generation, with its live count and marks in the same step:
+    %% a connection of the old one that outlived it no longer counts its
+    %% reason (reasoned/1).
     Old = reset_slot(A, Slot, atomics:get(A, Slot)),
     %% Its uncounted connections ended with it too: taken off before the
     %% live count (admit/1).
     atomics:sub(A, ?UNCOUNTED, atomics:exchange(A, uncounted_slot(St, I), 0)),
-    %% A new generation of marks: a connection of the old one that
-    %% outlived it no longer counts its reason (reasoned/1).
-    RSlot = reasoned_slot(St, I),
-    Reasoned = reset_slot(A, RSlot, atomics:get(A, RSlot)) band ?COUNT_MASK,
-    lost(St, Old band ?COUNT_MASK, Reasoned),
+    %% One it took off the slot and was killed before it added to its
+    %% total (sup_gone/2).
+    GSlot = gone_slot(St, I),
+    atomics:add(A, GSlot, ((Old bsr ?GONE_SHIFT) - atomics:get(A, GSlot)) band ?GONE_MOD),
+    lost(St, Old band ?LIVE_MASK, (Old bsr ?MARK_SHIFT) band ?LIVE_MASK),
     atomics:put(A, parked_slot(St, I), 0).
 
 %% N counted connections that ended with a dead supervisor, of which
@@ -474,8 +509,11 @@ lost(#stats{a = A, c = C}, N, Reasoned) ->
 lost(St, 1) ->
     lost(St, 1, 0).
 
+%% The next generation, no connections nor marks, the gone ones modulo 4
+%% kept (they stay in step with the gone slot's total).
 reset_slot(A, Slot, Old) ->
-    New = ((Old bsr ?COUNT_BITS) + 1) bsl ?COUNT_BITS,
+    New = ((((Old bsr ?GEN_SHIFT) + 1) band ?GEN_MASK) bsl ?GEN_SHIFT)
+        bor (Old band (?GONE_MOD bsl ?GONE_SHIFT)),
     case atomics:compare_exchange(A, Slot, Old, New) of
         ok -> Old;
         Now -> reset_slot(A, Slot, Now)
@@ -486,7 +524,7 @@ reset_slot(A, Slot, Old) ->
 -spec sup_claim(stats(), pos_integer()) -> non_neg_integer().
 sup_claim(St = #stats{a = A}, I) ->
     Slot = sup_slot(St, I),
-    atomics:add_get(A, Slot, 1) bsr ?COUNT_BITS.
+    atomics:add_get(A, Slot, 1) bsr ?GEN_SHIFT.
 
 %% @doc The handover of a claimed connection failed (the supervisor was
 %% gone): the claim is given back, with the listener's live count, unless
@@ -508,7 +546,7 @@ sup_withdraw(St = #stats{a = A}, I, Gen) ->
             fun(S, 1) -> withdraw(S) end).
 
 unclaim(St = #stats{a = A}, Slot, Gen, Old, Count)
-  when Old bsr ?COUNT_BITS =:= Gen, Old band ?COUNT_MASK > 0 ->
+  when Old bsr ?GEN_SHIFT =:= Gen, Old band ?LIVE_MASK > 0 ->
     case atomics:compare_exchange(A, Slot, Old, Old - 1) of
         ok -> Count(St, 1), true;
         Now -> unclaim(St, Slot, Gen, Now, Count)
@@ -518,26 +556,55 @@ unclaim(_St, _Slot, _Gen, _Old, _Count) ->
 
 %% @doc A connection of supervisor `I' is gone (however it ended), its
 %% close reason counted through of_sup/2's copy, by itself or by the
-%% supervisor: its mark is taken off.
+%% supervisor: called by the supervisor, it is taken off the live count,
+%% then off the slot with its mark and counted closed in one step
+%% (gone/3). Killed before that step, the supervisor leaves the
+%% connection to its successor's reset, which counts it closed and, its
+%% mark being there, not `crashed'; killed after it, nothing. Between the
+%% two, the reset takes it off the live count a second time: the live
+%% count is shared with admission (admit/1's one add per accept), and no
+%% single step can both take a connection off it and tell a successor
+%% so. Taken off first, as before, so that a `closed' one has always left
+%% `connections' (a test that waits for one reads the other).
 -spec sup_gone(stats(), pos_integer()) -> ok.
-sup_gone(St = #stats{a = A, c = C}, I) ->
-    _ = unmark(A, reasoned_slot(St, I)),
+sup_gone(St = #stats{a = A, die = Die}, I) ->
+    ok = died(Die, start),
     atomics:sub(A, ?CONNS, 1),
-    atomics:sub(A, sup_slot(St, I), 1),
-    counters:add(C, ?CLOSED, 1).
+    ok = died(Die, conns),
+    Slot = sup_slot(St, I),
+    ok = gone(A, Slot, atomics:get(A, Slot)),
+    ok = died(Die, slot),
+    %% the total catches up with the slot's count (read/1 adds what it
+    %% lags by, as the successor's reset does)
+    atomics:add(A, gone_slot(St, I), 1).
 
-%% A mark taken off, never below none: the generation above it must stay
-%% the slot's (reasoned/1).
-unmark(A, Slot) ->
-    unmark(A, Slot, atomics:get(A, Slot)).
+%% Off the live ones and off the marks (never below none), one more gone.
+gone(A, Slot, Old) ->
+    Mark = case Old band (?LIVE_MASK bsl ?MARK_SHIFT) of
+               0 -> 0;
+               _ -> ?MARK
+           end,
+    Live = case Old band ?LIVE_MASK of
+               0 -> 0;
+               _ -> 1
+           end,
+    New = ((Old - Mark - Live) band bnot (?GONE_MOD bsl ?GONE_SHIFT))
+        bor ((Old + ?GONE) band (?GONE_MOD bsl ?GONE_SHIFT)),
+    case atomics:compare_exchange(A, Slot, Old, New) of
+        ok -> ok;
+        Now -> gone(A, Slot, Now)
+    end.
 
-unmark(A, Slot, Old) when Old band ?COUNT_MASK > 0 ->
-    case atomics:compare_exchange(A, Slot, Old, Old - 1) of
-        ok -> true;
-        Now -> unmark(A, Slot, Now)
-    end;
-unmark(_A, _Slot, _Old) ->
-    false.
+%% @doc For tests: `St' as a connection supervisor holds it, which kills
+%% itself at `Point' of its next count of a connection's end (sup_gone/2),
+%% as a kill landing there would.
+-spec die_at(stats(), die_point()) -> stats().
+die_at(St, Point) ->
+    St#stats{die = Point}.
+
+died(none, _Point) -> ok;
+died(Point, Point) -> exit(self(), kill);
+died(_Die, _Point) -> ok.
 
 %% @doc Supervisor `I' holds `Delta' more parked connections.
 -spec parked(stats(), pos_integer(), integer()) -> ok.
@@ -568,7 +635,25 @@ uncounted_gone(St = #stats{a = A}, I) ->
 sup_slot(#stats{}, I) -> ?FIXED_ATOMICS + I.
 parked_slot(#stats{sups = NS}, I) -> ?FIXED_ATOMICS + NS + I.
 uncounted_slot(#stats{sups = NS}, I) -> ?FIXED_ATOMICS + 2 * NS + I.
-reasoned_slot(#stats{sups = NS}, I) -> ?FIXED_ATOMICS + 3 * NS + I.
+gone_slot(#stats{sups = NS}, I) -> ?FIXED_ATOMICS + 3 * NS + I.
+
+%% The connections supervisor `I' has seen gone, over all its
+%% generations: its slot's count modulo 4 is ahead of the total by the
+%% one it is counting (or was killed counting, until its successor's
+%% reset). The total is read again after the slot: unchanged, the slot
+%% was read while it was at most one ahead (a reader held up between
+%% the two reads while several ends were counted would have misread it
+%% modulo 4).
+gone_total(St = #stats{a = A}, I) ->
+    GSlot = gone_slot(St, I),
+    gone_total(A, GSlot, sup_slot(St, I), atomics:get(A, GSlot)).
+
+gone_total(A, GSlot, Slot, Total) ->
+    Mod = atomics:get(A, Slot) bsr ?GONE_SHIFT,
+    case atomics:get(A, GSlot) of
+        Total -> Total + ((Mod - Total) band ?GONE_MOD);
+        Now -> gone_total(A, GSlot, Slot, Now)
+    end.
 
 %%% Reading -----------------------------------------------------------
 
@@ -582,7 +667,8 @@ live(#stats{a = A}) ->
 %% once every connection that ended is gone. For probes and tests.
 -spec marks(stats()) -> [integer()].
 marks(St = #stats{a = A, sups = NS}) ->
-    [atomics:get(A, reasoned_slot(St, I)) band ?COUNT_MASK || I <- lists:seq(1, NS)].
+    [(atomics:get(A, sup_slot(St, I)) bsr ?MARK_SHIFT) band ?LIVE_MASK
+     || I <- lists:seq(1, NS)].
 
 %% @doc Every figure, as info/1 reports them.
 -spec read(stats()) -> map().
@@ -598,7 +684,10 @@ read(St = #stats{c = C, a = A, sups = NS}) ->
       parked => lists:sum([atomics:get(A, parked_slot(St, I)) || I <- lists:seq(1, NS)]),
       accepted => counters:get(C, ?ACCEPTED),
       rejected => counters:get(C, ?REJECTED),
-      closed => counters:get(C, ?CLOSED),
+      %% those the supervisors have seen gone, and those counted
+      %% otherwise (lost/3)
+      closed => counters:get(C, ?CLOSED)
+          + lists:sum([gone_total(St, I) || I <- lists:seq(1, NS)]),
       protocol_errors => maps:get(protocol_error, Reasons),
       messages => counters:get(C, ?CHUNKS),
       close_reasons => Reasons,

@@ -158,6 +158,51 @@ a_connection_of_a_reset_supervisor_counts_nothing_test() ->
     ?assertEqual([0, 0], sluice_stats:marks(S)),
     ?assertEqual({3, #{crashed => 1, peer_closed => 1}, 0}, Figures(S)).
 
+%% A supervisor killed in the middle of its count of a connection's end
+%% (sup_gone/2, die_at/2: it kills itself there): before it, or after the
+%% connection left its slot with its mark, every connection is closed
+%% once with one reason, whatever the gone count modulo 4 has wrapped to
+%% (here after 6 ends); between the live count and the slot, only the
+%% live count is taken off twice (sup_gone/2 says why).
+killed_supervisor_counts_each_end_once_test() ->
+    Figures = fun(S) ->
+                      #{accepted := A, closed := C, close_reasons := CR} = sluice_stats:read(S),
+                      {A, C, maps:filter(fun(_, V) -> V > 0 end, CR), live(S)}
+              end,
+    Killed = fun(S, Point) ->
+                     {Pid, MRef} = spawn_monitor(fun() ->
+                                                         sluice_stats:sup_gone(
+                                                           sluice_stats:die_at(S, Point), 1)
+                                                 end),
+                     receive {'DOWN', MRef, process, Pid, Why} -> Why end
+             end,
+    Run = fun(Point) ->
+                  S = new(),
+                  [admitted = sluice_stats:admit(S) || _ <- lists:seq(1, 9)],
+                  [_ = sluice_stats:sup_claim(S, 1) || _ <- lists:seq(1, 9)],
+                  Conn = sluice_stats:of_sup(S, 1),
+                  %% six ended and seen gone, a seventh ended (its reason
+                  %% marked), its supervisor killed counting its end; two
+                  %% more die with it
+                  [begin ok = sluice_stats:ended(Conn, closed), ok = sluice_stats:sup_gone(S, 1) end
+                   || _ <- lists:seq(1, 6)],
+                  ok = sluice_stats:ended(Conn, idle_timeout),
+                  ?assertEqual(killed, Killed(S, Point)),
+                  ok = sluice_stats:sup_reset(S, 1),
+                  ?assertEqual([0, 0], sluice_stats:marks(S)),
+                  %% and the successor counts on from there
+                  admitted = sluice_stats:admit(S),
+                  _ = sluice_stats:sup_claim(S, 1),
+                  ok = sluice_stats:ended(sluice_stats:of_sup(S, 1), closed),
+                  ok = sluice_stats:sup_gone(S, 1),
+                  Figures(S)
+          end,
+    Whole = {10, 10, #{peer_closed => 7, idle_timeout => 1, crashed => 2}, 0},
+    ?assertEqual(Whole, Run(start)),
+    ?assertEqual(Whole, Run(slot)),
+    ?assertEqual({10, 10, #{peer_closed => 7, idle_timeout => 1, crashed => 2}, -1},
+                 Run(conns)).
+
 %% Bytes that never reached the kernel (sluice_transport's unsent/1) are
 %% counted apart: `bytes_out' leaves them out, `bytes_unsent' has them,
 %% and their sum, every byte queued, only goes up.
