@@ -107,10 +107,10 @@ format_error({Name, {unknown_key, K}}) ->
     flat("bad value for option alarms: alarm ~0p has unknown key ~0p (expected "
          "type, threshold, callback, cooldown)", [Name, K]);
 format_error({Name, {missing_key, K}}) ->
-    flat("bad value for option alarms: alarm ~0p has no ~p (expected ~s)",
+    flat("bad value for option alarms: alarm ~0p has no ~w (expected ~s)",
          [Name, K, expected(K)]);
 format_error({Name, {bad_value, K, V}}) ->
-    flat("bad value for option alarms: alarm ~0p's ~p is ~0p (expected ~s)",
+    flat("bad value for option alarms: alarm ~0p's ~w is ~0p (expected ~s)",
          [Name, K, V, expected(K)]);
 format_error(Why) ->
     flat("bad value for option alarms: ~0p", [Why]).
@@ -123,8 +123,9 @@ expected(callback) -> "a fun of 4 arguments: listener name, alarm name, the list
 expected(cooldown) -> "an integer 0.." ++ integer_to_list(?MAX_COOLDOWN) ++
                           " (ms between two firings; default 5000)".
 
+%% (values in the syntax of the language running: sluice_syntax)
 flat(Format, Args) ->
-    lists:flatten(io_lib:format(Format, Args)).
+    sluice_syntax:format(Format, Args).
 
 %%% The process --------------------------------------------------------
 

@@ -142,7 +142,7 @@ format_error(not_a_socket) ->
     "not a socket: a gen_tcp listen socket for transport inet or ssl, a socket:socket() "
         "for transport socket";
 format_error({not_tcp, Driver}) ->
-    lists:flatten(io_lib:format("a port of driver ~s, not a TCP socket", [Driver]));
+    sluice_syntax:format("a port of driver ~s, not a TCP socket", [Driver]);
 format_error(not_tcp_ip) ->
     "the socket is not on TCP over IPv4 or IPv6 (a Unix socket's path goes in ip => "
         "{local, Path})";
@@ -153,17 +153,17 @@ format_error(inet_backend_socket) ->
     "a gen_tcp socket on {inet_backend, socket}: give a gen_tcp socket of the inet driver "
         "(the default backend), or a socket:socket() with transport => socket";
 format_error({for_transport, T}) ->
-    lists:flatten(io_lib:format("a socket of the kind transport ~p takes (~s), not this "
-                                "listener's transport's", [T, kind(T)]));
+    sluice_syntax:format("a socket of the kind transport ~w takes (~s), not this "
+                         "listener's transport's", [T, kind(T)]);
 format_error({transport, T}) ->
-    lists:flatten(io_lib:format("transport ~p takes no listen_socket: a transport of one's "
-                                "own opens its sockets in its listen/2", [T]));
+    sluice_syntax:format("transport ~p takes no listen_socket: a transport of one's "
+                         "own opens its sockets in its listen/2", [T]);
 format_error(not_owner) ->
     "the caller does not own the socket: call start_listener/2 from its owner (the process "
         "that opened it, or that it was given to with controlling_process), which hands it "
         "to the listener";
 format_error(Other) ->
-    lists:flatten(io_lib:format("~0p", [Other])).
+    sluice_syntax:format("~0p", [Other]).
 
 kind(socket) -> "a socket:socket()";
 kind(_) -> "a gen_tcp listen socket".

@@ -809,21 +809,26 @@ format_address(IP, Port) ->
     inet:ntoa(IP) ++ ":" ++ integer_to_list(Port).
 
 %% @doc A one-line, human description of a validation error.
+%%
+%% The sentences are made by sluice_syntax:format/2, which shows a `~p'
+%% term in the syntax of the language running (Elixir's where Elixir
+%% runs): a value or key the user gave, or one to give, goes in `~p'; an
+%% option's name the prose uses goes in `~w', bare in either language.
 -spec format_error(term()) -> string().
 format_error({unknown_option, K}) ->
     %% With what it was probably meant to be: a thousand_island name, a
     %% typo's nearest option, a string where an atom goes.
-    lists:flatten(io_lib:format("unknown option ~p~s",
-                                [K, sluice_opts_hint:unknown(K, known())]));
+    sluice_syntax:format("unknown option ~p~s",
+                         [K, sluice_opts_hint:unknown(K, known())]);
 format_error({missing_option, K}) ->
-    lists:flatten(io_lib:format("missing option ~p", [K]));
+    sluice_syntax:format("missing option ~w", [K]);
 format_error({bad_option, socket_opts, O}) ->
     case misplaced(O) of
         {true, Hint} ->
-            lists:flatten(io_lib:format("bad value for option socket_opts: ~0p (~s)", [O, Hint]));
+            sluice_syntax:format("bad value for option socket_opts: ~0p (~s)", [O, Hint]);
         false ->
-            lists:flatten(io_lib:format("bad value for option socket_opts: ~0p (expected ~s)",
-                                        [O, expected(socket_opts)]))
+            sluice_syntax:format("bad value for option socket_opts: ~0p (expected ~s)",
+                                 [O, expected(socket_opts)])
     end;
 format_error({bad_option, handler, H = {M, _}}) when is_atom(M) ->
     %% A module that is not there (a typo, an Elixir alias without its
@@ -831,9 +836,9 @@ format_error({bad_option, handler, H = {M, _}}) when is_atom(M) ->
     %% implements the behaviour" sent readers to check a module that does.
     case code:which(M) of
         non_existing ->
-            lists:flatten(io_lib:format("bad value for option handler: ~0p (module ~p not "
-                                        "found: not compiled, or not on the code path)",
-                                        [H, M]));
+            sluice_syntax:format("bad value for option handler: ~0p (module ~p not "
+                                 "found: not compiled, or not on the code path)",
+                                 [H, M]);
         _ ->
             %% A thousand_island handler or a ranch protocol is said as
             %% one: the generic words sent its porter to check exports
@@ -842,28 +847,28 @@ format_error({bad_option, handler, H = {M, _}}) when is_atom(M) ->
                         none -> "expected " ++ expected(handler);
                         Hint -> Hint
                     end,
-            lists:flatten(io_lib:format("bad value for option handler: ~0p (~s)", [H, Words]))
+            sluice_syntax:format("bad value for option handler: ~0p (~s)", [H, Words])
     end;
 format_error({bad_option, framing, Spec}) ->
     %% The spec's shape may be right and one of its options wrong (a
     %% negative max, an unknown key): sluice_frame:new/1 says which, where
     %% the list of every spec's shape would leave the reader to find it.
-    lists:flatten(io_lib:format("bad value for option framing: ~0p (~s)",
-                                [Spec, framing_error(sluice_frame:new(Spec))]));
+    sluice_syntax:format("bad value for option framing: ~0p (~s)",
+                         [Spec, framing_error(sluice_frame:new(Spec))]);
 format_error({bad_option, tls_opts, {transport, socket} = V}) ->
-    lists:flatten(io_lib:format("bad value for option tls_opts: ~0p (tls_opts are for "
-                                "transport ssl, or for STARTTLS on transport inet: OTP's "
-                                "ssl cannot run over a socket of transport socket)", [V]));
+    sluice_syntax:format("bad value for option tls_opts: ~0p (tls_opts are for "
+                         "transport ssl, or for STARTTLS on transport inet: OTP's "
+                         "ssl cannot run over a socket of transport socket)", [V]);
 format_error({bad_option, tls_opts, {transport, T} = V}) ->
-    lists:flatten(io_lib:format("bad value for option tls_opts: ~0p (transport ~p says it "
-                                "runs no TLS: its tls/0 is none)", [V, T]));
+    sluice_syntax:format("bad value for option tls_opts: ~0p (transport ~p says it "
+                         "runs no TLS: its tls/0 is none)", [V, T]);
 format_error({bad_option, tls_opts, {no_tls13_signature, _} = Why}) ->
     tls13_error(Why, "");
 format_error({bad_option, tls_opts, {no_tls13_signature, _, _} = Why}) ->
     tls13_error(Why, "");
 format_error({bad_option, tls_opts, {sni_hosts, Host, Refusal} = Why})
   when element(1, Refusal) =:= no_tls13_signature ->
-    tls13_error(Why, Refusal, io_lib:format("for sni_hosts' host ~0p, ", [Host]));
+    tls13_error(Why, Refusal, sluice_syntax:format("for sni_hosts' host ~0p, ", [Host]));
 format_error({bad_option, tls_opts, Why}) ->
     %% The generic words name a certificate and its key, which misled
     %% where the fault is elsewhere (an sni_hosts name as an Elixir
@@ -872,29 +877,29 @@ format_error({bad_option, tls_opts, Why}) ->
                none -> "expected " ++ expected(tls_opts);
                Words -> Words
            end,
-    lists:flatten(io_lib:format("bad value for option tls_opts: ~0p (~s)", [Why, Hint]));
+    sluice_syntax:format("bad value for option tls_opts: ~0p (~s)", [Why, Hint]);
 format_error({bad_option, listen_socket, Why}) ->
-    lists:flatten(io_lib:format("bad value for option listen_socket: ~s",
-                                [sluice_listen_socket:format_error(Why)]));
+    sluice_syntax:format("bad value for option listen_socket: ~s",
+                         [sluice_listen_socket:format_error(Why)]);
 format_error({bad_option, alarms, Why}) ->
     sluice_alarms:format_error(Why);
 format_error({bad_option, K, V}) ->
-    lists:flatten(io_lib:format("bad value for option ~p: ~0p (expected ~s)~s",
-                                [K, V, expected(K),
-                                 sluice_opts_hint:string_value(K, V, fun(C) -> accepts(K, C) end)]));
+    sluice_syntax:format("bad value for option ~w: ~0p (expected ~s)~s",
+                         [K, V, expected(K),
+                          sluice_opts_hint:string_value(K, V, fun(C) -> accepts(K, C) end)]);
 format_error({not_for_local, port, Port}) ->
-    lists:flatten(io_lib:format("bad value for option port: ~0p (a Unix socket, ip => "
-                                "{local, Path}, has no port: leave port out, or 0)", [Port]));
+    sluice_syntax:format("bad value for option port: ~0p (a Unix socket, ip => "
+                         "{local, Path}, has no port: leave port out, or 0)", [Port]);
 format_error({not_for_local, reuseport, _}) ->
     "reuseport does not apply to a Unix socket (ip => {local, Path}): a path is bound by "
     "one socket only, and cannot be shared with another listener or process";
 format_error({not_with_listen_socket, K, V}) ->
-    lists:flatten(io_lib:format("option ~p => ~0p does not apply with listen_socket: the socket "
-                                "given already listens, on the address, port and backlog it "
-                                "was opened with, alone; leave ~p out", [K, V, K]));
+    sluice_syntax:format("option ~w => ~0p does not apply with listen_socket: the socket "
+                         "given already listens, on the address, port and backlog it "
+                         "was opened with, alone; leave ~w out", [K, V, K]);
 format_error({ssl_not_started, Reason}) ->
-    lists:flatten(io_lib:format("transport ssl needs OTP's ssl application, which could not "
-                                "be started: ~0p", [Reason]));
+    sluice_syntax:format("transport ssl needs OTP's ssl application, which could not "
+                         "be started: ~0p", [Reason]);
 format_error(not_a_map) ->
     "options must be a map or a proplist";
 format_error({post_listen, closed}) ->
@@ -902,19 +907,19 @@ format_error({post_listen, closed}) ->
     "the post_listen fun left a listen socket closed (it must not close the socket or give "
     "it away; the listener's sockets were closed)";
 format_error({post_listen, Reason}) ->
-    lists:flatten(io_lib:format("the post_listen fun failed on a listen socket: ~0p "
-                                "(the listener's sockets were closed)", [Reason]));
+    sluice_syntax:format("the post_listen fun failed on a listen socket: ~0p "
+                         "(the listener's sockets were closed)", [Reason]);
 format_error({not_changeable, K}) ->
     %% set_transport_opts/2's refusal: which options it does change, which
     %% "{not_changeable,post_listen}" left to the docs.
-    lists:flatten(io_lib:format("option ~p cannot be changed while the listener runs: "
-                                "set_transport_opts/2 changes max_connections, alarms, tls_opts and "
-                                "handshake_timeout where connections run TLS, proxy_timeout "
-                                "and proxy_max_size with proxy_protocol, and (from the next "
-                                "resume) port, ip of the same kind, backlog, reuseport, "
-                                "num_listen_sockets, num_acceptors, socket_opts and "
-                                "post_listen; for the others stop the listener and start it "
-                                "again", [K]));
+    sluice_syntax:format("option ~w cannot be changed while the listener runs: "
+                         "set_transport_opts/2 changes max_connections, alarms, tls_opts and "
+                         "handshake_timeout where connections run TLS, proxy_timeout "
+                         "and proxy_max_size with proxy_protocol, and (from the next "
+                         "resume) port, ip of the same kind, backlog, reuseport, "
+                         "num_listen_sockets, num_acceptors, socket_opts and "
+                         "post_listen; for the others stop the listener and start it "
+                         "again", [K]);
 format_error(listen_socket_closed) ->
     %% resume/1's answer
     "the listener's listen_socket was closed by another process: the listener cannot open "
@@ -929,7 +934,7 @@ format_error(Posix) when is_atom(Posix) ->
         Text -> Text
     end;
 format_error(Other) ->
-    lists:flatten(io_lib:format("~p", [Other])).
+    sluice_syntax:format("~p", [Other]).
 
 %% The words for sluice_tls_key's refusal, by case: a key TLS 1.3 cannot
 %% sign with at all (another curve, DSA) needs another key, or TLS 1.2
@@ -941,42 +946,43 @@ tls13_error(Why, For) ->
     tls13_error(Why, Why, For).
 
 tls13_error(Why, Refusal, For) ->
-    lists:flatten(io_lib:format("bad value for option tls_opts: ~0p (~s~s)",
-                                [Why, For, no_tls13_signature(Refusal)])).
+    sluice_syntax:format("bad value for option tls_opts: ~0p (~s~s)",
+                         [Why, For, no_tls13_signature(Refusal)]).
 
 no_tls13_signature({no_tls13_signature, Taken, Keys}) when length(Keys) > 0 ->
-    io_lib:format("of certs_keys' certificates (keys: ~s), ssl signs a TLS 1.3 handshake with "
-                  "the one it ranks first (EdDSA, then ECDSA by curve, largest first, then "
-                  "RSASSA-PSS, then RSA; never DSA), whether or not its key can sign. Here ~s. Or "
-                  "take that certificate out of certs_keys",
-                  [lists:join("; ", [key_name(K) || K <- Keys]),
-                   no_tls13_signature({no_tls13_signature, Taken})]);
+    sluice_syntax:format("of certs_keys' certificates (keys: ~s), ssl signs a TLS 1.3 "
+                         "handshake with the one it ranks first (EdDSA, then ECDSA by curve, "
+                         "largest first, then RSASSA-PSS, then RSA; never DSA), whether or not "
+                         "its key can sign. Here ~s. Or take that certificate out of certs_keys",
+                         [lists:join("; ", [key_name(K) || K <- Keys]),
+                          no_tls13_signature({no_tls13_signature, Taken})]);
 no_tls13_signature({no_tls13_signature, Key}) ->
     case tls13_scheme(Key) of
         none ->
-            io_lib:format("the certificate's key, ~s, can sign none of the TLS 1.3 signature "
-                          "schemes: every TLS 1.3 handshake would fail with "
-                          "insufficient_security. TLS 1.3 signs with ECDSA on secp256r1, "
-                          "secp384r1 or secp521r1, RSA (rsa_pss_*) or EdDSA, and no DSA; use "
-                          "such a key, or {versions, ['tlsv1.2']} for clients that accept this "
-                          "one over TLS 1.2", [key_name(Key)]);
+            sluice_syntax:format("the certificate's key, ~s, can sign none of the TLS 1.3 "
+                                 "signature schemes: every TLS 1.3 handshake would fail with "
+                                 "insufficient_security. TLS 1.3 signs with ECDSA on secp256r1, "
+                                 "secp384r1 or secp521r1, RSA (rsa_pss_*) or EdDSA, and no DSA; "
+                                 "use such a key, or {versions, ['tlsv1.2']} for clients that "
+                                 "accept this one over TLS 1.2", [key_name(Key)]);
         Scheme ->
-            io_lib:format("the certificate's key, ~s, can sign TLS 1.3, but signature_algs "
-                          "leaves out its scheme, ~p: every TLS 1.3 handshake would fail with "
-                          "insufficient_security. The key is fine: add ~p to signature_algs, "
-                          "or leave signature_algs out (ssl's default offers it)",
-                          [key_name(Key), Scheme, Scheme])
+            sluice_syntax:format("the certificate's key, ~s, can sign TLS 1.3, but "
+                                 "signature_algs leaves out its scheme, ~p: every TLS 1.3 "
+                                 "handshake would fail with insufficient_security. The key is "
+                                 "fine: add ~p to signature_algs, or leave signature_algs out "
+                                 "(ssl's default offers it)",
+                                 [key_name(Key), Scheme, Scheme])
     end;
 no_tls13_signature(Other) ->
-    io_lib:format("~0p", [Other]).
+    sluice_syntax:format("~0p", [Other]).
 
-key_name({ecdsa, Curve}) -> io_lib:format("ECDSA on ~p", [Curve]);
+key_name({ecdsa, Curve}) -> sluice_syntax:format("ECDSA on ~w", [Curve]);
 key_name(dsa) -> "DSA";
 key_name(rsa) -> "RSA";
 key_name(rsa_pss) -> "RSASSA-PSS";
 key_name(ed25519) -> "Ed25519";
 key_name(ed448) -> "Ed448";
-key_name(Other) -> io_lib:format("~0p", [Other]).
+key_name(Other) -> sluice_syntax:format("~0p", [Other]).
 
 %% The TLS 1.3 scheme (RFC 8446, 4.2.3) that signs with a key, `none'
 %% where TLS 1.3 has none (the other curves; brainpool's only on an ssl
@@ -992,9 +998,9 @@ tls13_scheme(_) -> none.
 
 %% What is wrong in a framing spec, from sluice_frame:new/1's error.
 framing_error({error, {unknown_option, K}}) ->
-    io_lib:format("unknown framing option ~0p; expected ~s", [K, framing_opts()]);
+    sluice_syntax:format("unknown framing option ~0p; expected ~s", [K, framing_opts()]);
 framing_error({error, {bad_option, K, V}}) ->
-    io_lib:format("framing option ~p: ~0p; expected ~s", [K, V, framing_opt(K)]);
+    sluice_syntax:format("framing option ~w: ~0p; expected ~s", [K, V, framing_opt(K)]);
 framing_error(_) ->
     "expected " ++ expected(framing).
 
@@ -1015,8 +1021,8 @@ framing_opt(includes_header) -> "true or false".
 misplaced({K, V}) when is_atom(K) ->
     case maps:is_key(K, defaults()) of
         true ->
-            {true, lists:flatten(io_lib:format("~p is a listener option, not a socket option: "
-                                               "~p => ~0p beside handler", [K, K, V]))};
+            {true, sluice_syntax:format("~w is a listener option, not a socket option: "
+                                        "~w => ~0p beside handler", [K, K, V])};
         false ->
             libraries(K)
     end;
@@ -1030,16 +1036,16 @@ libraries(K) when K =:= packet; K =:= packet_size; K =:= line_delimiter ->
            "{length, N}, {split, Fun})"};
 libraries(K) when K =:= binary; K =:= list; K =:= mode; K =:= header; K =:= deliver;
               K =:= reuseaddr; K =:= exit_on_close; K =:= show_econnreset ->
-    {true, lists:flatten(io_lib:format("~p is the library's: it sets the sockets' mode, "
-                                       "delivery and address reuse itself (handlers get "
-                                       "binaries)", [K]))};
+    {true, sluice_syntax:format("~w is the library's: it sets the sockets' mode, "
+                                "delivery and address reuse itself (handlers get "
+                                "binaries)", [K])};
 libraries(K) when K =:= certfile; K =:= keyfile; K =:= cacertfile; K =:= cert; K =:= key;
                   K =:= cacerts; K =:= certs_keys; K =:= password; K =:= verify;
                   K =:= versions; K =:= ciphers; K =:= alpn_preferred_protocols;
                   K =:= fail_if_no_peer_cert; K =:= sni_fun; K =:= sni_hosts ->
     %% ranch_ssl's socket_opts hold these
-    {true, lists:flatten(io_lib:format("~p is an ssl option: tls_opts, with transport => ssl",
-                                       [K]))};
+    {true, sluice_syntax:format("~w is an ssl option: tls_opts, with transport => ssl",
+                                [K])};
 libraries(K) when K =:= inet; K =:= inet6; K =:= inet_backend ->
     {true, "the address family follows the listener's ip option, the backend its "
            "transport option (inet or socket)"};

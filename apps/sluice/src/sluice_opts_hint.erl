@@ -47,7 +47,7 @@ unknown(K, Known) when is_atom(K) ->
     Name = string:replace(atom_to_list(K), "_options", "_opts"),
     case nearest(lists:flatten(Name), Known) of
         none -> "";
-        Option -> lists:flatten(io_lib:format(" (did you mean ~p?)", [Option]))
+        Option -> sluice_syntax:format(" (did you mean ~p?)", [Option])
     end;
 unknown(_K, _Known) ->
     "".
@@ -56,7 +56,7 @@ unknown(_K, _Known) ->
 %% "unknown option <<\"port\">>" did not say that the name was right.
 as_atom(Name, Known) ->
     case [K || K <- Known, atom_to_list(K) =:= Name] of
-        [K | _] -> lists:flatten(io_lib:format(" (option names are atoms: ~p)", [K]));
+        [K | _] -> sluice_syntax:format(" (option names are atoms: ~p)", [K]);
         [] -> ""
     end.
 
@@ -114,16 +114,16 @@ handler(M) ->
     case {Has({handle_connection, 2}) orelse Has({handle_data, 3}),
           Has({start_link, 3}) orelse Has({start_link, 4})} of
         {true, _} ->
-            lists:flatten(io_lib:format(
-                            "~p looks like a thousand_island handler (handle_connection/2, "
-                            "handle_data/3): a sluice handler exports init/2 and "
-                            "handle_data/2, without the socket, and returns what to send "
-                            "(docs/from-ranch.md)", [M]));
+            sluice_syntax:format(
+              "~p looks like a thousand_island handler (handle_connection/2, "
+              "handle_data/3): a sluice handler exports init/2 and "
+              "handle_data/2, without the socket, and returns what to send "
+              "(docs/from-ranch.md)", [M]);
         {false, true} ->
-            lists:flatten(io_lib:format(
-                            "~p looks like a ranch protocol (start_link/3): a sluice handler exports "
-                            "init/2 and handle_data/2, and sluice runs the receive loop "
-                            "(docs/from-ranch.md)", [M]));
+            sluice_syntax:format(
+              "~p looks like a ranch protocol (start_link/3): a sluice handler exports "
+              "init/2 and handle_data/2, and sluice runs the receive loop "
+              "(docs/from-ranch.md)", [M]);
         {false, false} ->
             none
     end.
@@ -132,8 +132,8 @@ handler(M) ->
 %% when the reason alone would mislead; `none' otherwise.
 -spec tls(term()) -> string() | none.
 tls({unknown_option, K}) ->
-    lists:flatten(io_lib:format("~p is not an ssl server option; socket options go in "
-                                "socket_opts", [K]));
+    sluice_syntax:format("~p is not an ssl server option; socket options go in "
+                         "socket_opts", [K]);
 tls({sni_hosts, Hosts}) when is_list(Hosts) ->
     %% An Elixir string ("example.com") is a binary; ssl takes host names
     %% as charlists and refuses the whole option without saying which.
@@ -178,9 +178,10 @@ string_value(K, V, Accepts) ->
 string_hint(ip, Text, _Binary, Accepts) ->
     case inet:parse_address(Text) of
         {ok, IP} ->
-            offered(Accepts, IP, io_lib:format("; a string: an address is a tuple, ~0p here "
-                                               "(inet:parse_address/1; Elixir: "
-                                               ":inet.parse_address(~~c\"~ts\"))", [IP, Text]));
+            offered(Accepts, IP,
+                    sluice_syntax:format("; a string: an address is a tuple, ~0p here "
+                                         "(inet:parse_address/1; Elixir: "
+                                         ":inet.parse_address(~~c\"~ts\"))", [IP, Text]));
         {error, _} when hd(Text) =:= $/ ->
             "; a string: a Unix socket's path goes in {local, Path} (Elixir: {:local, path})";
         {error, _} ->

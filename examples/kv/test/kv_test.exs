@@ -117,7 +117,7 @@ defmodule KVTest do
     assert e.message =~ "bad value for option port: 70000 (expected an integer 0..65535"
     assert e.reason == {:bad_option, :port, 70_000}
 
-    assert_raise ArgumentError, ~r/^unknown option prot /, fn ->
+    assert_raise ArgumentError, ~r/^unknown option :prot \(did you mean :port\?\)/, fn ->
       Supervisor.child_spec({:sluice, prot: 1, handler: {KV, nil}}, [])
     end
 
