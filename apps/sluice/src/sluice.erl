@@ -21,6 +21,7 @@
 -export([procs/2, wait_for_connections/3, wait_for_connections/4,
          wait_for_connections/5]).
 -export([adopt/2, adopt/3]).
+-export([drain_child_spec/2]).
 
 -export_type([conn/0, name/0, sockopt/0, sockopt_name/0, dest/0, address/0, drain_time/0]).
 
@@ -200,6 +201,33 @@ bad_options(Reason) ->
                    '__exception__' => true,
                    message => unicode:characters_to_binary(format_error(Reason)),
                    reason => Reason}).
+
+%% @doc A child spec for the user's supervisor that drains `Listeners'
+%% (a list of names) when that supervisor stops it: put it after them in
+%% the child list, and a release's stop (init:stop/0, SIGTERM,
+%% application:stop/1) or the supervisor's own shutdown drains them, all
+%% at once, for up to `DrainTime' (as drain/2 takes it) before the
+%% supervisor stops them. Children stop in reverse order: one placed
+%% before a listener would drain it after it is gone. Without it a
+%% listener stopped by its supervisor shuts its connections down at once
+%% (shutdown_timeout for handlers that trap exits), without
+%% handle_drain/1. Its shutdown outlasts the drain (`DrainTime' + 2000 ms,
+%% `infinity' with `infinity'). The child stopped alone (terminate_child)
+%% drains too, and leaves its listeners suspended (resume/1 serves
+%% again). Raises `badarg' for what is not a list or a drain time.
+-spec drain_child_spec([name()], drain_time()) -> supervisor:child_spec().
+drain_child_spec(Listeners, DrainTime) when is_list(Listeners) ->
+    Shutdown = case drain_ms(Listeners, DrainTime) + 2000 of
+                   Ms when DrainTime =/= infinity, Ms =< 16#ffffffff -> Ms;
+                   _ -> infinity
+               end,
+    #{id => {sluice_drainer, Listeners},
+      start => {sluice_drainer, start_link, [Listeners, DrainTime]},
+      type => worker,
+      shutdown => Shutdown,
+      modules => [sluice_drainer]};
+drain_child_spec(Listeners, DrainTime) ->
+    erlang:error(badarg, [Listeners, DrainTime]).
 
 %% Under sluice_sup, a listener on a socket of the user's is not restarted
 %% if its supervisor dies: the socket, whose owner that supervisor was,

@@ -41,6 +41,9 @@
          resume_after_drain_serves_new_connections/1,
          drain_leaves_nothing_held_once_its_connections_are_gone/1,
          port_can_be_bound_again_right_after_stop/1,
+         drain_child_drains_its_listeners_before_they_stop/1,
+         drain_child_spec_checks_its_arguments/1,
+         drain_child_says_what_its_deadline_closed/1,
          two_listen_sockets_share_the_port/1]).
 
 -define(LOOPBACK, {127, 0, 0, 1}).
@@ -59,7 +62,8 @@ groups() ->
     [{options, [], [bad_options_are_rejected_with_clear_errors, start_errors_are_reported,
                     address_not_the_hosts_is_a_plain_error_on_port_zero,
                     child_spec_embeds_listener_in_user_supervisor, port_zero_gives_real_port,
-                    info_of_a_stopped_listener_is_not_found]},
+                    info_of_a_stopped_listener_is_not_found,
+                    drain_child_spec_checks_its_arguments]},
      {running, [], [suspend_refuses_new_keeps_existing_and_resume_reuses_port,
                     resume_on_a_port_taken_meanwhile_is_a_plain_error,
                     suspended_stays_so_when_its_connection_supervisors_restart,
@@ -75,7 +79,9 @@ groups() ->
                   drain_at_a_handler_starting_drains_it,
                   resume_after_drain_serves_new_connections,
                   drain_leaves_nothing_held_once_its_connections_are_gone,
-                  port_can_be_bound_again_right_after_stop]},
+                  port_can_be_bound_again_right_after_stop,
+                  drain_child_drains_its_listeners_before_they_stop,
+                  drain_child_says_what_its_deadline_closed]},
      {drain_modes, [], [{group, M} || M <- [active_false, active_once, active_100, active_true]]},
      {active_false, [], [drain_flushes_mailbox_then_fin]},
      {active_once, [], [drain_flushes_mailbox_then_fin]},
@@ -386,6 +392,98 @@ stop_sup(Sup) ->
     receive {'DOWN', MRef, process, Sup, _} -> ok
     after 10000 -> error(user_sup_stuck)
     end.
+
+%% sluice:drain_child_spec/2 after two embedded listeners: stopping
+%% their supervisor (what a release's stop does) drains both first, at
+%% once: each handler gets handle_drain/1 and says goodbye, and carries
+%% on, so a drain after the other would reach the second listener only
+%% at the first's deadline, 5 s later. Once the clients close, the
+%% supervisor stops the listeners. Without the drain child the same stop
+%% shut the connections down with no handle_drain/1 and no goodbye.
+drain_child_drains_its_listeners_before_they_stop(Config) ->
+    Name = ?config(name, Config),
+    Names = [{Name, a}, {Name, b}],
+    Handler = {sluice_test_handler, #{test_pid => self(), on_drain => {reply, <<"bye\n">>}}},
+    Specs = [sluice:child_spec(L, #{ip => ?LOOPBACK, port => 0, handler => Handler,
+                                    transport => sluice_test_lib:transport()}) || L <- Names]
+        ++ [sluice:drain_child_spec(Names, 5000)],
+    {ok, Sup} = supervisor:start_link(sluice_test_sup, Specs),
+    unlink(Sup),
+    try
+        Socks = [connect(sluice_test_lib:port(L)) || L <- Names],
+        ?assert(lists:all(fun echo_ok/1, Socks)),
+        Conns = lists:sort([receive {sluice_test_handler, {init, P}} -> P after 2000 -> none end
+                            || _ <- Socks]),
+        MRef = erlang:monitor(process, Sup),
+        exit(Sup, shutdown),
+        [?assertEqual({ok, <<"bye\n">>}, gen_tcp:recv(S, 0, 2500)) || S <- Socks],
+        Drained = lists:sort([receive {sluice_test_handler, {drain, P}} -> P
+                              after 2000 -> none end || _ <- Socks]),
+        ?assertEqual(Conns, Drained),
+        %% drained, not yet stopped: suspended, still serving
+        [?assertMatch(#{status := suspended, connections := 1}, sluice:info(L)) || L <- Names],
+        ?assert(lists:all(fun echo_ok/1, Socks)),
+        [gen_tcp:close(S) || S <- Socks],
+        Terminated = lists:sort([receive {sluice_test_handler, {terminate, P, _}} -> P
+                                 after 2000 -> none end || _ <- Socks]),
+        ?assertEqual(Conns, Terminated),
+        receive {'DOWN', MRef, process, Sup, _} -> ok
+        after 4000 -> error(user_sup_stuck)
+        end,
+        [?assertEqual({error, not_found}, sluice:info(L)) || L <- Names]
+    after
+        is_process_alive(Sup) andalso stop_sup(Sup)
+    end.
+
+%% A client that keeps its side open after the drain's FIN holds the
+%% stop until the deadline, no longer; the log then says so, in one line
+%% of sluice's domain: at a release's stop, the connections cut.
+drain_child_says_what_its_deadline_closed(Config) ->
+    Name = ?config(name, Config),
+    Spec = sluice:child_spec(Name, #{ip => ?LOOPBACK, port => 0,
+                                     handler => {sluice_proto_echo, []},
+                                     transport => sluice_test_lib:transport()}),
+    {ok, Sup} = supervisor:start_link(sluice_test_sup,
+                                      [Spec, sluice:drain_child_spec([Name], 500)]),
+    unlink(Sup),
+    ok = sluice_log_forwarder:start(self()),
+    try
+        {ok, S} = sluice_test_lib:connect(sluice_test_lib:port(Name), [{exit_on_close, false}]),
+        ?assert(echo_ok(S)),
+        T0 = erlang:monotonic_time(millisecond),
+        stop_sup(Sup),
+        Ms = erlang:monotonic_time(millisecond) - T0,
+        ?assert(Ms >= 450, {stop_took, Ms}),
+        receive
+            {log, notice, Text, #{domain := [sluice]}} ->
+                ?assertNotEqual(nomatch, string:find(Text, "1 connection still open at the "
+                                                           "drain's deadline"), Text)
+        after 2000 -> error(no_log_line)
+        end,
+        gen_tcp:close(S)
+    after
+        sluice_log_forwarder:stop(),
+        is_process_alive(Sup) andalso stop_sup(Sup)
+    end.
+
+%% drain_child_spec/2 takes a list of names and a drain time as drain/2
+%% does (`badarg' otherwise); its shutdown outlasts the drain. A listener
+%% it names that is not there holds nothing up: its supervisor stops at
+%% once.
+drain_child_spec_checks_its_arguments(_Config) ->
+    ?assertMatch(#{shutdown := 3000, type := worker}, sluice:drain_child_spec([kv], 1000)),
+    ?assertMatch(#{shutdown := infinity}, sluice:drain_child_spec([kv], infinity)),
+    ?assertMatch(#{shutdown := infinity}, sluice:drain_child_spec([kv], 16#ffffffff)),
+    ?assertError(badarg, sluice:drain_child_spec(kv, 1000)),
+    ?assertError(badarg, sluice:drain_child_spec([kv], -1)),
+    ?assertError(badarg, sluice:drain_child_spec([kv], 1 bsl 32)),
+    ?assertError(badarg, sluice:drain_child_spec([kv], 1.5)),
+    {ok, Sup} = supervisor:start_link(sluice_test_sup,
+                                      [sluice:drain_child_spec([{?MODULE, absent}], 60000)]),
+    unlink(Sup),
+    T0 = erlang:monotonic_time(millisecond),
+    stop_sup(Sup),
+    ?assert(erlang:monotonic_time(millisecond) - T0 < 5000).
 
 %% Asked for port 0, the listener binds a free port and info/1 shows it (not
 %% 0): that is the port that answers.

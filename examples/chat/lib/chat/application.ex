@@ -15,8 +15,9 @@ defmodule Chat.Application do
       {:sluice, name: Chat.TCP, port: env[:port], handler: handler, framing: {:line, max: 4096}},
       {:sluice, name: Chat.TLS, port: env[:tls_port], handler: handler, framing: {:line, max: 4096},
        transport: :ssl, tls_opts: tls_opts},
-      # Last, so stopped first: drains both listeners before they stop.
-      Supervisor.child_spec({Chat.Drainer, {[Chat.TCP, Chat.TLS], 2_000}}, shutdown: 4_000)
+      # Last, so stopped first: drains both listeners, at once, before
+      # they stop (its shutdown outlasts the drain).
+      :sluice.drain_child_spec([Chat.TCP, Chat.TLS], 2_000)
     ]
 
     Supervisor.start_link(children, strategy: :one_for_one, name: Chat.Supervisor)
