@@ -330,6 +330,10 @@ int main(int argc, char **argv)
     engine_join(&r);
     if (stdout_gone)
         return 128 + SIGPIPE;
+    /* the rounds the threads finished as the run ended, before the
+     * result: every round is said live (README.md, --progress-json) */
+    if (cfg.progress_json && pinging_sc(cfg.scenario))
+        ping_live_rounds(&r, stdout, &live_round);
     listen_counters_read(&r.kafter);
     double secs = 0;
     if (mstart) {

@@ -224,7 +224,13 @@ static void ping_readable(struct worker *w, struct conn *c, uint64_t now)
 static void ping_finish(struct worker *w, uint64_t now)
 {
     (void)now;
-    flush_round(w, w->sw);
+    struct ping_worker *p = w->sw;
+    flush_round(w, p);
+    /* Every round is final now, the last ones too: a round was flushed
+     * only by an event in the next one, so the last round was never
+     * reported live, nor one whose flush came in the window's last
+     * moments (a thread that started late, a loaded host). */
+    atomic_store_explicit(&p->flushed, p->nrounds, memory_order_release);
 }
 
 static uint64_t ping_errors(const struct worker *w)

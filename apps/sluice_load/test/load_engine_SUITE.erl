@@ -478,9 +478,11 @@ eaddrnotavail_says_which_limit(Config) ->
 sigterm_reports_the_run_as_interrupted(Config) ->
     Port = start_ref(Config, ["--protocol", "ping"]),
     Json = json_path(Config),
+    %% (signalled a second into the window: pings were measured)
     {Status, Out} = interrupted(Config, ["--scenario", "ping", "--port", Port, "--conns", "2",
                                          "--interval", "100", "--duration", "30",
-                                         "--json", Json]),
+                                         "--json", Json],
+                                {<<"\"phase\":\"window\"">>, 2}),
     ?assertEqual(0, Status),
     ?assertMatch({match, _}, re:run(Out, "s measured \\(interrupted\\)\n")),
     J = read_json(Json),
@@ -490,18 +492,38 @@ sigterm_reports_the_run_as_interrupted(Config) ->
                                "--interval", "100"]),
     ?assertEqual(false, get(Whole, interrupted)).
 
-%% sluice-load with Args, sent SIGTERM 0.7 s after its start: its status
-%% and its output (logged).
-interrupted(Config, Args) ->
+%% sluice-load with Args, sent SIGTERM once its --progress-json lines (a
+%% line a second, and one at each change of phase) have said `Needle'
+%% `N' times: its status and its output (logged). A SIGTERM 0.7 s after
+%% the start, as it was, came before the first ping of an engine slow to
+%% start (pings 0) on a loaded host.
+interrupted(Config, Args, {Needle, N}) ->
     P = open_port({spawn_executable, bin(Config, "sluice-load")},
-                  [{args, Args}, exit_status, binary, stderr_to_stdout, hide]),
+                  [{args, Args ++ ["--progress-json"]}, exit_status, binary,
+                   stderr_to_stdout, hide]),
     {os_pid, OsPid} = erlang:port_info(P, os_pid),
     sluice_load_test_lib:reap(Config, OsPid),
-    timer:sleep(700),
+    Before = output_until(P, Needle, N, [], erlang:monotonic_time(millisecond) + 15000),
     _ = os:cmd("kill -TERM " ++ itoa(OsPid)),
-    {Status, Out} = collect(P, [], erlang:monotonic_time(millisecond) + 10000),
+    {Status, After} = collect(P, [], erlang:monotonic_time(millisecond) + 10000),
+    Out = binary_to_list(Before) ++ After,
     ct:log("~s", [Out]),
     {Status, Out}.
+
+%% The output of port P up to the data in which `Needle' has been seen
+%% `N' times (the run is still going: it fails if the port exits first).
+output_until(P, Needle, N, Acc, Deadline) ->
+    Out = iolist_to_binary(lists:reverse(Acc)),
+    case length(binary:matches(Out, Needle)) >= N of
+        true -> Out;
+        false ->
+            Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
+            receive
+                {P, {data, D}} -> output_until(P, Needle, N, [D | Acc], Deadline);
+                {P, {exit_status, S}} -> ct:fail({exited_before, Needle, S, Out})
+            after Left -> ct:fail({no_output, Needle, N, Out})
+            end
+    end.
 
 %% SIGTERM while every connect is still pending (a listener whose accept
 %% queue is full: the kernel drops the SYNs, so the connects neither
@@ -520,8 +542,10 @@ sigterm_before_any_connection_is_not_exit_3(Config) ->
                              Self ! {filled, self()},
                              receive stop -> R end
                      end) || _ <- lists:seq(1, 3)],
+    %% (signalled once both connects are under way)
     {Status, Out} = interrupted(Config, ["--scenario", "ping", "--port", itoa(Port),
-                                         "--conns", "2", "--duration", "10"]),
+                                         "--conns", "2", "--duration", "10"],
+                                {<<"\"attempts\":2,">>, 1}),
     [exit(F, kill) || F <- Fillers],
     ok = gen_tcp:close(L),
     ?assertMatch({match, _}, re:run(Out, "connect: 0 established of 2 attempts")),

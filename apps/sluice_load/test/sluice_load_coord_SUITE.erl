@@ -15,6 +15,7 @@
          remote_nodes_get_the_cookie_off_the_command_line/1,
          a_missing_or_failing_ssh_is_one_line/1,
          scale_holds_connections_and_reports_server_memory/1,
+         a_hold_under_a_second_gets_its_server_scrape/1,
          bad_options_exit_2_with_one_line/1,
          sigterm_ends_the_run_with_a_report/1,
          sigterm_while_the_nodes_start_ends_the_run_with_a_report/1,
@@ -34,6 +35,7 @@ all() ->
      remote_hosts_path_with_a_stand_in_for_ssh, a_dotted_host_gets_long_node_names,
      remote_nodes_get_the_cookie_off_the_command_line, a_missing_or_failing_ssh_is_one_line,
      scale_holds_connections_and_reports_server_memory,
+     a_hold_under_a_second_gets_its_server_scrape,
      bad_options_exit_2_with_one_line, sigterm_ends_the_run_with_a_report,
      sigterm_while_the_nodes_start_ends_the_run_with_a_report,
      an_ssh_still_connecting_is_ended_with_the_run,
@@ -101,13 +103,24 @@ nodes_run_engines_on_local_peers(Config) ->
     [?assertMatch({match, _}, re:run(N, "^sluice_load_[0-9]+_e[12]@")) || N <- Nodes],
     ?assertEqual(60, get(established, get(connect, J))),
     ?assertEqual(0, get(timeouts_whole_run, J)),
-    %% the peers halted with the coordinator
-    [_, Host] = string:split(atom_to_list(node()), "@"),
-    ct:sleep(500),
-    Names = os:cmd("epmd -names"),
-    [?assertEqual(nomatch, string:find(Names, binary_to_list(hd(string:split(N, "@")))))
-     || N <- Nodes],
-    ct:log("host ~s; epmd: ~s", [Host, Names]).
+    %% the peers halted with the coordinator: epmd forgets a node when its
+    %% OS process has gone, a moment after the command's exit (peer:stop/1
+    %% waits for the node's disconnection, not for that), so polled
+    Names = [binary_to_list(hd(string:split(N, "@"))) || N <- Nodes],
+    ?assertEqual([], epmd_still_has(Names, erlang:monotonic_time(millisecond) + 10000)).
+
+%% The node names of `Names' that epmd still lists at `Deadline' ([] as
+%% soon as it lists none of them).
+epmd_still_has(Names, Deadline) ->
+    Listed = os:cmd("epmd -names"),
+    case [N || N <- Names, string:find(Listed, "name " ++ N ++ " ") =/= nomatch] of
+        [] -> [];
+        Left ->
+            case erlang:monotonic_time(millisecond) >= Deadline of
+                true -> ct:log("epmd: ~s", [Listed]), Left;
+                false -> timer:sleep(50), epmd_still_has(Names, Deadline)
+            end
+    end.
 
 %% --nodes host1,host2 goes through `--ssh CMD HOST erl ...': with a stand-in
 %% for ssh that runs the command here, the remote path starts real nodes
@@ -242,6 +255,21 @@ scale_holds_connections_and_reports_server_memory(Config) ->
     ?assertMatch({match, _}, re:run(Out, "^round 0: up 2000  pings [0-9]+  pongs [0-9]+  timeouts 0 .* p99 [0-9.]+ ",
                                     [multiline])),
     ?assertMatch({match, _}, re:run(Out, "\\(hold .*server: 2000 conns, 2.93 KiB BEAM, 8.00 KiB RSS per conn")).
+
+%% A hold of half a second still has a scrape of the server in it: the
+%% hold's scrapes came at the coordinator's one-a-second tick only, which
+%% lands anywhere in the second, so a short hold, or one whose tick's
+%% scrape was answered after its end (a slow host), had none ("server
+%% memory: no figures"). The hold's first scrape is now at its start.
+a_hold_under_a_second_gets_its_server_scrape(Config) ->
+    Port = start_ref(Config),
+    Url = start_metrics_stub(),
+    J = load_ok(Config, ["--scenario", "ping", "--port", Port, "--conns", "4",
+                         "--interval", "100", "--duration", "0.5", "--server-metrics", Url]),
+    Mem = get(server_memory, J),
+    ?assertMatch(#{<<"connections">> := 2000}, Mem),
+    ?assertEqual(3000.0, float(get(beam_bytes_per_conn, Mem))),
+    ?assert(get(scrapes, get(range, Mem)) >= 1).
 
 %% Bad options exit 2 with one line on stderr, before anything starts;
 %% the engine's own options are checked by the engine.
@@ -464,12 +492,18 @@ engine_starts_its_window_on_go(Config) ->
     Took = erlang:monotonic_time(millisecond) - Go,
     ?assert(Took >= 550 andalso Took < 3000, Took),
     ?assert(lists:any(fun(L) -> binary:match(L, <<"\"phase\":\"window\"">>) =/= nomatch end, Lines)),
-    ?assertMatch([_, _ | _], [L || <<"{\"round\":", _/binary>> = L <- Lines]),
     [Result] = [L || <<"{\"scenario\"", _/binary>> = L <- Lines],
     {ok, J} = sluice_json:decode(Result),
     ?assertEqual(0, get(exit_code, J)),
     ?assert(abs(get(duration_s, J) - 0.6) < 0.1),
-    ?assertEqual(3, length(get(rounds, J))).
+    ?assertEqual(3, length(get(rounds, J))),
+    %% every round came live as well, before the result, the last one
+    %% too: a round was said once a later one had begun in every thread,
+    %% so the last never was, nor one that a thread started late (a
+    %% loaded host) finished in the window's last moments
+    Live = [R || <<"{\"round\":", _/binary>> = L <- Lines, {ok, R} <- [sluice_json:decode(L)]],
+    ?assertEqual([0, 1, 2], [get(round, R) || R <- Live]),
+    ?assertEqual(get(rounds, J), Live).
 
 drain_lines(P, Until) ->
     receive {P, {data, {eol, L}}} -> [L | drain_lines(P, Until)]

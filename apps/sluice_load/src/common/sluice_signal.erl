@@ -20,8 +20,12 @@
 %% How long a SIGTERM kept by hold/0 waits for a command to install a
 %% handler before it does what OTP's does (init:stop/0): every command
 %% that acts on the signal installs within milliseconds of its start, and
-%% one that never does must still stop.
--define(UNCLAIMED_MS, 2000).
+%% one that never does must still stop. As long as sluice-run holds one
+%% for a VM that never says it can take signals (c_src/sluice_run.c): 2 s
+%% was a race on a loaded host, where loading and starting what `serve'
+%% needs can take longer, and a SIGTERM in its first moments stopped it
+%% without a listener or a drain (exit 0, nothing said).
+-define(UNCLAIMED_MS, 10000).
 
 -type state() :: pid() | {hold, boolean()}.
 

@@ -3,9 +3,10 @@
 %% every one of them has resolved all its connections they are all told to
 %% start the measured window (the hold) at once, so their rounds line up;
 %% meanwhile one combined progress line goes to stderr, and the server's
-%% metrics endpoint, when given, is scraped before the ramp (baseline) and
-%% every second of the hold. SIGTERM (or SIGINT through bin/sluice) ends
-%% the run early; the engines still report what they measured.
+%% metrics endpoint, when given, is scraped before the ramp (baseline), as
+%% the hold starts and every second of it. SIGTERM (or SIGINT through
+%% bin/sluice) ends the run early; the engines still report what they
+%% measured.
 -module(sluice_load_coord).
 
 -export([run/1]).
@@ -147,7 +148,12 @@ maybe_go(#{runners := Runners, progress := Prog, done := Done} = S) ->
         true ->
             _ = [sluice_load_engine:go(P) || {Id, P} <- maps:to_list(Runners),
                                               not maps:is_key(Id, Done)],
-            S#{go := erlang:monotonic_time(millisecond)};
+            %% The hold's first scrape now, with every connection up, not
+            %% at the next tick: that tick lands anywhere in the second,
+            %% and a hold that ended before it, or before its answer (a
+            %% --duration of a second or less, a slow server), had no
+            %% scrape and the report said "no figures".
+            scrape(S#{go := erlang:monotonic_time(millisecond)});
         false -> S
     end.
 
