@@ -251,14 +251,7 @@ hosts_start_nodes_through_ssh(Config) ->
 %% did not end).
 an_ssh_still_connecting_is_ended_with_serve(Config) ->
     ct:timetrap({seconds, 75}),
-    {Ssh, PidFile} = sluice_load_test_lib:hanging_ssh(?config(priv_dir, Config), "serve-hanging-ssh"),
-    Env = [{"SLUICE_SSH", Ssh}, {"SLUICE_DIST_HOST", "127.0.0.1"},
-           {"SLUICE_BOOT_TIMEOUT", "3"}],
-    {Port, OsPid} = sluice_load_test_lib:sluice(
-                      Config, ["serve", "--ip", ?LOOPBACK, "--port", "0", "--nodes", "1",
-                               "--hosts", "127.0.0.1"], Env),
-    SshPid = wait_pid(PidFile, erlang:monotonic_time(millisecond) + 15000),
-    sluice_load_test_lib:reap(Config, SshPid),
+    {Port, OsPid, SshPid} = serve_through_hanging_ssh(Config, "serve-hanging-ssh", "3"),
     signal("TERM", OsPid),
     {Status, Lines} = sluice_load_test_lib:wait_exit(Port, 45000),
     ct:log("~p: ~p", [Status, Lines]),
@@ -273,15 +266,7 @@ an_ssh_still_connecting_is_ended_with_serve(Config) ->
 %% Only the boot timeout ended it (30 s by default).
 a_second_interrupt_gives_up_the_nodes_still_starting(Config) ->
     ct:timetrap({seconds, 60}),
-    {Ssh, PidFile} = sluice_load_test_lib:hanging_ssh(?config(priv_dir, Config),
-                                                      "serve-hanging-ssh-twice"),
-    Env = [{"SLUICE_SSH", Ssh}, {"SLUICE_DIST_HOST", "127.0.0.1"},
-           {"SLUICE_BOOT_TIMEOUT", "60"}],
-    {Port, OsPid} = sluice_load_test_lib:sluice(
-                      Config, ["serve", "--ip", ?LOOPBACK, "--port", "0", "--nodes", "1",
-                               "--hosts", "127.0.0.1"], Env),
-    SshPid = wait_pid(PidFile, erlang:monotonic_time(millisecond) + 15000),
-    sluice_load_test_lib:reap(Config, SshPid),
+    {Port, OsPid, SshPid} = serve_through_hanging_ssh(Config, "serve-hanging-ssh-twice", "60"),
     signal("TERM", OsPid),
     _ = sluice_load_test_lib:wait_line(Port, "interrupt again", 10000),
     signal("TERM", OsPid),
@@ -290,6 +275,20 @@ a_second_interrupt_gives_up_the_nodes_still_starting(Config) ->
     ?assertEqual(1, Status),
     ?assertEqual([<<"sluice: interrupted while a node was starting on 127.0.0.1">>], Lines),
     ?assertEqual([], sluice_load_test_lib:wait_group_gone(SshPid, 5000)).
+
+%% `serve --hosts 127.0.0.1' through a stand-in ssh that hangs as ssh
+%% does on an unreachable host, with a boot timeout of BootSecs: the
+%% port, the command's and the ssh's OS pids, once the ssh runs.
+serve_through_hanging_ssh(Config, Name, BootSecs) ->
+    {Ssh, PidFile} = sluice_load_test_lib:hanging_ssh(?config(priv_dir, Config), Name),
+    Env = [{"SLUICE_SSH", Ssh}, {"SLUICE_DIST_HOST", "127.0.0.1"},
+           {"SLUICE_BOOT_TIMEOUT", BootSecs}],
+    {Port, OsPid} = sluice_load_test_lib:sluice(
+                      Config, ["serve", "--ip", ?LOOPBACK, "--port", "0", "--nodes", "1",
+                               "--hosts", "127.0.0.1"], Env),
+    SshPid = wait_pid(PidFile, erlang:monotonic_time(millisecond) + 15000),
+    sluice_load_test_lib:reap(Config, SshPid),
+    {Port, OsPid, SshPid}.
 
 wait_pid(File, Deadline) ->
     Read = case file:read_file(File) of

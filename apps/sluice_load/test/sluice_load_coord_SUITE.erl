@@ -336,18 +336,7 @@ sigterm_while_the_nodes_start_ends_the_run_with_a_report(Config) ->
 %% output open: this case timed out waiting for the exit.
 an_ssh_still_connecting_is_ended_with_the_run(Config) ->
     ct:timetrap({seconds, 75}),
-    TcpPort = start_ref(Config),
-    {Ssh, PidFile} = sluice_load_test_lib:hanging_ssh(?config(priv_dir, Config), "hanging-ssh"),
-    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
-                  [{args, ["load", "--scenario", "ping", "--nodes", "localhost", "--ssh", Ssh,
-                           "--port", TcpPort, "--conns", "2", "--duration", "3"]},
-                   {env, [{"SLUICE_BOOT_TIMEOUT", "3"}]},
-                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
-    {os_pid, OsPid} = erlang:port_info(P, os_pid),
-    sluice_load_test_lib:reap(Config, OsPid),
-    ok = wait_file(PidFile, 10000),
-    {ok, SshPid} = read_pid(PidFile, 2000),
-    sluice_load_test_lib:reap(Config, SshPid),
+    {P, OsPid, SshPid} = load_through_hanging_ssh(Config, "hanging-ssh", "3"),
     _ = os:cmd("kill -TERM " ++ integer_to_list(OsPid)),
     {Status, Out} = collect_lines(P, [], 45000),
     ct:log("~p: ~s~nssh's group at the exit:~n~s",
@@ -362,19 +351,7 @@ an_ssh_still_connecting_is_ended_with_the_run(Config) ->
 %% wait (30 s by default).
 a_second_interrupt_gives_up_a_node_still_starting(Config) ->
     ct:timetrap({seconds, 75}),
-    TcpPort = start_ref(Config),
-    {Ssh, PidFile} = sluice_load_test_lib:hanging_ssh(?config(priv_dir, Config),
-                                                      "hanging-ssh-twice"),
-    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
-                  [{args, ["load", "--scenario", "ping", "--nodes", "localhost", "--ssh", Ssh,
-                           "--port", TcpPort, "--conns", "2", "--duration", "3"]},
-                   {env, [{"SLUICE_BOOT_TIMEOUT", "60"}]},
-                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
-    {os_pid, OsPid} = erlang:port_info(P, os_pid),
-    sluice_load_test_lib:reap(Config, OsPid),
-    ok = wait_file(PidFile, 10000),
-    {ok, SshPid} = read_pid(PidFile, 2000),
-    sluice_load_test_lib:reap(Config, SshPid),
+    {P, OsPid, SshPid} = load_through_hanging_ssh(Config, "hanging-ssh-twice", "60"),
     _ = os:cmd("kill -TERM " ++ integer_to_list(OsPid)),
     {_, Before} = sluice_load_test_lib:wait_line(P, "interrupt again to give it up", 10000),
     _ = os:cmd("kill -TERM " ++ integer_to_list(OsPid)),
@@ -383,6 +360,24 @@ a_second_interrupt_gives_up_a_node_still_starting(Config) ->
     ?assertEqual(1, Status),
     ?assertNotEqual(nomatch, string:find(Out, "interrupted while a node was starting on localhost")),
     ?assertEqual([], sluice_load_test_lib:wait_group_gone(SshPid, 5000)).
+
+%% `load --nodes localhost' through a stand-in ssh that hangs as ssh does
+%% on an unreachable host, with a boot timeout of BootSecs: the port, the
+%% command's and the ssh's OS pids, once the ssh runs.
+load_through_hanging_ssh(Config, Name, BootSecs) ->
+    TcpPort = start_ref(Config),
+    {Ssh, PidFile} = sluice_load_test_lib:hanging_ssh(?config(priv_dir, Config), Name),
+    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
+                  [{args, ["load", "--scenario", "ping", "--nodes", "localhost", "--ssh", Ssh,
+                           "--port", TcpPort, "--conns", "2", "--duration", "3"]},
+                   {env, [{"SLUICE_BOOT_TIMEOUT", BootSecs}]},
+                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    ok = wait_file(PidFile, 10000),
+    {ok, SshPid} = read_pid(PidFile, 2000),
+    sluice_load_test_lib:reap(Config, SshPid),
+    {P, OsPid, SshPid}.
 
 read_pid(File, Ms) ->
     case file:read_file(File) of
