@@ -52,30 +52,25 @@ start(#{host := Host} = Opts, Timeout) ->
             E
     end.
 
-wait(#{tag := Tag, mref := Mref, peer := Peer, os_pid := OsPid} = Boot, Interrupted) ->
+wait(#{tag := Tag, mref := Mref, peer := Peer} = Boot, Interrupted) ->
     Left = max(0, maps:get(deadline, Boot) - erlang:monotonic_time(millisecond)),
     receive
         {Tag, {started, Node, Peer}} ->
             erlang:demonitor(Mref, [flush]),
             kept(Interrupted, {ok, Peer, Node});
         {Tag, {boot_failed, Why, Peer}} ->
-            erlang:demonitor(Mref, [flush]),
-            give_up(Peer, OsPid),
-            kept(Interrupted, {error, {boot_failed, Why}});
+            kept(Interrupted, given_up(Boot, {boot_failed, Why}));
         {'DOWN', Mref, process, Peer, Why} ->
-            give_up(Peer, OsPid),
-            kept(Interrupted, {error, Why});
+            kept(Interrupted, given_up(Boot, Why));
         {sluice_signal, sigterm} when not Interrupted ->
             interrupted_once(maps:get(host, Boot), Left),
             wait(Boot, true);
         {sluice_signal, sigterm} ->
-            interrupted(Boot);
+            given_up(Boot, interrupted);
         {?MODULE, cancel} ->
-            interrupted(Boot)
+            given_up(Boot, interrupted)
     after Left ->
-            erlang:demonitor(Mref, [flush]),
-            give_up(Peer, OsPid),
-            kept(Interrupted, {error, timeout})
+            kept(Interrupted, given_up(Boot, timeout))
     end.
 
 %% The first interrupt is the command's: put back for it.
@@ -90,10 +85,10 @@ interrupted_once(Host, Left) ->
               "starting on ~s (interrupt again to give it up)~n",
               [(Left + 999) div 1000, Host]).
 
-interrupted(#{mref := Mref, peer := Peer, os_pid := OsPid}) ->
+given_up(#{mref := Mref, peer := Peer, os_pid := OsPid}, Why) ->
     erlang:demonitor(Mref, [flush]),
     give_up(Peer, OsPid),
-    {error, interrupted}.
+    {error, Why}.
 
 %% @doc Give up the boot that `Pid' is waiting for (start/2), or the
 %% one it is about to wait for: it returns `{error, interrupted}'. (A
