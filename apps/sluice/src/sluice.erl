@@ -137,9 +137,12 @@ try_listen(Name, Opts = #{transport := T, port := Port, ip := IP}) ->
         ok ->
             ok;
         {error, Reason} ->
-            ?LOG_WARNING("sluice listener ~0p: cannot listen on ~s: ~s",
-                         [Name, sluice_opts:format_address(IP, Port),
-                          inet:format_error(Reason)]),
+            %% (the name as the user wrote it: in Elixir's syntax where
+            %% Elixir runs)
+            ?LOG_WARNING("~ts", [sluice_syntax:format(
+                                   "sluice listener ~0p: cannot listen on ~s: ~ts",
+                                   [Name, sluice_opts:format_address(IP, Port),
+                                    sluice_listen_sockets:cannot_listen(IP, Port, Reason)])]),
             {error, Reason}
     end.
 

@@ -92,28 +92,31 @@ good(callback, F) -> is_function(F, 4);
 good(cooldown, Ms) -> is_integer(Ms) andalso Ms >= 0 andalso Ms =< ?MAX_COOLDOWN.
 
 %% @doc The words for check/1's refusal (sluice:format_error/1 of
-%% `{bad_option, alarms, Why}').
+%% `{bad_option, alarms, Why}'), its values in the syntax of the
+%% language running (sluice_syntax).
 -spec format_error(term()) -> string().
 format_error({not_a_map, V}) ->
-    flat("bad value for option alarms: ~0p (expected a map of alarm name => "
-         "#{type => num_connections, threshold => N, callback => Fun, cooldown => Ms})", [V]);
+    sluice_syntax:format("bad value for option alarms: ~0p (expected a map of alarm "
+                         "name => #{type => num_connections, threshold => N, "
+                         "callback => Fun, cooldown => Ms})", [V]);
 format_error({Name, {not_a_map, V}}) ->
-    flat("bad value for option alarms: alarm ~0p is ~0p (expected a map with type, "
-         "threshold, callback and optionally cooldown)", [Name, V]);
+    sluice_syntax:format("bad value for option alarms: alarm ~0p is ~0p (expected a map "
+                         "with type, threshold, callback and optionally cooldown)",
+                         [Name, V]);
 format_error({Name, {unknown_key, treshold}}) ->
-    flat("bad value for option alarms: alarm ~0p has unknown key treshold "
-         "(ranch's old spelling: here threshold)", [Name]);
+    sluice_syntax:format("bad value for option alarms: alarm ~0p has unknown key "
+                         "treshold (ranch's old spelling: here threshold)", [Name]);
 format_error({Name, {unknown_key, K}}) ->
-    flat("bad value for option alarms: alarm ~0p has unknown key ~0p (expected "
-         "type, threshold, callback, cooldown)", [Name, K]);
+    sluice_syntax:format("bad value for option alarms: alarm ~0p has unknown key ~0p "
+                         "(expected type, threshold, callback, cooldown)", [Name, K]);
 format_error({Name, {missing_key, K}}) ->
-    flat("bad value for option alarms: alarm ~0p has no ~w (expected ~s)",
-         [Name, K, expected(K)]);
+    sluice_syntax:format("bad value for option alarms: alarm ~0p has no ~w (expected ~s)",
+                         [Name, K, expected(K)]);
 format_error({Name, {bad_value, K, V}}) ->
-    flat("bad value for option alarms: alarm ~0p's ~w is ~0p (expected ~s)",
-         [Name, K, V, expected(K)]);
+    sluice_syntax:format("bad value for option alarms: alarm ~0p's ~w is ~0p (expected ~s)",
+                         [Name, K, V, expected(K)]);
 format_error(Why) ->
-    flat("bad value for option alarms: ~0p", [Why]).
+    sluice_syntax:format("bad value for option alarms: ~0p", [Why]).
 
 expected(type) -> "num_connections, the one type";
 expected(threshold) -> "an integer 1.." ++ integer_to_list(?MAX_THRESHOLD) ++
@@ -122,10 +125,6 @@ expected(callback) -> "a fun of 4 arguments: listener name, alarm name, the list
                           "supervisor, the connections' pids";
 expected(cooldown) -> "an integer 0.." ++ integer_to_list(?MAX_COOLDOWN) ++
                           " (ms between two firings; default 5000)".
-
-%% (values in the syntax of the language running: sluice_syntax)
-flat(Format, Args) ->
-    sluice_syntax:format(Format, Args).
 
 %%% The process --------------------------------------------------------
 

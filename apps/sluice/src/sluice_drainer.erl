@@ -11,6 +11,8 @@
 -behaviour(gen_server).
 
 -export([start_link/2, init/1, handle_call/3, handle_cast/2, handle_info/2, terminate/2]).
+%% the report_cb of the drain's log line
+-export([format_left/1]).
 
 -include_lib("kernel/include/logger.hrl").
 
@@ -51,14 +53,19 @@ terminate(_Reason, {Listeners, DrainTime}) ->
                 {'DOWN', MRef, process, Pid, Why} -> {L, Why}
             end || {L, {Pid, MRef}} <- lists:zip(Listeners, Drains)],
     _ = [?LOG_NOTICE(#{what => drained_at_stop, listener => L, left => N},
-                     #{domain => [sluice],
-                       report_cb => fun(#{listener := Name, left := Open}) ->
-                                            {"sluice listener ~0tp: ~b connection~s still open "
-                                             "at the drain's deadline, closed",
-                                             [Name, Open, plural(Open)]}
-                                    end})
+                     #{domain => [sluice], report_cb => fun ?MODULE:format_left/1})
          || {L, {ok, N}} <- Left, N > 0],
     ok.
+
+%% @doc terminate/2's report as text. An exported fun, not an anonymous
+%% one: the anonymous fun of a module whose code has since been replaced
+%% and purged cannot run (a handler that formats the event later got
+%% badfun for the line), and is opaque to a handler on another node.
+-spec format_left(#{listener := sluice:name(), left := pos_integer(), _ => _}) ->
+          {io:format(), [term()]}.
+format_left(#{listener := Name, left := Open}) ->
+    {"sluice listener ~0tp: ~b connection~s still open at the drain's deadline, closed",
+     [Name, Open, plural(Open)]}.
 
 plural(1) -> "";
 plural(_) -> "s".

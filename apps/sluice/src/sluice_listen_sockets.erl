@@ -30,7 +30,7 @@
 -module(sluice_listen_sockets).
 -behaviour(gen_server).
 
--export([start_link/1, try_port/3, port_to_bind/2]).
+-export([start_link/1, try_port/3, port_to_bind/2, cannot_listen/3]).
 -export([init/1, handle_call/3, handle_cast/2, handle_info/2, terminate/2]).
 
 -include_lib("kernel/include/logger.hrl").
@@ -94,20 +94,21 @@ resuming(Name) ->
     end.
 
 start_sockets(Listener = #{name := Name, transport := T, opts := Opts0, stats := Stats}, Tries) ->
-    case init(Name, T, stored_opts(Name, Opts0)) of
-        {stop, eaddrinuse} when Tries > 0 ->
+    Opts = stored_opts(Name, Opts0),
+    case init(Name, T, Opts) of
+        {stop, Reason} ->
             case restart(Name, Stats) of
-                true ->
+                true when Reason =:= eaddrinuse, Tries > 0 ->
                     %% The sockets of a predecessor that was killed close a
                     %% moment after it (its ports' exit signals): the
                     %% supervisor's own retries used to wait that out
                     timer:sleep(?REOPEN_WAIT_MS),
                     start_sockets(Listener, Tries - 1);
+                true ->
+                    not_reopened(Name, Stats, Reason);
                 false ->
-                    {stop, eaddrinuse}
+                    not_opened(Name, Opts, Reason)
             end;
-        {stop, Reason} ->
-            not_reopened(Name, Stats, Reason);
         Opened ->
             Opened
     end.
@@ -124,17 +125,71 @@ start_sockets(Listener = #{name := Name, transport := T, opts := Opts0, stats :=
 %% sluice_sup the one it replaces: the listen side kept for it) and was
 %% not suspended.
 not_reopened(Name, Stats, Reason) ->
-    case restart(Name, Stats) of
-        false ->
-            {stop, Reason};
-        true ->
-            ok = sluice_stats:set_suspended(Stats, true),
-            _ = sluice_registry:set(Name, listen_sockets, []),
-            ?LOG_ERROR("sluice: listener ~0p could not open its sockets again after a "
-                       "restart: ~ts; it is suspended (~ts)",
-                       [Name, sluice:format_error(Reason), what_next(Reason)]),
-            ignore
+    ok = sluice_stats:set_suspended(Stats, true),
+    _ = sluice_registry:set(Name, listen_sockets, []),
+    ?LOG_ERROR("sluice: listener ~0p could not open its sockets again after a "
+               "restart: ~ts; it is suspended (~ts)",
+               [Name, sluice:format_error(Reason), what_next(Reason)]),
+    ignore.
+
+%% The sockets of a start (or a resume) could not open: the start fails
+%% with the reason as it is (the error terms callers match). A listener
+%% embedded in the user's supervisor (sluice:child_spec/1,2) has no caller
+%% to tell: its failure surfaced as `{failed_to_start_child,
+%% sluice_listen_sockets, eaddrinuse}' deep in supervisor reports (a
+%% release's boot), so it is said here in one line, which listener, where,
+%% why in words. Not for start_listener/2 and resume/1: they bind the
+%% port first (sluice:try_listen/2), with a warning line of their own when
+%% it cannot be had (this process then never starts), and what only this
+%% open finds (the port taken in the instant between, a post_listen fun
+%% that fails) is in the error their caller gets.
+not_opened(Name, Opts, Reason) ->
+    _ = embedded(Name) andalso not resuming(Name)
+        andalso log_not_opened(Name, Opts, Reason),
+    {stop, Reason}.
+
+embedded(Name) ->
+    case sluice_registry:lookup(Name) of
+        {ok, #{top := false}} -> true;
+        _ -> false
     end.
+
+%% Without a logger domain, as the other lines of a listener that cannot
+%% listen: OTP's default handler logs only events without one (and
+%% `[otp, sasl]''s), so under `[sluice]' an Erlang release's log would not
+%% have it; Elixir's Logger shows it either way.
+log_not_opened(Name, Opts = #{ip := IP}, Reason) ->
+    Port = port_to_bind(Name, Opts),
+    ?LOG_ERROR("~ts", [sluice_syntax:format("sluice listener ~0p could not start: cannot "
+                                            "listen on ~ts: ~ts",
+                                            [Name, where(Opts, IP, Port),
+                                             cannot_listen(IP, Port, Reason)])]).
+
+%% The listener's address, or the socket of the user's it was given.
+where(#{listen_socket := LSock}, _IP, _Port) when LSock =/= none ->
+    "its listen_socket";
+where(_Opts, IP, Port) ->
+    sluice_opts:format_address(IP, Port).
+
+%% @doc Why a listener cannot listen on `IP' and `Port', in words: the
+%% system's for the error (as sluice:format_error/1 says it), and what it
+%% means there when the reason is the usual one.
+-spec cannot_listen(inet:ip_address() | {local, binary() | string()}, inet:port_number(),
+                    term()) -> string().
+cannot_listen({local, _Path}, _Port, eaddrinuse) ->
+    sluice:format_error(eaddrinuse) ++ ": another process listens on that path";
+cannot_listen(_IP, Port, eaddrinuse) when Port > 0 ->
+    sluice_syntax:format("~ts: another process listens on port ~b",
+                         [sluice:format_error(eaddrinuse), Port]);
+cannot_listen(IP, Port, eacces) when is_tuple(IP), tuple_size(IP) >= 4, Port > 0, Port < 1024 ->
+    sluice_syntax:format("~ts: port ~b is privileged (below 1024: root, or the "
+                         "capability CAP_NET_BIND_SERVICE)",
+                         [sluice:format_error(eacces), Port]);
+cannot_listen(IP, _Port, eaddrnotavail) when is_tuple(IP), tuple_size(IP) >= 4 ->
+    sluice_syntax:format("~ts: ~ts is not an address of this host",
+                         [sluice:format_error(eaddrnotavail), inet:ntoa(IP)]);
+cannot_listen(_IP, _Port, Reason) ->
+    sluice:format_error(Reason).
 
 %% A socket of the user's that is no good any more is not opened again by
 %% anything of sluice's (resume/1 refuses it too).

@@ -76,27 +76,29 @@ refresh() ->
 enabled() ->
     persistent_term:get(?KEY, false) =/= false.
 
-%% Metadata is a map, or a fun that makes it, called only when there is
-%% an event to put it in (what it reads may cost a system call).
 execute(Event, Measurements, Metadata) ->
     case persistent_term:get(?KEY, false) of
         false -> ok;
-        Mod -> _ = Mod:execute(Event, Measurements, metadata(Metadata)), ok
+        Mod -> _ = Mod:execute(Event, Measurements, Metadata), ok
     end.
 
-metadata(Make) when is_function(Make, 0) -> Make();
-metadata(Metadata) -> Metadata.
-
 %% @private A connection of `Listener' starts; returns its start time,
-%% which connection_stop/4 wants back. The peer's address (a system call)
-%% is asked for only when there is an event to put it in.
+%% which connection_stop/4 wants back. The event is made (its clock read,
+%% the peer's address asked for: a system call) only when telemetry is
+%% there: with it off a connection pays the lookup alone, where it made a
+%% closure and read the system clock for nothing.
 -spec connection_start(sluice:name(), pid(), sluice:conn()) -> integer().
 connection_start(Listener, Pid, Conn) ->
     Now = erlang:monotonic_time(),
-    ok = execute([sluice, connection, start],
-                 #{system_time => erlang:system_time(), monotonic_time => Now},
-                 fun() -> #{listener => Listener, pid => Pid, peer => peer(Conn)} end),
-    Now.
+    case persistent_term:get(?KEY, false) of
+        false ->
+            Now;
+        Mod ->
+            Measurements = #{system_time => erlang:system_time(), monotonic_time => Now},
+            _ = Mod:execute([sluice, connection, start], Measurements,
+                            #{listener => Listener, pid => Pid, peer => peer(Conn)}),
+            Now
+    end.
 
 peer(Conn) ->
     case sluice:peername(Conn) of

@@ -16,6 +16,7 @@
 -export([init/1]).
 -export([bad_options_are_rejected_with_clear_errors/1,
          start_errors_are_reported/1,
+         embedded_listener_on_a_taken_port_says_so_in_one_line/1,
          address_not_the_hosts_is_a_plain_error_on_port_zero/1,
          child_spec_embeds_listener_in_user_supervisor/1,
          port_zero_gives_real_port/1,
@@ -60,6 +61,7 @@ all() ->
 
 groups() ->
     [{options, [], [bad_options_are_rejected_with_clear_errors, start_errors_are_reported,
+                    embedded_listener_on_a_taken_port_says_so_in_one_line,
                     address_not_the_hosts_is_a_plain_error_on_port_zero,
                     child_spec_embeds_listener_in_user_supervisor, port_zero_gives_real_port,
                     info_of_a_stopped_listener_is_not_found,
@@ -312,6 +314,58 @@ start_errors_are_reported(Config) ->
 flush_logs() ->
     receive {log, _, _, _} = L -> [L | flush_logs()] after 200 -> [] end.
 
+%% A listener embedded in the user's supervisor (a release's boot) on a
+%% port another socket holds: the start fails with the same terms as
+%% ever, and the log says which listener, where and why in one line at
+%% error level, which OTP's default handler logs (a handler of the test's
+%% own with that handler's filters: events without a domain, and
+%% `[otp, sasl]''s, the supervisors' reports). It said nothing of its
+%% own: the cause was `eaddrinuse' at the bottom of those reports.
+embedded_listener_on_a_taken_port_says_so_in_one_line(Config) ->
+    Name = ?config(name, Config),
+    {ok, Other} = gen_tcp:listen(0, [{ip, ?LOOPBACK}]),
+    {ok, Taken} = inet:port(Other),
+    Spec = sluice:child_spec(Name, #{ip => ?LOOPBACK, port => Taken,
+                                     transport => sluice_test_lib:transport(),
+                                     handler => {sluice_proto_echo, []}}),
+    Id = embedded_taken_port,
+    ok = sluice_log_forwarder:start(
+           Id, self(), #{filters => [{domain, {fun logger_filters:domain/2,
+                                               {log, super, [otp, sasl]}}},
+                                     {no_domain, {fun logger_filters:domain/2,
+                                                  {log, undefined, []}}}],
+                         filter_default => stop}),
+    Trap = process_flag(trap_exit, true),
+    Result = try
+                 supervisor:start_link(?MODULE, Spec)
+             after
+                 sluice_log_forwarder:stop(Id)
+             end,
+    %% (the failed supervisor's exit signal, which may come after its
+    %% answer, trapped before the flag is put back)
+    receive {'EXIT', _, _} -> ok after 5000 -> ok end,
+    process_flag(trap_exit, Trap),
+    ok = gen_tcp:close(Other),
+    ?assertMatch({error, {shutdown, {failed_to_start_child, {sluice_listener, Name},
+                                     {shutdown, {failed_to_start_child, sluice_listen_sockets,
+                                                 eaddrinuse}}}}},
+                 Result),
+    Logs = flush_own_logs(Id),
+    ct:log("logged: ~p", [Logs]),
+    Expected = lists:flatten(
+                 io_lib:format("sluice listener ~0p could not start: cannot listen on "
+                               "127.0.0.1:~b: address already in use: another process "
+                               "listens on port ~b", [Name, Taken, Taken])),
+    ?assertEqual([{error, Expected}],
+                 [{Level, Text} || {Level, Text, _} <- Logs,
+                                   string:find(Text, "could not start") =/= nomatch]),
+    ?assertEqual({error, not_found}, sluice:info(Name)).
+
+flush_own_logs(Id) ->
+    receive {log, Id, Level, Text, Meta} -> [{Level, Text, Meta} | flush_own_logs(Id)]
+    after 200 -> []
+    end.
+
 %% An address the host does not have, with port 0 (any free port): the
 %% caller gets `{error, eaddrnotavail}' and the log one line, as for a
 %% named port; it was the same error after a supervisor report and a
@@ -455,9 +509,11 @@ drain_child_says_what_its_deadline_closed(Config) ->
         Ms = erlang:monotonic_time(millisecond) - T0,
         ?assert(Ms >= 450, {stop_took, Ms}),
         receive
-            {log, notice, Text, #{domain := [sluice]}} ->
+            {log, notice, Text, #{domain := [sluice], report_cb := Cb}} ->
                 ?assertNotEqual(nomatch, string:find(Text, "1 connection still open at the "
-                                                           "drain's deadline"), Text)
+                                                           "drain's deadline"), Text),
+                %% a named fun, which a reload does not break
+                ?assertEqual({type, external}, erlang:fun_info(Cb, type))
         after 2000 -> error(no_log_line)
         end,
         gen_tcp:close(S)
