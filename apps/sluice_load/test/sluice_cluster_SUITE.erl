@@ -23,6 +23,7 @@
          hosts_start_nodes_through_ssh/1,
          an_ssh_still_connecting_is_ended_with_serve/1,
          a_second_interrupt_gives_up_the_nodes_still_starting/1,
+         one_interrupt_says_so_once_for_two_nodes_starting/1,
          bad_cluster_options_exit_2_with_one_line/1,
          cluster_info_sums_over_peer_nodes/1,
          telemetry_events_carry_the_figures/1,
@@ -45,6 +46,7 @@ all() ->
      a_hung_node_is_not_counted_as_drained,
      hosts_start_nodes_through_ssh, an_ssh_still_connecting_is_ended_with_serve,
      a_second_interrupt_gives_up_the_nodes_still_starting,
+     one_interrupt_says_so_once_for_two_nodes_starting,
      bad_cluster_options_exit_2_with_one_line, cluster_info_sums_over_peer_nodes,
      telemetry_events_carry_the_figures, no_telemetry_no_process].
 
@@ -256,9 +258,11 @@ an_ssh_still_connecting_is_ended_with_serve(Config) ->
     {Status, Lines} = sluice_load_test_lib:wait_exit(Port, 45000),
     ct:log("~p: ~p", [Status, Lines]),
     ?assertEqual(1, Status),
-    ?assertMatch([<<"sluice: interrupted: waiting for the nodes to start (interrupt again",
-                    _/binary>>,
+    ?assertMatch([<<"sluice: interrupted: waiting up to ", _/binary>>,
                   <<"sluice: cannot start a node on 127.0.0.1: none came up", _/binary>>], Lines),
+    ?assertMatch({match, _}, re:run(hd(Lines), "^sluice: interrupted: waiting up to [1-3] s more "
+                                               "for the node starting on 127.0.0.1 \\(interrupt "
+                                               "again to give it up\\)$")),
     ?assertEqual([], sluice_load_test_lib:wait_group_gone(SshPid, 5000)).
 
 %% The same with a second interrupt: it gives the boot up at once (the
@@ -275,6 +279,49 @@ a_second_interrupt_gives_up_the_nodes_still_starting(Config) ->
     ?assertEqual(1, Status),
     ?assertEqual([<<"sluice: interrupted while a node was starting on 127.0.0.1">>], Lines),
     ?assertEqual([], sluice_load_test_lib:wait_group_gone(SshPid, 5000)).
+
+%% Two nodes starting (`--nodes 2', ssh stand-ins that hang) and one
+%% interrupt: one line, the rule `load --nodes' has (sluice_peer_boot),
+%% naming both; the boot timeout then gives both up (exit 1), and both
+%% ssh stand-ins are gone.
+one_interrupt_says_so_once_for_two_nodes_starting(Config) ->
+    ct:timetrap({seconds, 60}),
+    Dir = ?config(priv_dir, Config),
+    PidFile = filename:join(Dir, "two-hanging.pids"),
+    Ssh = filename:join(Dir, "two-hanging-ssh"),
+    ok = file:write_file(Ssh, ["#!/bin/sh\necho $$ >> '", PidFile, "'\n",
+                               "sleep 120\nshift\nexec \"$@\"\n"]),
+    ok = file:change_mode(Ssh, 8#755),
+    Env = [{"SLUICE_SSH", Ssh}, {"SLUICE_DIST_HOST", "127.0.0.1"}, {"SLUICE_BOOT_TIMEOUT", "4"}],
+    {Port, OsPid} = sluice_load_test_lib:sluice(
+                      Config, ["serve", "--ip", ?LOOPBACK, "--port", "0", "--nodes", "2",
+                               "--hosts", "127.0.0.1"], Env),
+    Deadline = erlang:monotonic_time(millisecond) + 15000,
+    SshPids = wait_pids(PidFile, 2, Deadline),
+    [sluice_load_test_lib:reap(Config, P) || P <- SshPids],
+    signal("TERM", OsPid),
+    {Status, Lines} = sluice_load_test_lib:wait_exit(Port, 30000),
+    ct:log("~p: ~p", [Status, Lines]),
+    ?assertEqual(1, Status),
+    ?assertMatch([<<"sluice: interrupted: waiting up to ", _/binary>>],
+                 [L || L <- Lines, string:find(L, "interrupted: waiting") =/= nomatch]),
+    ?assertMatch({match, _}, re:run(hd(Lines), "for the nodes starting on 127.0.0.1 \\(interrupt "
+                                               "again to give them up\\)$")),
+    [?assertEqual([], sluice_load_test_lib:wait_group_gone(P, 5000)) || P <- SshPids].
+
+wait_pids(File, N, Deadline) ->
+    Pids = case file:read_file(File) of
+               {ok, B} -> [P || L <- string:lexemes(B, "\n"), {P, <<>>} <- [string:to_integer(L)]];
+               _ -> []
+           end,
+    case length(Pids) >= N of
+        true -> Pids;
+        false ->
+            case erlang:monotonic_time(millisecond) > Deadline of
+                true -> ct:fail({no_pids, File, Pids});
+                false -> timer:sleep(20), wait_pids(File, N, Deadline)
+            end
+    end.
 
 %% `serve --hosts 127.0.0.1' through a stand-in ssh that hangs as ssh
 %% does on an unreachable host, with a boot timeout of BootSecs: the

@@ -21,6 +21,7 @@
          sigterm_while_the_nodes_start_ends_the_run_with_a_report/1,
          an_ssh_still_connecting_is_ended_with_the_run/1,
          a_second_interrupt_gives_up_a_node_still_starting/1,
+         one_interrupt_says_so_once_for_two_nodes_starting/1,
          an_engine_stopped_as_it_starts_still_reports/1,
          engine_starts_its_window_on_go/1,
          a_lost_engine_is_reported_and_the_rest_merged/1,
@@ -40,6 +41,7 @@ all() ->
      sigterm_while_the_nodes_start_ends_the_run_with_a_report,
      an_ssh_still_connecting_is_ended_with_the_run,
      a_second_interrupt_gives_up_a_node_still_starting,
+     one_interrupt_says_so_once_for_two_nodes_starting,
      an_engine_stopped_as_it_starts_still_reports,
      engine_starts_its_window_on_go, a_lost_engine_is_reported_and_the_rest_merged,
      lockstep_rate_stays_per_connection, a_slow_rate_keeps_its_digits_when_split,
@@ -360,6 +362,43 @@ a_second_interrupt_gives_up_a_node_still_starting(Config) ->
     ?assertEqual(1, Status),
     ?assertNotEqual(nomatch, string:find(Out, "interrupted while a node was starting on localhost")),
     ?assertEqual([], sluice_load_test_lib:wait_group_gone(SshPid, 5000)).
+
+%% One interrupt while the first of two nodes starts (a stand-in ssh that
+%% takes two seconds, then starts it): one line says the run waits for
+%% it and for the one after it, the run ends with a report (exit 0). The
+%% interrupt, put back for the run once the first node was up, was taken
+%% by the second node's boot as a first interrupt again, which said so
+%% once more: a line per node still to start.
+one_interrupt_says_so_once_for_two_nodes_starting(Config) ->
+    TcpPort = start_ref(Config),
+    Dir = ?config(priv_dir, Config),
+    Mark = filename:join(Dir, "two-starting"),
+    Ssh = filename:join(Dir, "slow-ssh-two"),
+    ok = file:write_file(Ssh, ["#!/bin/sh\necho $$ >> '", Mark, "'\nsleep 2\nshift\nexec \"$@\"\n"]),
+    ok = file:change_mode(Ssh, 8#755),
+    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
+                  [{args, ["load", "--scenario", "ping", "--nodes", "localhost,localhost",
+                           "--ssh", Ssh, "--port", TcpPort, "--conns", "2",
+                           "--duration", "3", "--json", json_path(Config)]},
+                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    ok = wait_file(Mark, 10000),
+    _ = os:cmd("kill -TERM " ++ integer_to_list(OsPid)),
+    {Status, Out} = collect_lines(P, [], 45000),
+    ct:log("~s", [Out]),
+    ?assertEqual(0, Status),
+    %% both ssh stand-ins ran: the second node started after the interrupt
+    {ok, Pids} = file:read_file(Mark),
+    ?assertMatch([_, _], string:lexemes(Pids, "\n")),
+    ?assertMatch([<<"sluice: interrupted: waiting up to ", _/binary>>],
+                 [L || L <- string:lexemes(Out, "\n"), string:find(L, "interrupted: waiting") =/= nomatch]),
+    ?assertMatch({match, _}, re:run(Out, "waiting up to [0-9]+ s more for the node starting on "
+                                         "localhost, then for the 1 still to start "
+                                         "\\(interrupt again to give them up\\)")),
+    J = read_json(Config),
+    ?assertEqual(true, get(interrupted, J)),
+    ?assertEqual(0, get(engines_lost, J)).
 
 %% `load --nodes localhost' through a stand-in ssh that hangs as ssh does
 %% on an unreachable host, with a boot timeout of BootSecs: the port, the

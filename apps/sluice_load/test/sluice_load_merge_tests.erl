@@ -176,3 +176,39 @@ rate_is_over_the_merged_window_test() ->
         end,
     ?assertEqual(3000 / 2.0, maps:get(<<"rate">>, sluice_load_merge:merge([C(1000, 1.0),
                                                                           C(2000, 2.0)]))).
+
+%% `go' reaches the engines of several nodes at different moments: two
+%% windows of 2 s, the second starting 0.5 s after the first, counted
+%% their messages over 2.5 s, not 2 (the rate was a fifth high). The
+%% merged window is the union, its start the earliest, and
+%% start + duration is the latest end; an engine that reports no start
+%% (a window never started) neither shortens the window nor makes the
+%% start 0.
+rate_is_over_the_union_of_skewed_windows_test() ->
+    H = #{<<"unit">> => <<"ns">>, <<"sub_bucket_bits">> => 7, <<"min">> => 0, <<"max">> => 0,
+          <<"buckets">> => []},
+    E = fun(Msgs, Start, Secs) ->
+                #{<<"scenario">> => <<"flood">>, <<"messages">> => Msgs,
+                  <<"duration_s">> => Secs, <<"window_start_unix_ms">> => Start,
+                  <<"rate">> => Msgs / Secs, <<"writes">> => Msgs,
+                  <<"writes_per_s">> => Msgs / Secs, <<"bytes">> => 6 * Msgs,
+                  <<"echo_bytes_per_s">> => 6 * Msgs / Secs,
+                  <<"latency_hist">> => H, <<"latency_us">> => #{}}
+        end,
+    M = sluice_load_merge:merge([E(20000, 1000500, 2.0), E(20000, 1000000, 2.0)]),
+    ?assertEqual(2.5, maps:get(<<"duration_s">>, M)),
+    ?assertEqual(1000000, maps:get(<<"window_start_unix_ms">>, M)),
+    ?assertEqual(40000 / 2.5, maps:get(<<"rate">>, M)),
+    ?assertEqual(40000 / 2.5, maps:get(<<"writes_per_s">>, M)),
+    ?assertEqual(6 * 40000 / 2.5, maps:get(<<"echo_bytes_per_s">>, M)),
+    %% one stopped early (its connections closed): the end is the other's
+    Early = sluice_load_merge:merge([E(100, 1000000, 2.0), E(10, 1000300, 0.2)]),
+    ?assertEqual(2.0, maps:get(<<"duration_s">>, Early)),
+    %% no start from one: placed by its length only, never shorter
+    NoStart = maps:remove(<<"window_start_unix_ms">>, E(10, 0, 3.0)),
+    M2 = sluice_load_merge:merge([NoStart, E(20000, 1000500, 2.0), E(20000, 1000000, 2.0)]),
+    ?assertEqual(3.0, maps:get(<<"duration_s">>, M2)),
+    ?assertEqual(1000000, maps:get(<<"window_start_unix_ms">>, M2)),
+    M3 = sluice_load_merge:merge([E(0, 1000000, 1.0), NoStart#{<<"duration_s">> => 0.5}]),
+    ?assertEqual(1.0, maps:get(<<"duration_s">>, M3)),
+    ?assertEqual(1000000, maps:get(<<"window_start_unix_ms">>, M3)).

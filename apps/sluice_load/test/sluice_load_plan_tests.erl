@@ -96,3 +96,32 @@ per_conn_test() ->
     ?assertMatch(#{connections := 100.0, beam_bytes_per_conn := 2000.0,
                    resident_bytes_per_conn := 4000.0}, sluice_server_metrics:per_conn(B, H)),
     ?assertMatch(#{beam_bytes_per_conn := null}, sluice_server_metrics:per_conn(B, B)).
+
+%% A scrape answered after an engine's window ended (the engines close
+%% their connections then) counts the few connections still there beside
+%% the memory of the many: 10 connections and most of the memory gave
+%% 18,000 bytes per connection where the hold's scrapes said 2,000. The
+%% report uses only the scrapes answered before the first engine's window
+%% ended (its own `window_start_unix_ms' + `duration_s'); an engine with no
+%% start bounds nothing.
+memory_uses_only_scrapes_of_the_hold_test() ->
+    Mem = fun(Conns, Beam, T) ->
+                  #{connections => Conns, beam_memory => Beam, resident_memory => 2 * Beam,
+                    t_ms => T}
+          end,
+    B = Mem(0.0, 1000.0, 0),
+    Scrapes = [Mem(100.0, 201000.0, 10100), Mem(100.0, 221000.0, 11000),
+               Mem(10.0, 181000.0, 12020)],
+    Engines = [#{<<"window_start_unix_ms">> => 10000, <<"duration_s">> => 2.0},
+               #{<<"window_start_unix_ms">> => 10050, <<"duration_s">> => 2.0},
+               #{<<"duration_s">> => 0}],
+    M = sluice_server_metrics:memory(B, Scrapes, Engines),
+    ?assertMatch(#{connections := 100.0, beam_bytes_per_conn := 2200.0,
+                   resident_bytes_per_conn := 4400.0,
+                   range := #{scrapes := 2, beam := [2000.0, 2200.0]}}, M),
+    %% no engine window known: every scrape with connections
+    ?assertMatch(#{connections := 10.0, range := #{scrapes := 3}},
+                 sluice_server_metrics:memory(B, Scrapes, [#{}])),
+    %% the hold's scrapes all came after its end, or none: no figures
+    ?assertEqual(none, sluice_server_metrics:memory(B, [lists:last(Scrapes)], Engines)),
+    ?assertEqual(none, sluice_server_metrics:memory(none, Scrapes, Engines)).

@@ -4,7 +4,8 @@
 %% start the measured window (the hold) at once, so their rounds line up;
 %% meanwhile one combined progress line goes to stderr, and the server's
 %% metrics endpoint, when given, is scraped before the ramp (baseline), as
-%% the hold starts and every second of it. SIGTERM (or SIGINT through
+%% the hold starts and every second of it, until an engine begins to close
+%% its connections. SIGTERM (or SIGINT through
 %% bin/sluice) ends the run early; the engines still report what they
 %% measured.
 -module(sluice_load_coord).
@@ -43,7 +44,7 @@ run(#{bin := Bin, engines := Engines, progress := Progress, server_metrics := Ur
     S0 = #{runners => Runners, progress => #{}, done => #{}, texts => [],
            go => false, url => Url, show => Progress, t0 => T0, last => {T0, 0, 0},
            baseline => Baseline, held => none, held_all => [], metrics_error => MErr,
-           scraping => false, interrupted => false, rounds => #{},
+           scraping => false, closing => false, interrupted => false, rounds => #{},
            scenario => maps:get(scenario, Run, "ping"),
            conns => lists:sum([C || #{conns := C} <- Engines])},
     S = loop(S0),
@@ -69,7 +70,7 @@ receive_one(#{runners := Runners} = S) ->
     receive
         {engine_progress, Id, Line} ->
             case sluice_json:decode(Line) of
-                {ok, P} -> S#{progress := (maps:get(progress, S))#{Id => P}};
+                {ok, P} -> closing(past_hold(P), S#{progress := (maps:get(progress, S))#{Id => P}});
                 _ -> S
             end;
         {engine_round, Id, Line} ->
@@ -81,23 +82,25 @@ receive_one(#{runners := Runners} = S) ->
             io:format(standard_error, "engine ~b: ~s~n", [Id, Line]),
             S#{texts := [{Id, Line} | maps:get(texts, S)]};
         {engine_done, Id, Status, Json} ->
-            S#{done := (maps:get(done, S))#{Id => {Status, Json}}};
+            closing(true, S#{done := (maps:get(done, S))#{Id => {Status, Json}}});
         {'DOWN', _, process, Pid, Reason} ->
             case [Id || {Id, P} <- maps:to_list(Runners), P =:= Pid,
                         not maps:is_key(Id, maps:get(done, S))] of
                 [Id] ->
                     io:format(standard_error, "engine ~b: lost (~p)~n", [Id, Reason]),
-                    S#{done := (maps:get(done, S))#{Id => {lost, none}}};
+                    closing(true, S#{done := (maps:get(done, S))#{Id => {lost, none}}});
                 [] -> S
             end;
         {sluice_signal, sigterm} ->
             _ = [sluice_load_engine:stop(P) || P <- maps:values(Runners)],
-            S#{interrupted := true};
+            closing(true, S#{interrupted := true});
         {sluice_signal, _} ->
             S;
         tick ->
             erlang:send_after(1000, self(), tick),
             scrape(show(S));
+        {scraped, {ok, _}} when map_get(closing, S) ->
+            S#{scraping := false};
         {scraped, {ok, Sample}} ->
             S1 = S#{scraping := false, held := held(Sample, S)},
             case maps:get(held, S1) of
@@ -157,6 +160,22 @@ maybe_go(#{runners := Runners, progress := Prog, done := Done} = S) ->
         false -> S
     end.
 
+%% Once an engine may be closing its connections (its run over, an
+%% interrupt, storm's close), a scrape can count a few connections still
+%% there beside the memory of the many: their memory per connection was
+%% the last scrape's, inflated. From then on no scrape is taken or kept.
+%% An engine ends its window with no word before it closes (its result
+%% comes after): sluice_load_run drops, too, the scrapes answered after
+%% the first engine's window ended (sluice_server_metrics:memory/3).
+closing(false, S) -> S;
+closing(true, S) -> S#{closing := true}.
+
+%% Storm's phases after its hold (sluice-load's README.md, storm).
+past_hold(#{<<"phase">> := P}) ->
+    lists:member(P, [<<"close">>, <<"reopen">>, <<"done">>]);
+past_hold(_) ->
+    false.
+
 %% During the hold, keep the latest scrape taken while connections were
 %% up (the one used for memory per connection).
 held(Sample, #{held := Old}) ->
@@ -168,6 +187,7 @@ held(Sample, #{held := Old}) ->
 scrape(#{url := undefined} = S) -> S;
 scrape(#{go := false} = S) -> S;
 scrape(#{scraping := true} = S) -> S;
+scrape(#{closing := true} = S) -> S;
 scrape(#{url := Url} = S) ->
     Self = self(),
     _ = spawn_link(fun() -> Self ! {scraped, sluice_server_metrics:sample(Url)} end),

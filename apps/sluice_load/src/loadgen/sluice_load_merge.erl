@@ -2,8 +2,9 @@
 %% one result of the same shape: counts are summed, histograms are merged
 %% bucket by bucket and every percentile is computed again from the merged
 %% buckets (sluice_hist: percentiles themselves cannot be averaged),
-%% ping/scale rounds are merged round by round (the engines start their
-%% window together, on the coordinator's `go'); the objects with rules of
+%% ping/scale rounds are merged round by round (each engine's from its
+%% own window start, on the coordinator's `go', which reaches them within
+%% moments of each other); the objects with rules of
 %% their own (storm, tls, the kernel's host-wide counters) are
 %% sluice_load_merge_objects'.
 -module(sluice_load_merge).
@@ -28,7 +29,7 @@
 -spec merge([result()]) -> result().
 merge([First | _] = Rs) ->
     Hist = sluice_hist:merge([H || #{<<"latency_hist">> := H} <- Rs]),
-    Base = maps:map(fun(K, V) -> field(K, V, Rs) end, First),
+    Base = window(maps:map(fun(K, V) -> field(K, V, Rs) end, First), Rs),
     Merged = Base#{<<"latency_hist">> => Hist,
                    <<"latency_us">> => (sluice_hist:latency(Hist))#{<<"mean">> => mean([L || #{<<"latency_us">> := L} <- Rs])},
                    <<"engines">> => length(Rs),
@@ -41,9 +42,9 @@ merge([First | _] = Rs) ->
 %% added up: an engine whose connections all closed stopped early, and its
 %% rate over its shorter window, added to the others', claimed that rate
 %% for the whole window (2 engines, one closed after 0.5 s of 2: 84,730/s
-%% printed beside 124,582 messages in 2 s). The windows start together
-%% (`go'); the merged one is the longest. Connect and storm: established
-%% over the longest connect span, as the merged `connect' says.
+%% printed beside 124,582 messages in 2 s). The window is the merged
+%% `duration_s' (window/1). Connect and storm: established over the
+%% longest connect span, as the merged `connect' says.
 with_rates(#{<<"scenario">> := Sc, <<"connect">> := #{<<"rate_per_s">> := R}} = M)
   when Sc =:= <<"connect">>; Sc =:= <<"storm">> ->
     M#{<<"rate">> => R};
@@ -56,6 +57,33 @@ with_rates(M) ->
                    (_, Acc) ->
                         Acc
                 end, M, ?PER_S).
+
+%% The merged window: from the earliest start to the latest end. `go'
+%% reaches the engines of several nodes at different moments, so their
+%% windows are skewed, and the longest alone is shorter than the time the
+%% summed counts were counted in (the rate came out high by the skew). An
+%% engine with no `window_start_unix_ms' (it never started its window)
+%% can only be placed by its length: the window is never shorter than the
+%% longest. The start is the earliest of those given (an engine without
+%% one does not make it 0), so `window_start_unix_ms' + `duration_s' ends
+%% the union, as it ends one engine's window (sluice_bench_run reads it so).
+window(M, Rs) ->
+    Durs = [D || #{<<"duration_s">> := D} <- Rs, is_number(D)],
+    Spans = [{S, S + D * 1000} || #{<<"window_start_unix_ms">> := S, <<"duration_s">> := D} <- Rs,
+                                  is_number(S), is_number(D)],
+    Starts = [S || #{<<"window_start_unix_ms">> := S} <- Rs, is_number(S)],
+    Union = case Spans of
+                [] -> 0;
+                _ -> (lists:max([E || {_, E} <- Spans]) - lists:min([S || {S, _} <- Spans])) / 1000
+            end,
+    WithDur = case Durs of
+                  [] -> M;
+                  _ -> M#{<<"duration_s">> => lists:max([Union | Durs])}
+              end,
+    case Starts of
+        [] -> WithDur;
+        _ -> WithDur#{<<"window_start_unix_ms">> => lists:min(Starts)}
+    end.
 
 %% Each present in some result: merged from the results that have it.
 with_objects(M, Rs) ->
@@ -71,14 +99,9 @@ with_objects(M, Rs) ->
 
 field(K, V, Rs) when is_number(V) ->
     Vs = [N || R <- Rs, N <- [maps:get(K, R, 0)], is_number(N)],
-    case K of
-        <<"duration_s">> -> lists:max(Vs);
-        <<"window_start_unix_ms">> -> lists:min(Vs);
-        _ ->
-            case lists:member(K, ?SUM) of
-                true -> lists:sum(Vs);
-                false -> V
-            end
+    case lists:member(K, ?SUM) of
+        true -> lists:sum(Vs);
+        false -> V
     end;
 field(_K, V, _Rs) ->
     V.

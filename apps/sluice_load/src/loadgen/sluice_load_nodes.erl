@@ -43,24 +43,30 @@ start(Spec, Opts) ->
             end,
     Long = lists:any(fun(H) -> H =/= local andalso lists:member($., H) end, Hosts),
     case ensure_distributed(Long) of
-        ok -> start_all(Hosts, Opts, 1, []);
+        ok ->
+            %% One after the other: an interrupt kept during one boot is
+            %% handed back to the run once, after the last (one line for
+            %% one interrupt, not one per node still to start).
+            {Result, Kept} = start_all(Hosts, Opts, 1, [], false),
+            ok = sluice_peer_boot:resume(Kept),
+            Result;
         {error, _} = E -> E
     end.
 
-start_all([], _Opts, _I, Acc) ->
-    {ok, lists:reverse(Acc)};
-start_all([Host | Rest], Opts, I, Acc) ->
-    case start_one(Host, Opts, I) of
-        {ok, Ref} -> start_all(Rest, Opts, I + 1, [Ref | Acc]);
-        {error, _} = E -> stop(Acc), E
+start_all([], _Opts, _I, Acc, Kept) ->
+    {{ok, lists:reverse(Acc)}, Kept};
+start_all([Host | Rest], Opts, I, Acc, Kept0) ->
+    case start_one(Host, Opts, I, #{kept => Kept0, more => length(Rest)}) of
+        {{ok, Ref}, Kept} -> start_all(Rest, Opts, I + 1, [Ref | Acc], Kept);
+        {{error, _} = E, Kept} -> stop(Acc), {E, Kept}
     end.
 
-start_one(local, _Opts, I) ->
-    boot(local, (base_opts(I))#{host => this_host()});
-start_one(Host, #{ssh := Ssh, erl := Erl}, I) ->
+start_one(local, _Opts, I, After) ->
+    boot(local, (base_opts(I))#{host => this_host()}, After);
+start_one(Host, #{ssh := Ssh, erl := Erl}, I, #{kept := Kept} = After) ->
     case find(Ssh) of
-        {ok, Path} -> boot(Host, (base_opts(I))#{host => Host, exec => {Path, [Host, Erl]}});
-        error -> {error, fmt("--ssh ~s: no such program", [Ssh])}
+        {ok, Path} -> boot(Host, (base_opts(I))#{host => Host, exec => {Path, [Host, Erl]}}, After);
+        error -> {{error, fmt("--ssh ~s: no such program", [Ssh])}, Kept}
     end.
 
 base_opts(I) ->
@@ -69,13 +75,13 @@ base_opts(I) ->
 
 %% (sluice_peer_boot: an ssh still connecting when the node is given up
 %% on is ended, not left to its own connect timeout)
-boot(Host, Opts) ->
+boot(Host, Opts, #{kept := Kept0} = After) ->
     Where = case Host of local -> "this host"; _ -> Host end,
-    try sluice_peer_boot:start(Opts, sluice_peer_boot:timeout()) of
-        {ok, Peer, Node} -> connect(Peer, Node, Where);
-        {error, Reason} -> {error, boot_error(Where, Opts, Reason)}
+    try sluice_peer_boot:start(Opts, sluice_peer_boot:timeout(), After) of
+        {{ok, Peer, Node}, Kept} -> {connect(Peer, Node, Where), Kept};
+        {{error, Reason}, Kept} -> {{error, boot_error(Where, Opts, Reason)}, Kept}
     catch exit:Reason ->
-            {error, boot_error(Where, Opts, Reason)}
+            {{error, boot_error(Where, Opts, Reason)}, Kept0}
     end.
 
 %% ssh (or the erl it runs) that ends before the node is up: a host that

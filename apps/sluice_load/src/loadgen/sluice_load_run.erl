@@ -245,11 +245,7 @@ report(O, Out, Placed, NNodes, Good, Bad) ->
         orelse lists:any(fun(R) -> maps:get(<<"interrupted">>, R, false) =:= true end, Good),
     Merged = Merged0#{<<"exit_code">> => Code, <<"engines_lost">> => length(Bad),
                       <<"interrupted">> => Interrupted},
-    Mem = case Out of
-              #{baseline := B, held := H, held_all := All} when is_map(B), is_map(H) ->
-                  (sluice_server_metrics:per_conn(B, H))#{range => sluice_server_metrics:range(B, All)};
-              _ -> none
-          end,
+    Mem = sluice_server_metrics:memory(maps:get(baseline, Out), maps:get(held_all, Out), Good),
     case maps:get(metrics_error, Out) of
         none -> ok;
         E -> io:format(standard_error, "sluice: server metrics: ~s~n", [E])

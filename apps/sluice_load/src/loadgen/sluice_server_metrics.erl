@@ -7,7 +7,7 @@
 %% `node="..."' and gives the sum as `node="all"'; that sum is used.
 -module(sluice_server_metrics).
 
--export([fetch/1, parse/1, sample/1, per_conn/2, range/2]).
+-export([fetch/1, parse/1, sample/1, per_conn/2, range/2, memory/3]).
 
 -export_type([sample/0]).
 
@@ -88,6 +88,29 @@ total(Name, Ss) ->
     case [V || {#{<<"node">> := <<"all">>}, V} <- Vs] of
         [V | _] -> V;
         [] -> lists:sum([V || {_, V} <- Vs])
+    end.
+
+%% @doc The report's memory per connection: the last scrape of the hold
+%% (per_conn/2) and the band over its scrapes (range/2), from the scrapes
+%% answered before the first engine's window ended; `none' without a
+%% baseline or such a scrape. An engine closes its connections as its
+%% window ends (at its end, or an interrupt): a scrape after that counted
+%% the few connections still there beside the memory of the many, and
+%% its memory per connection, the report's, came out inflated. `t_ms' is
+%% when the answer came, so the server read its figures before it. The
+%% windows are the engines' own (`window_start_unix_ms' + `duration_s',
+%% their host's clock); an engine that reports no start bounds nothing.
+-spec memory(sample() | none, [sample()], [#{binary() => term()}]) -> map() | none.
+memory(none, _Scrapes, _Results) ->
+    none;
+memory(Base, Scrapes, Results) ->
+    Ends = [S + D * 1000 || #{<<"window_start_unix_ms">> := S, <<"duration_s">> := D} <- Results,
+                            is_number(S), is_number(D)],
+    Held = [H || #{t_ms := T, connections := C} = H <- Scrapes, C > 0,
+                 Ends =:= [] orelse T =< lists:min(Ends)],
+    case Held of
+        [] -> none;
+        _ -> (per_conn(Base, lists:last(Held)))#{range => range(Base, Held)}
     end.
 
 %% @doc Memory per connection between a baseline and a sample taken with

@@ -102,14 +102,17 @@ epmd() ->
 %% stops those that did start. This process is the command's signal
 %% handler: a first SIGTERM meanwhile is kept (serve drains at once once
 %% the nodes are up), a second gives up the boots still going on
-%% (sluice_peer_boot).
+%% (sluice_peer_boot's rule, as `load --nodes' has it).
 start_peers(K, Hosts, O) ->
     Self = self(),
     Specs = [{I, host(I, Hosts)} || I <- lists:seq(1, K)],
+    Deadline = erlang:monotonic_time(millisecond) + sluice_peer_boot:timeout(),
     Pids = [spawn(fun() -> Self ! {peer_started, self(), start_peer(I, Host, O)} end)
             || {I, Host} <- Specs],
-    {Results, Interrupts} = lists:mapfoldl(fun(P, N) -> started(P, Pids, N) end, 0, Pids),
-    _ = Interrupts > 0 andalso (self() ! {sluice_signal, sigterm}),
+    Waiting = waiting(Specs),
+    {Results, Kept} = lists:mapfoldl(fun(P, Kept) -> started(P, Pids, Kept, Deadline, Waiting) end,
+                                     false, Pids),
+    ok = sluice_peer_boot:resume(Kept),
     case [Why || {error, Why} <- Results] of
         [] ->
             {ok, [{Peer, Node} || {ok, Peer, Node} <- Results]};
@@ -118,16 +121,26 @@ start_peers(K, Hosts, O) ->
             {error, Why}
     end.
 
-started(P, Pids, Interrupts) ->
+started(P, Pids, Kept, Deadline, Waiting) ->
     receive
-        {peer_started, P, R} -> {R, Interrupts};
-        {sluice_signal, sigterm} when Interrupts =:= 0 ->
-            io:format(standard_error, "sluice: interrupted: waiting for the nodes to start "
-                      "(interrupt again to give them up)~n", []),
-            started(P, Pids, 1);
+        {peer_started, P, R} -> {R, Kept};
         {sluice_signal, sigterm} ->
-            _ = [sluice_peer_boot:cancel(B) || B <- Pids],
-            started(P, Pids, Interrupts + 1)
+            Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
+            _ = case sluice_peer_boot:interrupt(Kept, Left, Waiting) of
+                    kept -> ok;
+                    give_up -> [sluice_peer_boot:cancel(B) || B <- Pids]
+                end,
+            started(P, Pids, true, Deadline, Waiting)
+    end.
+
+%% What an interrupt waits for, for sluice_peer_boot:interrupt/3: the
+%% nodes started at once (those already up are not told apart).
+waiting(Specs) ->
+    Count = case Specs of [_] -> one; _ -> several end,
+    Nodes = case Count of one -> "the node"; several -> "the nodes" end,
+    case lists:usort([H || {_, H} <- Specs, H =/= local]) of
+        [] -> {[Nodes, " starting"], Count};
+        Hosts -> {[Nodes, " starting on ", lists:join(", ", Hosts)], Count}
     end.
 
 host(_I, []) -> local;
