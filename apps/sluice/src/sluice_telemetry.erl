@@ -106,13 +106,20 @@ peer(Conn) ->
         {error, _} -> undefined
     end.
 
-%% @private The connection started at `Started' ends.
+%% @private The connection started at `Started' ends. As at its start,
+%% nothing is made (the clock read, two maps) with telemetry off.
 -spec connection_stop(sluice:name(), pid(), integer(), term()) -> ok.
 connection_stop(Listener, Pid, Started, Reason) ->
-    Now = erlang:monotonic_time(),
-    execute([sluice, connection, stop],
-            #{duration => Now - Started, monotonic_time => Now},
-            #{listener => Listener, pid => Pid, reason => Reason}).
+    case persistent_term:get(?KEY, false) of
+        false ->
+            ok;
+        Mod ->
+            Now = erlang:monotonic_time(),
+            _ = Mod:execute([sluice, connection, stop],
+                            #{duration => Now - Started, monotonic_time => Now},
+                            #{listener => Listener, pid => Pid, reason => Reason}),
+            ok
+    end.
 
 %% @private An accept on `Listener' failed.
 -spec accept_error(sluice:name(), term()) -> ok.
