@@ -307,11 +307,7 @@ sigterm_ends_the_run_with_a_report(Config) ->
 %% before it blocked the signal.
 sigterm_while_the_nodes_start_ends_the_run_with_a_report(Config) ->
     TcpPort = start_ref(Config),
-    Dir = ?config(priv_dir, Config),
-    Mark = filename:join(Dir, "starting"),
-    Ssh = filename:join(Dir, "slow-ssh"),
-    ok = file:write_file(Ssh, ["#!/bin/sh\ntouch '", Mark, "'\nsleep 1\nshift\nexec \"$@\"\n"]),
-    ok = file:change_mode(Ssh, 8#755),
+    {Ssh, Mark} = slow_ssh(Config, "slow-ssh", 1),
     P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
                   [{args, ["load", "--scenario", "ping", "--nodes", "localhost", "--ssh", Ssh,
                            "--engines", "3", "--port", TcpPort, "--conns", "6",
@@ -371,11 +367,7 @@ a_second_interrupt_gives_up_a_node_still_starting(Config) ->
 %% once more: a line per node still to start.
 one_interrupt_says_so_once_for_two_nodes_starting(Config) ->
     TcpPort = start_ref(Config),
-    Dir = ?config(priv_dir, Config),
-    Mark = filename:join(Dir, "two-starting"),
-    Ssh = filename:join(Dir, "slow-ssh-two"),
-    ok = file:write_file(Ssh, ["#!/bin/sh\necho $$ >> '", Mark, "'\nsleep 2\nshift\nexec \"$@\"\n"]),
-    ok = file:change_mode(Ssh, 8#755),
+    {Ssh, Mark} = slow_ssh(Config, "slow-ssh-two", 2),
     P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
                   [{args, ["load", "--scenario", "ping", "--nodes", "localhost,localhost",
                            "--ssh", Ssh, "--port", TcpPort, "--conns", "2",
@@ -399,6 +391,18 @@ one_interrupt_says_so_once_for_two_nodes_starting(Config) ->
     J = read_json(Config),
     ?assertEqual(true, get(interrupted, J)),
     ?assertEqual(0, get(engines_lost, J)).
+
+%% A stand-in for ssh that takes `Secs' to connect, then runs the node
+%% here; each run appends its pid to the mark file it returns (which
+%% exists once the first has started).
+slow_ssh(Config, Name, Secs) ->
+    Dir = ?config(priv_dir, Config),
+    Mark = filename:join(Dir, Name ++ ".started"),
+    Ssh = filename:join(Dir, Name),
+    ok = file:write_file(Ssh, ["#!/bin/sh\necho $$ >> '", Mark, "'\nsleep ",
+                               integer_to_list(Secs), "\nshift\nexec \"$@\"\n"]),
+    ok = file:change_mode(Ssh, 8#755),
+    {Ssh, Mark}.
 
 %% `load --nodes localhost' through a stand-in ssh that hangs as ssh does
 %% on an unreachable host, with a boot timeout of BootSecs: the port, the
