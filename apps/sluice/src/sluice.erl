@@ -10,6 +10,12 @@
 %% #{port := 5555, connections := 0} = sluice:info(echo),
 %% ok = sluice:stop_listener(echo, 5000).
 %% '''
+%%
+%% The sluice application runs first (`application:ensure_all_started(sluice)',
+%% or `sluice' in your application's `applications'). Before it does, the
+%% calls that answer `{error, not_found}' for an unknown listener answer
+%% `{error, sluice_not_started}' (format_error/1 says how to mend it), and
+%% listeners/0, connections/1 and procs/2 answer `[]'.
 -module(sluice).
 
 -export([start_listener/2, stop_listener/1, stop_listener/2, drain/2,
@@ -75,8 +81,14 @@
 %% @doc Start a listener under sluice's own supervisor. Options are
 %% documented in docs/listener-options.md and checked by sluice_opts; a bad
 %% one gives `{error, {bad_option, Key, Value}}' (see format_error/1).
+%% `{error, sluice_not_started}' before the sluice application runs.
 -spec start_listener(name(), map() | list()) -> {ok, pid()} | {error, term()}.
 start_listener(Name, Opts) ->
+    %% Checked first: nothing of the options (ssl's start for tls_opts)
+    %% is done for a start that cannot be.
+    if_running(fun() -> start_valid(Name, Opts) end).
+
+start_valid(Name, Opts) ->
     case sluice_opts:validate(Opts) of
         {ok, Valid} ->
             case can_listen(Name, Valid) of
@@ -109,6 +121,19 @@ can_listen(Name, Opts) ->
     case sluice_already_started(Name) of
         true -> ok;
         false -> try_listen(Name, Opts)
+    end.
+
+%% The calls on a listener by name, before the sluice application runs
+%% (or after it stopped): the registry's table is not there, and each
+%% raised ets's badarg (start_listener/2 too), stop_listener/1 exited
+%% noproc. No listener can run then, but `{error, not_found}' would send
+%% the reader to check the listener's name: `{error, sluice_not_started}',
+%% which format_error/1 says how to mend. The API's calls only: a
+%% connection's path has the application running.
+if_running(Fun) ->
+    case sluice_registry:running() of
+        true -> Fun();
+        false -> {error, sluice_not_started}
     end.
 
 %% A socket of the user's is the listener's from its start on: its
@@ -252,8 +277,11 @@ spec(Name, Opts) ->
 
 %% @doc Stop a listener at once: connections are shut down (with the
 %% listener's `shutdown_timeout'), the port closes.
--spec stop_listener(name()) -> ok | {error, not_found}.
+-spec stop_listener(name()) -> ok | {error, not_found | sluice_not_started}.
 stop_listener(Name) ->
+    if_running(fun() -> stop_top(Name) end).
+
+stop_top(Name) ->
     case supervisor:terminate_child(sluice_sup, {sluice_listener, Name}) of
         ok ->
             _ = supervisor:delete_child(sluice_sup, {sluice_listener, Name}),
@@ -276,16 +304,19 @@ forget_listen_side(Name) ->
 %% then stop the listener and close whatever is left. `DrainMs' is an
 %% integer 0..2^32 - 1 (a receive timeout) or `infinity'; anything else
 %% raises `badarg', as drain/2 does.
--spec stop_listener(name(), drain_time()) -> ok | {error, not_found}.
+-spec stop_listener(name(), drain_time()) -> ok | {error, not_found | sluice_not_started}.
 stop_listener(Name, DrainMs) ->
     _ = drain_ms(Name, DrainMs),
+    if_running(fun() -> drain_and_stop(Name, DrainMs) end).
+
+drain_and_stop(Name, DrainMs) ->
     %% Only a listener this function can stop is drained: an embedded one
     %% (child_spec/1,2) is its owner's to stop, and draining it here
     %% before answering not_found would leave it suspended.
     case supervisor:get_childspec(sluice_sup, {sluice_listener, Name}) of
         {ok, _} ->
             case drain(Name, DrainMs) of
-                {ok, _Left} -> stop_listener(Name);
+                {ok, _Left} -> stop_top(Name);
                 Error -> Error
             end;
         {error, not_found} ->
@@ -316,9 +347,13 @@ drain_ms(Name, DrainMs) ->
 %% among those still open. `DrainMs' is an integer 0..2^32 - 1 (about
 %% 49.7 days) or `infinity' (wait for the last connection, however long:
 %% the same as 2^32 - 1); anything else raises `badarg'.
--spec drain(name(), drain_time()) -> {ok, non_neg_integer()} | {error, not_found}.
+-spec drain(name(), drain_time()) ->
+          {ok, non_neg_integer()} | {error, not_found | sluice_not_started}.
 drain(Name, DrainTime) ->
     DrainMs = drain_ms(Name, DrainTime),
+    if_running(fun() -> drain_listener(Name, DrainMs) end).
+
+drain_listener(Name, DrainMs) ->
     case sluice_registry:lookup(Name) of
         {ok, #{stats := Stats, opts := #{num_conns_sups := NS}}} ->
             Deadline = erlang:monotonic_time(millisecond) + DrainMs,
@@ -373,7 +408,7 @@ wait_empty(Stats, Deadline) ->
 %% by the kernel once this returns), connections already open carry on. A
 %% connection over `max_connections' that was waiting for a slot
 %% (`max_connections_wait') is closed and counted rejected.
--spec suspend(name()) -> ok | {error, not_found}.
+-spec suspend(name()) -> ok | {error, not_found | sluice_not_started}.
 suspend(Name) ->
     with_sup(Name, fun(Sup, #{stats := Stats}) ->
                            %% The listen sockets close first, and each
@@ -527,7 +562,9 @@ restart(Sup, Child) ->
 %% the suspend then stopped the acceptors: `suspended', the port open and
 %% its connects never served.
 with_sup(Name, Fun) ->
-    sluice_registry:with_lock(Name, fun() -> with_sup_alone(Name, Fun) end).
+    if_running(fun() ->
+                       sluice_registry:with_lock(Name, fun() -> with_sup_alone(Name, Fun) end)
+               end).
 
 with_sup_alone(Name, Fun) ->
     case sluice_registry:lookup(Name) of
@@ -543,8 +580,11 @@ with_sup_alone(Name, Fun) ->
     end.
 
 %% @doc What the listener is and what happened to it.
--spec info(name()) -> map() | {error, not_found}.
+-spec info(name()) -> map() | {error, not_found | sluice_not_started}.
 info(Name) ->
+    if_running(fun() -> info_now(Name) end).
+
+info_now(Name) ->
     case sluice_registry:lookup(Name) of
         {ok, #{sup := Sup} = Info} ->
             case status(Sup) of
@@ -591,12 +631,14 @@ status(Sup) ->
 %% count falls under it.
 -spec set_max_connections(name(), non_neg_integer() | infinity) -> ok | {error, term()}.
 set_max_connections(Name, Max) when Max =:= infinity; is_integer(Max), Max >= 0 ->
-    case sluice_registry:lookup(Name) of
-        {ok, #{stats := Stats}} ->
-            sluice_stats:set_max_connections(Stats, Max);
-        error ->
-            {error, not_found}
-    end;
+    if_running(fun() ->
+                       case sluice_registry:lookup(Name) of
+                           {ok, #{stats := Stats}} ->
+                               sluice_stats:set_max_connections(Stats, Max);
+                           error ->
+                               {error, not_found}
+                       end
+               end);
 set_max_connections(_Name, Max) ->
     {error, {bad_option, max_connections, Max}}.
 
@@ -612,7 +654,7 @@ set_max_connections(_Name, Max) ->
 %% supervisor; a restart of the whole listener from its child spec (its
 %% supervisor's, or the one child_spec/1,2 made) starts again from the
 %% options given there.
--spec set_handler_opts(name(), term()) -> ok | {error, not_found}.
+-spec set_handler_opts(name(), term()) -> ok | {error, not_found | sluice_not_started}.
 set_handler_opts(Name, HandlerOpts) ->
     %% Under the listener's lock (with_sup/2): two calls at once each
     %% switch every connection supervisor in turn, and interleaved they
@@ -637,12 +679,14 @@ set_handler_opts(Name, HandlerOpts) ->
 %% @doc The options the listener's handler gets in `init/2' now: those it
 %% was started with, or the last set_handler_opts/2's (as
 %% ranch:get_protocol_options/1).
--spec get_handler_opts(name()) -> {ok, term()} | {error, not_found}.
+-spec get_handler_opts(name()) -> {ok, term()} | {error, not_found | sluice_not_started}.
 get_handler_opts(Name) ->
-    case sluice_registry:lookup(Name) of
-        {ok, #{opts := #{handler := {_, HandlerOpts}}}} -> {ok, HandlerOpts};
-        error -> {error, not_found}
-    end.
+    if_running(fun() ->
+                       case sluice_registry:lookup(Name) of
+                           {ok, #{opts := #{handler := {_, HandlerOpts}}}} -> {ok, HandlerOpts};
+                           error -> {error, not_found}
+                       end
+               end).
 
 %% @doc Change options of a running listener, as
 %% ranch:set_transport_options/2 does: `Opts' is a map or a proplist of
@@ -745,12 +789,14 @@ apply_alarms(_Name, _Changed) -> ok.
 %% last set_transport_opts/2 left them, with `max_connections' the limit
 %% now (set_max_connections/2's too). As ranch:get_transport_options/1;
 %% changed and given back to set_transport_opts/2 whole, it is taken.
--spec get_transport_opts(name()) -> {ok, map()} | {error, not_found}.
+-spec get_transport_opts(name()) -> {ok, map()} | {error, not_found | sluice_not_started}.
 get_transport_opts(Name) ->
-    case current_opts(Name) of
-        {ok, Current} -> {ok, maps:without([handler, own_port], Current)};
-        error -> {error, not_found}
-    end.
+    if_running(fun() ->
+                       case current_opts(Name) of
+                           {ok, Current} -> {ok, maps:without([handler, own_port], Current)};
+                           error -> {error, not_found}
+                       end
+               end).
 
 %% The options in the registry with the limit now, which
 %% set_max_connections/2 changes in the listener's figures only.
@@ -768,12 +814,14 @@ current_opts(Name) ->
 %% inspect or trace connections. `[]' for an unknown listener.
 -spec connections(name()) -> [pid()].
 connections(Name) ->
-    case sluice_registry:lookup(Name) of
+    case sluice_registry:running() andalso sluice_registry:lookup(Name) of
         {ok, #{opts := #{num_conns_sups := NS}}} ->
             [Pid || Sup <- conns_sups(Name, NS),
                     {_, Pid, _, _} <- try supervisor:which_children(Sup)
                                       catch exit:_ -> [] end];
-        error ->
+        _ ->
+            %% (error, or false: the application is not running, and no
+            %% listener with it)
             []
     end.
 
@@ -788,16 +836,16 @@ connections(Name) ->
 procs(Name, connections) ->
     connections(Name);
 procs(Name, acceptors) ->
-    case sluice_registry:lookup(Name) of
+    case sluice_registry:running() andalso sluice_registry:lookup(Name) of
         {ok, #{sup := Sup}} -> try acceptors(Sup) catch exit:_ -> [] end;
-        error -> []
+        _ -> []
     end;
 procs(Name, Type) ->
     erlang:error(badarg, [Name, Type]).
 
 %% @doc wait_for_connections/4 polling every 100 ms.
 -spec wait_for_connections(name(), sluice_watch:op(), non_neg_integer()) ->
-          ok | {error, not_found}.
+          ok | {error, not_found | sluice_not_started}.
 wait_for_connections(Name, Op, N) ->
     wait_for_connections(Name, Op, N, 100).
 
@@ -809,10 +857,11 @@ wait_for_connections(Name, Op, N) ->
 %% meanwhile (ranch counts it 0). A bad `Op', `N' (a negative, `< 0') or
 %% `Interval' raises `badarg', as ranch's does.
 -spec wait_for_connections(name(), sluice_watch:op(), non_neg_integer(),
-                           non_neg_integer()) -> ok | {error, not_found}.
+                           non_neg_integer()) -> ok | {error, not_found | sluice_not_started}.
 wait_for_connections(Name, Op, N, Interval) ->
     case sluice_watch:valid(Op, N, Interval, infinity) of
-        true -> sluice_watch:wait_for_connections(Name, Op, N, Interval, infinity);
+        true -> if_running(fun() -> sluice_watch:wait_for_connections(Name, Op, N, Interval,
+                                                                      infinity) end);
         false -> erlang:error(badarg, [Name, Op, N, Interval])
     end.
 
@@ -820,10 +869,11 @@ wait_for_connections(Name, Op, N, Interval) ->
 %% `{error, timeout}' if the count has not compared so by then.
 -spec wait_for_connections(name(), sluice_watch:op(), non_neg_integer(),
                            non_neg_integer(), timeout()) ->
-          ok | {error, not_found | timeout}.
+          ok | {error, not_found | sluice_not_started | timeout}.
 wait_for_connections(Name, Op, N, Interval, Timeout) ->
     case sluice_watch:valid(Op, N, Interval, Timeout) of
-        true -> sluice_watch:wait_for_connections(Name, Op, N, Interval, Timeout);
+        true -> if_running(fun() -> sluice_watch:wait_for_connections(Name, Op, N, Interval,
+                                                                      Timeout) end);
         false -> erlang:error(badarg, [Name, Op, N, Interval, Timeout])
     end.
 
@@ -851,7 +901,7 @@ remove_connection(Pid) when is_pid(Pid) ->
 %% @doc adopt/3 with no bytes read before.
 -spec adopt(name(), term()) -> {ok, pid()} | {error, term()}.
 adopt(Name, Socket) ->
-    sluice_adopt:adopt(Name, Socket, #{}).
+    adopt(Name, Socket, #{}).
 
 %% @doc A connected socket its owner (the caller) gives to the running
 %% listener `Name', which serves it with its handler as one its acceptors
@@ -869,13 +919,16 @@ adopt(Name, Socket) ->
 -spec adopt(name(), term(), #{buffered => iodata()} | [{buffered, iodata()}]) ->
           {ok, pid()} | {error, term()}.
 adopt(Name, Socket, Opts) ->
-    sluice_adopt:adopt(Name, Socket, Opts).
+    if_running(fun() -> sluice_adopt:adopt(Name, Socket, Opts) end).
 
 %% @doc The names of the listeners started with start_listener/2 or
 %% embedded with child_spec/1,2 that are running or suspended.
 -spec listeners() -> [name()].
 listeners() ->
-    sluice_registry:listeners().
+    case sluice_registry:running() of
+        true -> sluice_registry:listeners();
+        false -> []
+    end.
 
 %% @doc A one-line, human description of an error start_listener/2
 %% returns (or child_spec/1,2 raises): which option, what it expects.

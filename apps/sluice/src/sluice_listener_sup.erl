@@ -12,6 +12,8 @@
 
 -export([start_link/2, init/1]).
 
+-include_lib("kernel/include/logger.hrl").
+
 -export_type([listener/0]).
 
 %% What every process of a listener is started with: its name, its
@@ -23,7 +25,25 @@
                       stats := sluice_stats:stats()}.
 
 -spec start_link(sluice:name(), sluice_opts:opts()) -> {ok, pid()} | ignore | {error, term()}.
-start_link(Name, Opts0) ->
+start_link(Name, Opts) ->
+    case sluice_registry:running() of
+        true -> start_registered(Name, Opts);
+        false -> not_started(Name)
+    end.
+
+%% Embedded (child_spec/1,2) by an application that does not start
+%% sluice, the start failed in init/1 with `{noproc, {gen_server, call,
+%% [sluice_registry, ...]}}': its owner's supervisor now fails to start
+%% with `sluice_not_started' as the child's reason, and the log says what
+%% to do in one line, as for a listener that cannot listen
+%% (sluice_listen_sockets), since nobody calls format_error/1 on a child's
+%% reason. Under sluice_sup the application runs.
+not_started(Name) ->
+    ?LOG_ERROR("~ts", [sluice_syntax:format("sluice listener ~0p could not start: ~ts",
+                                            [Name, sluice:format_error(sluice_not_started)])]),
+    {error, sluice_not_started}.
+
+start_registered(Name, Opts0) ->
     %% Under sluice_sup (start_listener/2), restarted by it: with the
     %% listen side its sockets were last opened with, which
     %% set_transport_opts/2 may have changed since the start, rather than

@@ -884,9 +884,10 @@ format_error({bad_option, listen_socket, Why}) ->
 format_error({bad_option, alarms, Why}) ->
     sluice_alarms:format_error(Why);
 format_error({bad_option, K, V}) ->
-    sluice_syntax:format("bad value for option ~w: ~0p (expected ~s)~s",
+    sluice_syntax:format("bad value for option ~w: ~0p (expected ~s)~s~s",
                          [K, V, expected(K),
-                          sluice_opts_hint:string_value(K, V, fun(C) -> accepts(K, C) end)]);
+                          sluice_opts_hint:string_value(K, V, fun(C) -> accepts(K, C) end),
+                          sluice_opts_hint:other_library(K, V)]);
 format_error({not_for_local, port, Port}) ->
     sluice_syntax:format("bad value for option port: ~0p (a Unix socket, ip => "
                          "{local, Path}, has no port: leave port out, or 0)", [Port]);
@@ -926,6 +927,16 @@ format_error(listen_socket_closed) ->
     "it again (stop it, and start it with a new socket)";
 format_error(already_started) ->
     "a listener of that name is running";
+format_error(sluice_not_started) ->
+    %% The API's answer before the application runs, and an embedded
+    %% listener's start's (sluice_listener_sup): how to mend it, in the
+    %% reader's language.
+    "the sluice application is not started (" ++
+        sluice_syntax:code("application:ensure_all_started(sluice) first, or list sluice in "
+                           "your application's applications",
+                           "Application.ensure_all_started(:sluice) first, or list :sluice "
+                           "in your application's applications: in mix.exs, a dependency "
+                           "without runtime: false") ++ ")";
 format_error(Posix) when is_atom(Posix) ->
     %% What start_listener/2 returns when the port cannot be had
     %% (eaddrinuse, eacces, eaddrnotavail): the system's words for it.

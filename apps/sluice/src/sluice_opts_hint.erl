@@ -1,6 +1,6 @@
 %% @doc What a refused option was probably meant to be, for
 %% sluice_opts:format_error/1: the option nearest a misspelt key, sluice's
-%% name for a thousand_island option, and the usual slips in `tls_opts'
+%% name for a thousand_island or a ranch option (or value), and the usual slips in `tls_opts'
 %% (an Elixir string where ssl takes a charlist, `verify_peer' without the
 %% authorities), a value read from the environment as a string. Runs only
 %% when an error is put in words, never on a listener's or a connection's
@@ -8,7 +8,7 @@
 %% @private
 -module(sluice_opts_hint).
 
--export([unknown/2, handler/1, tls/1, string_value/3]).
+-export([unknown/2, handler/1, tls/1, string_value/3, other_library/2]).
 
 %% @doc The words to add after "unknown option K" (`""' for none), given
 %% the options a listener knows. Users coming from thousand_island write
@@ -31,6 +31,29 @@ unknown(read_timeout, _Known) ->
 unknown(K, _Known) when K =:= max_connections_retry_count; K =:= max_connections_retry_wait ->
     " (thousand_island's: here max_connections_wait, ms in all a connection over "
     "max_connections waits for a slot: retry_count x retry_wait)";
+%% ranch's options (1.x and 2.x) that sluice names otherwise, or has no
+%% use for (docs/from-ranch.md's table); those of the same name
+%% (num_acceptors, max_connections, socket_opts, alarms...) are taken.
+unknown(shutdown, _Known) ->
+    " (ranch's: here shutdown_timeout, ms the connections get when the listener stops "
+    "without a drain)";
+unknown(socket, _Known) ->
+    " (ranch 1's: here listen_socket, a listen socket opened by the caller)";
+unknown(post_listen_callback, _Known) ->
+    " (ranch's: here post_listen, a fun of one listen socket that returns ok or "
+    "{error, Reason})";
+unknown(ack_timeout, _Known) ->
+    " (ranch 1's: here handshake_timeout)";
+unknown(connection_type, _Known) ->
+    %% ranch's `supervisor' is for a protocol process that supervises
+    %% others (its shutdown then infinity): what its user wants is those
+    %% processes ended with the connection, and the connection waited for.
+    " (ranch's: here every connection is sluice's process running the handler; one "
+    "that starts processes links them, and traps exits to end them in terminate/2, "
+    "waited for up to shutdown_timeout, which may be infinity)";
+unknown(logger, _Known) ->
+    " (ranch's: sluice logs through OTP's logger, which Elixir's Logger shows: its "
+    "handlers, levels and filters choose where the lines go)";
 unknown(name, _Known) ->
     " (a listener's name is start_listener/2's and child_spec/2's first argument; "
     "child_spec/1 alone takes it among the options)";
@@ -102,6 +125,24 @@ cell({I, J}, TA, TB, D) ->
         true -> min(Best, maps:get({I - 2, J - 2}, D) + 1);
         false -> Best
     end.
+
+%% @doc The words to add after a refused value's "(expected ...)" when
+%% the value is another library's name for what sluice takes: ranch's
+%% and thousand_island's transport modules, gen_tcp (inet's). `""' for
+%% any other.
+-spec other_library(atom(), term()) -> string().
+other_library(transport, ranch_tcp = T) ->
+    sluice_syntax:format("; ~p is ranch's: here inet", [T]);
+other_library(transport, gen_tcp = T) ->
+    sluice_syntax:format("; for ~p, here inet", [T]);
+other_library(transport, T) when T =:= ranch_ssl ->
+    sluice_syntax:format("; ~p is ranch's: here ssl, with tls_opts", [T]);
+other_library(transport, 'Elixir.ThousandIsland.Transports.TCP' = T) ->
+    sluice_syntax:format("; ~p is thousand_island's: here inet", [T]);
+other_library(transport, 'Elixir.ThousandIsland.Transports.SSL' = T) ->
+    sluice_syntax:format("; ~p is thousand_island's: here ssl, with tls_opts", [T]);
+other_library(_K, _V) ->
+    "".
 
 %% @doc The words for a handler module that is another library's, by
 %% what it exports: a thousand_island handler (`use ThousandIsland.Handler'

@@ -10,7 +10,7 @@
 -module(sluice_registry).
 -behaviour(gen_server).
 
--export([start_link/0, register_listener/3, lookup/1, lookup/2, set/3,
+-export([start_link/0, running/0, register_listener/3, lookup/1, lookup/2, set/3,
          set_conns_sup/3, conns_sup/2, recv_facts/1, count_accept_error/2, accept_errors/1,
          listeners/0, with_lock/2, keep_listen_side/2, kept_listen_side/1,
          forget_listen_side/1]).
@@ -23,6 +23,14 @@
 -spec start_link() -> {ok, pid()} | ignore | {error, term()}.
 start_link() ->
     gen_server:start_link({local, ?MODULE}, ?MODULE, [], []).
+
+%% @doc Whether the table is there: it is while the sluice application
+%% runs (sluice_sup starts this process first), and without it every
+%% read of it raises ets's badarg. For the API's calls (sluice) and a
+%% listener's start only, never a connection's path.
+-spec running() -> boolean().
+running() ->
+    ets:whereis(?TAB) =/= undefined.
 
 %% @doc Publish a listener; its rows go when `Sup' goes down.
 %% `{error, already_started}' while another live supervisor has the name (a listener under sluice_sup

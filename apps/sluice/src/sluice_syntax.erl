@@ -19,7 +19,7 @@
 %% @private
 -module(sluice_syntax).
 
--export([format/2]).
+-export([format/2, code/2]).
 
 %% @doc io_lib:format/2, flat, with `~p' terms in Elixir's syntax where
 %% Elixir runs (see the module's doc).
@@ -31,6 +31,17 @@ format(Format, Args) ->
         true ->
             Directives = [elixir(D) || D <- io_lib:scan_format(Format, Args)],
             lists:flatten(io_lib:build_text(Directives))
+    end.
+
+%% @doc Code for the reader to write (a call, a setting), in the language
+%% that runs: `Erlang' or `Elixir', each as written by hand, where a
+%% term's syntax alone (format/2) would leave `application:...' to an
+%% Elixir user.
+-spec code(string(), string()) -> string().
+code(Erlang, Elixir) ->
+    case erlang:module_loaded(elixir_kernel()) of
+        false -> Erlang;
+        true -> Elixir
     end.
 
 elixir(#{control_char := C, args := [Term | _]} = D) when C =:= $p; C =:= $P ->

@@ -45,7 +45,10 @@
          drain_child_drains_its_listeners_before_they_stop/1,
          drain_child_spec_checks_its_arguments/1,
          drain_child_says_what_its_deadline_closed/1,
-         two_listen_sockets_share_the_port/1]).
+         two_listen_sockets_share_the_port/1,
+         start_before_the_application_says_it_is_not_started/1,
+         calls_before_the_application_say_it_is_not_started/1,
+         embedded_listener_without_the_application_says_so_in_one_line/1]).
 
 -define(LOOPBACK, {127, 0, 0, 1}).
 
@@ -57,7 +60,11 @@ all() ->
      suspend_as_an_accept_completes_serves_that_connection,
      proxy_bytes_after_the_header_reach_a_users_transport_once,
      drain_closes_connections_in_their_tls_handshake,
-     drain_of_a_woken_parked_connection_reaches_its_handler].
+     drain_of_a_woken_parked_connection_reaches_its_handler,
+     %% (each stops the application, and starts it again after)
+     start_before_the_application_says_it_is_not_started,
+     calls_before_the_application_say_it_is_not_started,
+     embedded_listener_without_the_application_says_so_in_one_line].
 
 groups() ->
     [{options, [], [bad_options_are_rejected_with_clear_errors, start_errors_are_reported,
@@ -360,6 +367,119 @@ embedded_listener_on_a_taken_port_says_so_in_one_line(Config) ->
                  [{Level, Text} || {Level, Text, _} <- Logs,
                                    string:find(Text, "could not start") =/= nomatch]),
     ?assertEqual({error, not_found}, sluice:info(Name)).
+
+%% start_listener/2 before the sluice application runs: a plain error
+%% that format_error/1 says how to mend. It raised ets's badarg from the
+%% registry's table, which a new user read as a fault of sluice's.
+start_before_the_application_says_it_is_not_started(Config) ->
+    Name = ?config(name, Config),
+    Opts = #{ip => ?LOOPBACK, port => 0, handler => {sluice_proto_echo, []}},
+    without_sluice(
+      fun() ->
+              R = sluice:start_listener(Name, Opts),
+              ?assertEqual({error, sluice_not_started}, R),
+              ?assertEqual("the sluice application is not started "
+                           "(application:ensure_all_started(sluice) first, or list sluice "
+                           "in your application's applications)",
+                           sluice:format_error(element(2, R)))
+      end),
+    %% nothing of it left: the same start once the application runs
+    ?assertMatch({ok, _}, sluice:start_listener(Name, Opts)).
+
+%% The other calls on a listener by name, before the application runs:
+%% those that answer `{error, not_found}' for an unknown listener answer
+%% `{error, sluice_not_started}' (not_found would send the reader to check
+%% the name); those that answer `[]' still do. info/1 raised ets's badarg,
+%% stop_listener/1 exited noproc.
+calls_before_the_application_say_it_is_not_started(Config) ->
+    Name = ?config(name, Config),
+    {ok, LSock} = gen_tcp:listen(0, [{ip, ?LOOPBACK}, {active, false}]),
+    {ok, Port} = inet:port(LSock),
+    {ok, Client} = gen_tcp:connect(?LOOPBACK, Port, []),
+    {ok, Accepted} = gen_tcp:accept(LSock, 5000),
+    Calls = [{info, fun() -> sluice:info(Name) end},
+             {stop_listener, fun() -> sluice:stop_listener(Name) end},
+             {stop_listener_2, fun() -> sluice:stop_listener(Name, 100) end},
+             {drain, fun() -> sluice:drain(Name, 100) end},
+             {suspend, fun() -> sluice:suspend(Name) end},
+             {resume, fun() -> sluice:resume(Name) end},
+             {set_max_connections, fun() -> sluice:set_max_connections(Name, 10) end},
+             {set_handler_opts, fun() -> sluice:set_handler_opts(Name, []) end},
+             {get_handler_opts, fun() -> sluice:get_handler_opts(Name) end},
+             {set_transport_opts, fun() -> sluice:set_transport_opts(Name, #{backlog => 8}) end},
+             {get_transport_opts, fun() -> sluice:get_transport_opts(Name) end},
+             {wait_for_connections_3, fun() -> sluice:wait_for_connections(Name, '==', 0) end},
+             {wait_for_connections_5,
+              fun() -> sluice:wait_for_connections(Name, '==', 0, 10, 100) end},
+             {adopt, fun() -> sluice:adopt(Name, Accepted) end}],
+    Empty = [{listeners, fun() -> sluice:listeners() end},
+             {connections, fun() -> sluice:connections(Name) end},
+             {procs, fun() -> sluice:procs(Name, acceptors) end}],
+    try
+        without_sluice(
+          fun() ->
+                  [?assertEqual({Call, {error, sluice_not_started}}, {Call, catch F()})
+                   || {Call, F} <- Calls],
+                  [?assertEqual({Call, []}, {Call, catch F()}) || {Call, F} <- Empty]
+          end),
+        %% the socket adopt/2 was given is still the caller's, and open
+        ok = gen_tcp:send(Client, <<"still mine">>),
+        ?assertEqual({ok, "still mine"}, gen_tcp:recv(Accepted, 10, 5000))
+    after
+        [gen_tcp:close(S) || S <- [Client, Accepted, LSock]]
+    end.
+
+%% A listener embedded (child_spec/2) by an application that does not
+%% start sluice: its supervisor's start fails with `sluice_not_started' as
+%% the listener's reason, and the log says what to do in one line, as for
+%% an embedded listener that cannot listen. It was `{noproc, {gen_server,
+%% call, [sluice_registry, {register, ...}]}}'.
+embedded_listener_without_the_application_says_so_in_one_line(Config) ->
+    Name = ?config(name, Config),
+    Spec = sluice:child_spec(Name, #{ip => ?LOOPBACK, port => 0,
+                                     handler => {sluice_proto_echo, []}}),
+    Id = embedded_not_started,
+    {Result, Logs} =
+        without_sluice(
+          fun() ->
+                  ok = sluice_log_forwarder:start(
+                         Id, self(),
+                         #{filters => [{no_domain, {fun logger_filters:domain/2,
+                                                    {log, undefined, []}}}],
+                           filter_default => stop}),
+                  Trap = process_flag(trap_exit, true),
+                  R = try
+                          supervisor:start_link(?MODULE, Spec)
+                      after
+                          sluice_log_forwarder:stop(Id)
+                      end,
+                  %% (the failed supervisor's exit signal, which may come
+                  %% after its answer, trapped before the flag is put back)
+                  receive {'EXIT', _, _} -> ok after 5000 -> ok end,
+                  process_flag(trap_exit, Trap),
+                  {R, flush_own_logs(Id)}
+          end),
+    ct:log("result: ~p~nlogged: ~p", [Result, Logs]),
+    ?assertMatch({error, {shutdown, {failed_to_start_child, {sluice_listener, Name},
+                                     sluice_not_started}}}, Result),
+    Expected = lists:flatten(
+                 io_lib:format("sluice listener ~0p could not start: the sluice application "
+                               "is not started (application:ensure_all_started(sluice) "
+                               "first, or list sluice in your application's applications)",
+                               [Name])),
+    ?assertEqual([{error, Expected}],
+                 [{Level, Text} || {Level, Text, _} <- Logs,
+                                   string:find(Text, "could not start") =/= nomatch]).
+
+%% `Fun' with the sluice application stopped; started again after,
+%% whatever `Fun' did: the other cases need it.
+without_sluice(Fun) ->
+    ok = application:stop(sluice),
+    try
+        Fun()
+    after
+        {ok, _} = application:ensure_all_started(sluice)
+    end.
 
 flush_own_logs(Id) ->
     receive {log, Id, Level, Text, Meta} -> [{Level, Text, Meta} | flush_own_logs(Id)]

@@ -22,6 +22,7 @@
          largest_shutdown_timeout_stops_cleanly/1,
          priority_is_set_on_every_connection/1,
          unknown_options_are_said_with_what_was_meant/1,
+         ranch_options_are_said_with_sluices_names/1,
          another_librarys_handler_is_said_as_such/1,
          a_string_value_is_said_as_one/1,
          a_string_hint_offers_only_what_the_option_takes/1]).
@@ -43,6 +44,7 @@ groups() ->
        largest_shutdown_timeout_stops_cleanly,
        priority_is_set_on_every_connection,
        unknown_options_are_said_with_what_was_meant,
+       ranch_options_are_said_with_sluices_names,
        another_librarys_handler_is_said_as_such,
        a_string_value_is_said_as_one,
        a_string_hint_offers_only_what_the_option_takes]).
@@ -141,6 +143,59 @@ unknown_options_are_said_with_what_was_meant(Config) ->
     ?assertEqual({error, {unknown_option, max_conections}}, R),
     ?assertNotEqual(nomatch, string:find(sluice:format_error(element(2, R)),
                                          "did you mean max_connections?")).
+
+%% A ranch user's options (1.x and 2.x, docs/from-ranch.md's table) that
+%% sluice names otherwise or has no use for, and ranch's transports: each
+%% is refused, nothing starts, and format_error/1 says sluice's name or
+%% what to do, as for thousand_island's (it said "unknown option
+%% shutdown", "unknown option socket", and listed inet, socket and ssl
+%% for `transport => ranch_tcp' without saying which one it is). The
+%% options ranch and sluice share start.
+ranch_options_are_said_with_sluices_names(Config) ->
+    Name = ?config(name, Config),
+    Unknown = [{{shutdown, 5000}, "(ranch's: here shutdown_timeout, ms the connections get "
+                                  "when the listener stops without a drain)"},
+               {{socket, make_ref()}, "(ranch 1's: here listen_socket, a listen socket "
+                                      "opened by the caller)"},
+               {{post_listen_callback, fun(_) -> ok end}, "(ranch's: here post_listen, "},
+               {{ack_timeout, 5000}, "(ranch 1's: here handshake_timeout)"},
+               {{connection_type, supervisor}, "(ranch's: here every connection is sluice's "
+                                               "process running the handler; "},
+               {{logger, logger}, "(ranch's: sluice logs through OTP's logger"}],
+    lists:foreach(
+      fun({Opt = {K, _}, Said}) ->
+              R = sluice:start_listener(Name, [Opt | base()]),
+              ?assertEqual({error, {unknown_option, K}}, R),
+              Line = sluice:format_error(element(2, R)),
+              ct:log("~0p: ~s", [Opt, Line]),
+              Start = "unknown option " ++ atom_to_list(K) ++ " " ++ Said,
+              ?assertNotEqual(nomatch, string:prefix(Line, Start), Line)
+      end, Unknown),
+    Transports = [{ranch_tcp, "; ranch_tcp is ranch's: here inet"},
+                  {gen_tcp, "; for gen_tcp, here inet"},
+                  {ranch_ssl, "; ranch_ssl is ranch's: here ssl, with tls_opts"},
+                  {'Elixir.ThousandIsland.Transports.TCP',
+                   "; 'Elixir.ThousandIsland.Transports.TCP' is thousand_island's: here inet"}],
+    lists:foreach(
+      fun({T, Said}) ->
+              R = sluice:start_listener(Name, [{transport, T} | base()]),
+              ?assertEqual({error, {bad_option, transport, T}}, R),
+              Line = sluice:format_error(element(2, R)),
+              ct:log("~0p: ~s", [T, Line]),
+              %% the sentence there was, then the hint
+              ?assertEqual(lists:flatten(
+                             io_lib:format("bad value for option transport: ~0p (expected inet "
+                                           "(gen_tcp, the inet driver), socket (OTP's socket "
+                                           "NIF), ssl (TLS) or a module implementing the "
+                                           "sluice_transport behaviour)~s", [T, Said])),
+                           Line)
+      end, Transports),
+    ?assertEqual([], [N || N <- sluice:listeners(), N =:= Name]),
+    %% the names they share are sluice's
+    {ok, _} = sluice:start_listener(Name, [{num_acceptors, 2}, {num_conns_sups, 2},
+                                           {num_listen_sockets, 1}, {max_connections, 10},
+                                           {handshake_timeout, 1000}, {socket_opts, []},
+                                           {alarms, #{}} | base()]).
 
 %% A thousand_island handler (`use ThousandIsland.Handler': callbacks
 %% with the socket) or a ranch protocol given as the handler is refused

@@ -16,6 +16,10 @@ erlang_vm_test() ->
     ?assertEqual("bad value for option handler: {'Elixir.Chat',[]} (module 'Elixir.Chat' not "
                  "found: not compiled, or not on the code path)",
                  sluice:format_error({bad_option, handler, {'Elixir.Chat', []}})),
+    ?assertEqual("the sluice application is not started "
+                 "(application:ensure_all_started(sluice) first, or list sluice in your "
+                 "application's applications)",
+                 sluice:format_error(sluice_not_started)),
     ?assertNot(erlang:module_loaded(?KERNEL)).
 
 elixir_vm_test_() ->
@@ -36,6 +40,12 @@ elixir_vm_test_() ->
        ?_assertEqual("ex([1,2,3]) ex({a}) b 'C' 7 x",
                      sluice_syntax:format("~P ~0p ~w ~w ~b ~s", [[1, 2, 3], 2, {a}, b, 'C', 7,
                                                                 "x"]))},
+      {"code to write is Elixir's (sluice_not_started)",
+       ?_assertEqual("the sluice application is not started "
+                     "(Application.ensure_all_started(:sluice) first, or list :sluice in your "
+                     "application's applications: in mix.exs, a dependency without "
+                     "runtime: false)",
+                     sluice:format_error(sluice_not_started))},
       {"an inspect/2 that raises leaves Erlang's words",
        ?_assertEqual("bad value for option post_listen: boom (expected none, or a fun of one "
                      "argument (a listen socket) that returns ok or {error, Reason})",

@@ -27,6 +27,14 @@ defmodule KV.ErrorSyntaxTest do
              "unknown option :framming (did you mean :framing?)"
   end
 
+  test "a ranch option, with sluice's name for it" do
+    assert refused(port: 0, shutdown: 5000, handler: {KV, nil}) =~
+             ~r/^unknown option :shutdown \(ranch's: here shutdown_timeout, /
+
+    assert refused(port: 0, transport: :ranch_tcp, handler: {KV, nil}) =~
+             ~r/^bad value for option transport: :ranch_tcp \(expected .*\); :ranch_tcp is ranch's: here inet$/
+  end
+
   test "a framing spec with an option it does not take" do
     assert refused(port: 0, handler: {KV, nil}, framing: {:line, max_length: 100}) =~
              ~r/^bad value for option framing: \{:line, \[max_length: 100\]\} \(unknown framing option :max_length; expected /
