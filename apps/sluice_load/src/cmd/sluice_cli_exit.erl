@@ -20,12 +20,15 @@ codes("serve") ->
     [{0, "stopped by SIGTERM or Ctrl-C, after the drain (connections the drain closes are "
          "expected, not errors)"},
      {1, "could not serve: the address is in use or not available, a TLS file or the "
-         "metrics port failed, or every node was lost"},
+         "metrics port failed, the nodes could not start (--nodes: Erlang distribution, "
+         "epmd, ssh), or every node was lost"},
      usage()];
 codes("load") ->
     [{0, "no errors: every connection came up and stayed up, every reply was right"},
      {1, "a protocol error: a reply the protocol does not allow, an --ack that does not match "
-         "the server's, or no reply at all (stderr says which); or an engine was lost"},
+         "the server's, or no reply at all (stderr says which); or an engine was lost, or the "
+         "nodes could not start (--nodes: Erlang distribution, epmd, ssh; one line on "
+         "stderr)"},
      usage(),
      {3, "no connection could be made at all"},
      {4, "the run completed with errors: connections failed or were closed by the server, or "

@@ -6,8 +6,8 @@
 %% when this VM goes away, ssh or not), joined to this node by Erlang
 %% distribution, which carries the engines' progress and results back.
 %%
-%% This VM becomes a distributed node on demand (net_kernel:start/2, after
-%% making sure epmd runs); the peers get its cookie over their control
+%% This VM becomes a distributed node on demand (sluice_dist: epmd
+%% started if need be, net_kernel); the peers get its cookie over their control
 %% channel, not on a command line (sluice_build:give_cookie/2). Engines on a node need
 %% only the module `sluice_load_engine', which is loaded onto each peer
 %% from here, and the C binary at the path the coordinator names.
@@ -125,21 +125,13 @@ stop(Refs) ->
     _ = [catch peer:stop(P) || #{peer := P} <- Refs, is_pid(P)],
     ok.
 
+%% (sluice_dist: epmd started and waited for, and one line when
+%% distribution cannot start, as for `serve --nodes')
 ensure_distributed(Long) ->
-    case node() of
-        nonode@nohost ->
-            %% epmd is started by `erl -sname', not by net_kernel:start/2.
-            _ = os:cmd("epmd -daemon"),
-            case net_kernel:start(coord_name(Long),
-                                  #{name_domain => case Long of
-                                                       true -> longnames;
-                                                       false -> shortnames
-                                                   end}) of
-                {ok, _} -> ok;
-                {error, R} -> {error, fmt("cannot start Erlang distribution: ~p", [R])}
-            end;
-        _ -> ok
-    end.
+    sluice_dist:start(coord_name(Long), case Long of
+                                            true -> longnames;
+                                            false -> shortnames
+                                        end).
 
 %% Long names (a host with a dot: an address, a domain name) need a host
 %% part: the one net_kernel takes by itself is the host name, and one

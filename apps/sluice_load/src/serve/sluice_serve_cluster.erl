@@ -75,28 +75,14 @@ hosts(O) ->
 
 %% Distribution with long names: 127.0.0.1 when every node is local (no
 %% DNS needed); when nodes run elsewhere, the name they reach this host by:
-%% $SLUICE_DIST_HOST, or this host's name. epmd is started first: a VM
-%% started without -name does not start it.
+%% $SLUICE_DIST_HOST, or this host's name. sluice_dist starts epmd (a VM
+%% started without -name does not) and says in one line why it failed.
 start_distribution(Hosts) ->
     Host = case Hosts of
                [] -> "127.0.0.1";
                _ -> os:getenv("SLUICE_DIST_HOST", net_adm:localhost())
            end,
-    _ = os:cmd(epmd() ++ " -daemon"),
-    Name = list_to_atom("sluice_serve_" ++ os:getpid() ++ "@" ++ Host),
-    case net_kernel:start([Name, longnames]) of
-        {ok, _} -> ok;
-        {error, {already_started, _}} -> ok;
-        {error, Reason} ->
-            {error, lists:flatten(io_lib:format("cannot start Erlang distribution: ~p", [Reason]))}
-    end.
-
-epmd() ->
-    Erts = filename:join([code:root_dir(), "erts-" ++ erlang:system_info(version), "bin", "epmd"]),
-    case filelib:is_regular(Erts) of
-        true -> Erts;
-        false -> "epmd"
-    end.
+    sluice_dist:start(list_to_atom("sluice_serve_" ++ os:getpid() ++ "@" ++ Host), longnames).
 
 %% All peers at once (each takes a second or two to boot); any failure
 %% stops those that did start. This process is the command's signal
