@@ -3,13 +3,14 @@
 %% at most one line a second per listener and kind, with the number of
 %% others since the last line. Every occurrence is still counted (info/1).
 %% And the line of a handler that crashed (handler_crashed/6), for the
-%% logs that drop OTP's crash reports.
+%% logs that drop OTP's crash reports, and its hint after a bad result
+%% for the logs that keep them.
 %% @private
 -module(sluice_log).
 
 -export([accept_failed/3, over_limit/2, refused/3, handler_crashed/6]).
-%% the report_cb of handler_crashed/6's report
--export([format_crash/1]).
+%% the report_cbs of handler_crashed/6's reports
+-export([format_crash/1, format_hint/1]).
 
 -include_lib("kernel/include/logger.hrl").
 
@@ -65,6 +66,10 @@ refused(Name, Stats, Reason) ->
 %% one report in either's log. Not rate-limited, as a crash report is
 %% not: each may be a different bug. Nothing for the exits proc_lib does
 %% not report either (`normal', `shutdown', `{shutdown, _}').
+%%
+%% The report's hint after another behaviour's result (result_hint/2)
+%% would not reach the log that keeps the crash report: that log gets
+%% the hint alone, in a line of its own (bad_result_hint/3).
 -spec handler_crashed(sluice:name(), module(), {ok, term()} | {error, term()},
                       error | exit | throw, term(), list()) -> ok.
 handler_crashed(_Name, _Handler, _Peer, exit, Reason, _Stack)
@@ -79,7 +84,35 @@ handler_crashed(Name, Handler, Peer, Class, Reason, Stack) ->
                #{domain => [sluice], report_cb => fun ?MODULE:format_crash/1,
                  %% what Elixir's Logger sets for a crash (backends such
                  %% as error trackers read it)
-                 crash_reason => crash_reason(Class, Reason, Stack)}).
+                 crash_reason => crash_reason(Class, Reason, Stack)}),
+    bad_result_hint(Name, Handler, Reason).
+
+%% The hint goes where the crash report goes: domain `[otp, sasl]', the
+%% crash report's, which OTP's default handler logs (an Erlang node's, a
+%% release's log, which drops the `[sluice]' report) and Elixir's Logger
+%% drops unless `handle_sasl_reports: true' (it shows the `[sluice]'
+%% report, hint and all). So each default log has the hint once, beside
+%% the crash it explains, and neither gets a second copy of the crash:
+%% the line names the callback and says what to return, no more (the
+%% reason, the stacktrace and the state are in the crash report). A log
+%% that keeps both domains, as it has both reports of the crash, has the
+%% hint twice. (No domain would have put it twice in Logger's default
+%% log; which handlers a node has cannot be known, only the defaults'
+%% filters.) Level `error', as the crash report's: a log that keeps only
+%% errors keeps it. No `crash_reason': it is no second crash for an
+%% error tracker to count. Only on a crash with a hint, never per read.
+bad_result_hint(Name, Handler, {bad_return_value, {_H, Cb, Value}})
+  when is_atom(Cb) ->
+    case hint(Cb, Value) of
+        none ->
+            ok;
+        _ ->
+            ?LOG_ERROR(#{sluice => bad_result_hint, listener => Name, handler => Handler,
+                         callback => Cb, result => Value},
+                       #{domain => [otp, sasl], report_cb => fun ?MODULE:format_hint/1})
+    end;
+bad_result_hint(_Name, _Handler, _Reason) ->
+    ok.
 
 %% @doc handler_crashed/6's report as text: the exception in Elixir's
 %% words where Elixir runs (its `Exception' loaded, as it is once
@@ -96,6 +129,26 @@ format_crash(#{listener := Name, handler := Handler, peer := Peer, class := Clas
       %% VM's (an Erlang handler in an Elixir VM, once anything loaded
       %% Exception, was told `{:noreply, state}')
       result_hint(Reason, Elixir andalso elixir_module(Handler))]}.
+
+%% @doc bad_result_hint/3's report as text: one line, the hint in the
+%% handler's language, as format_crash/1's.
+-spec format_hint(map()) -> {io:format(), [term()]}.
+format_hint(#{listener := Name, handler := Handler, callback := Cb, result := Value}) ->
+    Reason = {bad_return_value, {Handler, Cb, Value}},
+    Elixir = elixir(Handler, Reason) andalso elixir_module(Handler),
+    %% (none: logged by a version with a hint this one does not have)
+    Hint = case hint_text(Reason, Elixir) of
+               {ok, Text} -> [" (", Text, ")"];
+               none -> ""
+           end,
+    {"sluice listener ~0tp: handler ~0tp returned a bad value from ~ts~ts",
+     [Name, Handler, callback(Cb), Hint]}.
+
+callback(Cb) ->
+    case lists:keyfind(Cb, 1, sluice_handler:behaviour_info(callbacks)) of
+        {Cb, Arity} -> io_lib:format("~ts/~b", [Cb, Arity]);
+        false -> atom_to_list(Cb)
+    end.
 
 elixir(Handler, Reason) ->
     erlang:module_loaded('Elixir.Exception')
@@ -122,14 +175,20 @@ elixir_exception() -> 'Elixir.Exception'.
 %% says it, in the language the handler is written in. The crash's reason
 %% is left as it is (handle_error/2, terminate/2 and the crash report
 %% get it unchanged). Only a crash is formatted here, never a result.
-result_hint({bad_return_value, {_H, Cb, Value}}, Elixir) when is_atom(Cb) ->
-    case hint(Cb, Value) of
+result_hint(Reason, Elixir) ->
+    case hint_text(Reason, Elixir) of
         none -> "";
-        {_Erlang, Ex} when Elixir -> ["\n(", Ex, ")"];
-        {Erlang, _Ex} -> ["\n(", Erlang, ")"]
+        {ok, Hint} -> ["\n(", Hint, ")"]
+    end.
+
+hint_text({bad_return_value, {_H, Cb, Value}}, Elixir) when is_atom(Cb) ->
+    case hint(Cb, Value) of
+        none -> none;
+        {_Erlang, Ex} when Elixir -> {ok, Ex};
+        {Erlang, _Ex} -> {ok, Erlang}
     end;
-result_hint(_Reason, _Elixir) ->
-    "".
+hint_text(_Reason, _Elixir) ->
+    none.
 
 hint(_Cb, {noreply, _}) ->
     {"{noreply, State} is a gen_server's result: a sluice callback returns {ok, State}",

@@ -26,7 +26,8 @@
          a_crash_is_logged_where_sasl_reports_are_not/1,
          an_elixir_handlers_first_crash_is_in_elixirs_words/1,
          an_erlang_handlers_result_hint_is_in_erlangs_words_under_elixir/1,
-         another_behaviours_result_is_said_with_sluices/1]).
+         another_behaviours_result_is_said_with_sluices/1,
+         a_bad_results_hint_is_in_an_erlang_nodes_log_once/1]).
 %% sluice_handler callbacks
 -export([init/2, handle_data/2]).
 
@@ -42,7 +43,8 @@ all() ->
      a_crash_is_logged_where_sasl_reports_are_not,
      an_elixir_handlers_first_crash_is_in_elixirs_words,
      an_erlang_handlers_result_hint_is_in_erlangs_words_under_elixir,
-     another_behaviours_result_is_said_with_sluices].
+     another_behaviours_result_is_said_with_sluices,
+     a_bad_results_hint_is_in_an_erlang_nodes_log_once].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(sluice),
@@ -64,6 +66,9 @@ end_per_testcase(_Case, Config) ->
 
 %%% The handler ----------------------------------------------------------
 
+init(_Conn, Opts = #{init_result := Result, test_pid := Pid}) ->
+    Pid ! {?MODULE, self(), logger:get_process_metadata()},
+    {Result, Opts};
 init(_Conn, Opts) ->
     {ok, Opts}.
 
@@ -72,6 +77,7 @@ handle_data(Data, S = #{test_pid := Pid}) ->
     case Data of
         <<"crash">> -> error(crash_requested);
         <<"noreply">> -> {noreply, S};
+        <<"close">> -> {close, S};
         _ -> {reply, <<"ok">>, S}
     end.
 
@@ -364,15 +370,22 @@ an_erlang_handlers_result_hint_is_in_erlangs_words_under_elixir(_Config) ->
                     {module, _} = peer:call(Peer, code, ensure_loaded, ['Elixir.Exception']),
                     Erlang = Text(Peer, an_erlang_handler),
                     Elixir = Text(Peer, 'Elixir.Boom'),
-                    ct:log("~s~n~s", [Erlang, Elixir]),
+                    %% and the hint's own line (the crash report's log)
+                    ErlangLine = hint_text(Peer, an_erlang_handler),
+                    ElixirLine = hint_text(Peer, 'Elixir.Boom'),
+                    ct:log("~s~n~s~n~s~n~s", [Erlang, Elixir, ErlangLine, ElixirLine]),
                     ?assertNotEqual(nomatch, string:find(Erlang, ErlangHint), Erlang),
-                    ?assertNotEqual(nomatch, string:find(Elixir, ElixirHint), Elixir)
+                    ?assertNotEqual(nomatch, string:find(Elixir, ElixirHint), Elixir),
+                    ?assertNotEqual(nomatch, string:find(ErlangLine, ErlangHint), ErlangLine),
+                    ?assertNotEqual(nomatch, string:find(ElixirLine, ElixirHint), ElixirLine)
             end),
     on_peer([sluice_ebin()],
             fun(Bare) ->
                     Named = Text(Bare, 'Elixir.NotElixir'),
-                    ct:log("~s", [Named]),
-                    ?assertNotEqual(nomatch, string:find(Named, ErlangHint), Named)
+                    NamedLine = hint_text(Bare, 'Elixir.NotElixir'),
+                    ct:log("~s~n~s", [Named, NamedLine]),
+                    ?assertNotEqual(nomatch, string:find(Named, ErlangHint), Named),
+                    ?assertNotEqual(nomatch, string:find(NamedLine, ErlangHint), NamedLine)
             end).
 
 %% Fun(Peer) on a fresh node (OTP peer, over its standard I/O) with the
@@ -391,6 +404,14 @@ crash_text(Peer, Handler, Reason) ->
                                [#{listener => boom, handler => Handler,
                                   peer => {ok, {{127, 0, 0, 1}, 4000}}, class => exit,
                                   reason => Reason, stacktrace => []}]),
+    lists:flatten(io_lib:format(Format, Args)).
+
+%% sluice_log:format_hint/1's text on the node Peer for a `{noreply, s}'
+%% from Handler's handle_data/2.
+hint_text(Peer, Handler) ->
+    {Format, Args} = peer:call(Peer, sluice_log, format_hint,
+                               [#{listener => boom, handler => Handler, callback => handle_data,
+                                  result => {noreply, s}}]),
     lists:flatten(io_lib:format(Format, Args)).
 
 sluice_ebin() ->
@@ -436,3 +457,85 @@ another_behaviours_result_is_said_with_sluices(Config) ->
     ?assertEqual({error, closed}, gen_tcp:recv(Sock, 0, 5000)),
     ok = sluice_test_lib:wait_info(Name, closed, 1, 5000),
     ?assertMatch(#{close_reasons := #{crashed := 1}}, sluice:info(Name)).
+
+%% The hint after another behaviour's result was only in sluice's
+%% [sluice] line, which OTP's default handler drops: an Erlang node's
+%% log (plain `erl', a release) had the crash report alone, "bad return
+%% value" and no word of what to return. It now has the hint once, in a
+%% line of its own just before the crash report (in the crash report's
+%% domain, [otp, sasl]), and not a second copy of the crash; a log filtering as Elixir's Logger does
+%% still has one event of the crash, sluice's, with the hint once. From
+%% handle_data/2 (a thousand_island and a gen_server result) and from
+%% init/2, which goes the same way.
+a_bad_results_hint_is_in_an_erlang_nodes_log_once(Config) ->
+    Name = ?config(name, Config),
+    Domain = fun logger_filters:domain/2,
+    %% OTP's default handler's filters (kernel's, as `erl' and a release
+    %% install it) and Elixir's Logger's (handle_sasl_reports: false)
+    ok = sluice_log_forwarder:start(otp_default, self(),
+                                    #{filters => [{domain, {Domain, {log, super, [otp, sasl]}}},
+                                                  {no_domain, {Domain, {log, undefined, []}}}],
+                                      filter_default => stop}),
+    ok = sluice_log_forwarder:start(elixir_logger, self(),
+                                    #{filters => [{sasl, {Domain, {stop, sub, [otp, sasl]}}}],
+                                      filter_default => log}),
+    Close = "{close, State} is a thousand_island handler's result: here {close, Reason, State}, "
+            "e.g. {close, normal, State}",
+    NoReply = "{noreply, State} is a gen_server's result: a sluice callback returns {ok, State}",
+    Opts = #{test_pid => self()},
+    sluice_test_lib:start_listener(Name, #{handler => {?MODULE, Opts}}),
+    sluice_test_lib:start_listener({Name, init}, #{handler => {?MODULE, Opts#{init_result =>
+                                                                                   noreply}}}),
+    [begin
+         {OtpLog, ElixirLog} = crash_logs(L, Data),
+         ct:log("~p ~s:~n~p~n~p", [L, Data, OtpLog, ElixirLog]),
+         %% Erlang's log: the hint once, then the crash report, once
+         ?assertEqual(1, count(Hint, OtpLog), OtpLog),
+         ?assertMatch([{_, #{domain := [otp, sasl]}}, {_, #{domain := [otp, sasl]}}], OtpLog),
+         [{HintLine, _}, {Report, _}] = OtpLog,
+         ?assertEqual(nomatch, string:find(HintLine, "bad_return_value"), HintLine),
+         ?assertNotEqual(nomatch, string:find(Report, "bad_return_value"), Report),
+         ?assertNotEqual(nomatch, string:find(HintLine, Cb), HintLine),
+         %% Elixir's: sluice's line alone, with the hint once
+         ?assertMatch([{_, #{domain := [sluice]}}], ElixirLog),
+         ?assertEqual(1, count(Hint, ElixirLog), ElixirLog)
+     end || {L, Data, Hint, Cb} <- [{Name, <<"close">>, Close, "handle_data/2"},
+                                    {Name, <<"noreply">>, NoReply, "handle_data/2"},
+                                    {{Name, init}, none, NoReply, "init/2"}]],
+    ok = sluice_test_lib:wait_info(Name, closed, 2, 5000),
+    ?assertMatch(#{close_reasons := #{crashed := 2}}, sluice:info(Name)).
+
+%% The events each forwarder got from the connection that crashed after
+%% Data (none: in init/2), as [{Text, Meta}], OTP's and Elixir's. The
+%% crash report is the last event the connection's process logs (proc_lib
+%% logs it as it exits), and its events come in order: once it is here,
+%% so is every other, and nothing is waited for.
+crash_logs(L, Data) ->
+    {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, sluice_test_lib:port(L),
+                                 [binary, {active, false}]),
+    _ = Data =:= none orelse gen_tcp:send(Sock, Data),
+    Pid = receive {?MODULE, P, _} -> P after 5000 -> error({no_connection, L, Data}) end,
+    Otp = otp_log(Pid, []),
+    Elixir = flush_log(elixir_logger, Pid),
+    ?assertEqual({error, closed}, gen_tcp:recv(Sock, 0, 5000)),
+    ok = gen_tcp:close(Sock),
+    {Otp, Elixir}.
+
+otp_log(Pid, Acc) ->
+    receive
+        {log, otp_default, _, Text, Meta = #{pid := Pid}} ->
+            case Meta of
+                #{error_logger := #{type := crash_report}} -> lists:reverse(Acc, [{Text, Meta}]);
+                _ -> otp_log(Pid, [{Text, Meta} | Acc])
+            end
+    after 5000 ->
+        ct:fail({no_crash_report, Pid, lists:reverse(Acc)})
+    end.
+
+flush_log(Id, Pid) ->
+    receive {log, Id, _, Text, Meta = #{pid := Pid}} -> [{Text, Meta} | flush_log(Id, Pid)]
+    after 0 -> []
+    end.
+
+count(Part, Log) ->
+    lists:sum([length(string:split(Text, Part, all)) - 1 || {Text, _} <- Log]).
