@@ -335,30 +335,17 @@ embedded_listener_on_a_taken_port_says_so_in_one_line(Config) ->
     Spec = sluice:child_spec(Name, #{ip => ?LOOPBACK, port => Taken,
                                      transport => sluice_test_lib:transport(),
                                      handler => {sluice_proto_echo, []}}),
-    Id = embedded_taken_port,
-    ok = sluice_log_forwarder:start(
-           Id, self(), #{filters => [{domain, {fun logger_filters:domain/2,
-                                               {log, super, [otp, sasl]}}},
-                                     {no_domain, {fun logger_filters:domain/2,
-                                                  {log, undefined, []}}}],
-                         filter_default => stop}),
-    Trap = process_flag(trap_exit, true),
-    Result = try
-                 supervisor:start_link(?MODULE, Spec)
-             after
-                 sluice_log_forwarder:stop(Id)
-             end,
-    %% (the failed supervisor's exit signal, which may come after its
-    %% answer, trapped before the flag is put back)
-    receive {'EXIT', _, _} -> ok after 5000 -> ok end,
-    process_flag(trap_exit, Trap),
+    {Result, Logs} = start_embedded_logged(embedded_taken_port, Spec,
+                                           [{domain, {fun logger_filters:domain/2,
+                                                      {log, super, [otp, sasl]}}},
+                                            {no_domain, {fun logger_filters:domain/2,
+                                                         {log, undefined, []}}}]),
     ok = gen_tcp:close(Other),
+    ct:log("logged: ~p", [Logs]),
     ?assertMatch({error, {shutdown, {failed_to_start_child, {sluice_listener, Name},
                                      {shutdown, {failed_to_start_child, sluice_listen_sockets,
                                                  eaddrinuse}}}}},
                  Result),
-    Logs = flush_own_logs(Id),
-    ct:log("logged: ~p", [Logs]),
     Expected = lists:flatten(
                  io_lib:format("sluice listener ~0p could not start: cannot listen on "
                                "127.0.0.1:~b: address already in use: another process "
@@ -438,26 +425,12 @@ embedded_listener_without_the_application_says_so_in_one_line(Config) ->
     Name = ?config(name, Config),
     Spec = sluice:child_spec(Name, #{ip => ?LOOPBACK, port => 0,
                                      handler => {sluice_proto_echo, []}}),
-    Id = embedded_not_started,
     {Result, Logs} =
         without_sluice(
           fun() ->
-                  ok = sluice_log_forwarder:start(
-                         Id, self(),
-                         #{filters => [{no_domain, {fun logger_filters:domain/2,
-                                                    {log, undefined, []}}}],
-                           filter_default => stop}),
-                  Trap = process_flag(trap_exit, true),
-                  R = try
-                          supervisor:start_link(?MODULE, Spec)
-                      after
-                          sluice_log_forwarder:stop(Id)
-                      end,
-                  %% (the failed supervisor's exit signal, which may come
-                  %% after its answer, trapped before the flag is put back)
-                  receive {'EXIT', _, _} -> ok after 5000 -> ok end,
-                  process_flag(trap_exit, Trap),
-                  {R, flush_own_logs(Id)}
+                  start_embedded_logged(embedded_not_started, Spec,
+                                        [{no_domain, {fun logger_filters:domain/2,
+                                                      {log, undefined, []}}}])
           end),
     ct:log("result: ~p~nlogged: ~p", [Result, Logs]),
     ?assertMatch({error, {shutdown, {failed_to_start_child, {sluice_listener, Name},
@@ -480,6 +453,24 @@ without_sluice(Fun) ->
     after
         {ok, _} = application:ensure_all_started(sluice)
     end.
+
+%% A supervisor of the test's own with the child `Spec', started while a
+%% log handler with `Filters' (filter_default stop) forwards what it
+%% logs: the start's result, and the log's events.
+start_embedded_logged(Id, Spec, Filters) ->
+    ok = sluice_log_forwarder:start(Id, self(), #{filters => Filters,
+                                                  filter_default => stop}),
+    Trap = process_flag(trap_exit, true),
+    Result = try
+                 supervisor:start_link(?MODULE, Spec)
+             after
+                 sluice_log_forwarder:stop(Id)
+             end,
+    %% (the failed supervisor's exit signal, which may come after its
+    %% answer, trapped before the flag is put back)
+    receive {'EXIT', _, _} -> ok after 5000 -> ok end,
+    process_flag(trap_exit, Trap),
+    {Result, flush_own_logs(Id)}.
 
 flush_own_logs(Id) ->
     receive {log, Id, Level, Text, Meta} -> [{Level, Text, Meta} | flush_own_logs(Id)]
