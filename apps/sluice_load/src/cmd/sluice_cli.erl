@@ -5,7 +5,7 @@
 %% sluice_cli_exit.
 -module(sluice_cli).
 
--export([main/0, run/1]).
+-export([main/0, run/1, check/1, put_line/2]).
 
 -export_type([result/0]).
 
@@ -40,10 +40,35 @@ run([H | _]) when H =:= "--help"; H =:= "-h"; H =:= "help" ->
 run([Cmd | Rest]) ->
     case lists:keyfind(Cmd, 1, commands()) of
         {_, Module, _} -> Module:run(Rest);
-        false -> {error, 2, "unknown command " ++ Cmd ++ " (try bin/sluice --help)"}
+        false -> {error, 2, unknown(Cmd)}
     end.
 
-%% {Name, module with run/1, one line about it}
+%% @doc What `run/1' would do with `Args', found without running anything:
+%% `run' (the options are good), `help', or the usage error it would print
+%% and exit with (`help' too for no command at all: the usage, exit 2).
+%% The checks a C program makes itself (`load' with one
+%% engine, `ref-server') and those that need the run (a port in use, a TLS
+%% file) are not here.
+-spec check([string()]) -> run | help | {error, pos_integer(), string()}.
+check([]) ->
+    help;
+check([H | _]) when H =:= "--help"; H =:= "-h"; H =:= "help" ->
+    help;
+check([Cmd | Rest]) ->
+    case lists:keyfind(Cmd, 1, commands()) of
+        {_, Module, _} ->
+            case Module:check(Rest) of
+                {ok, _} -> run;
+                help -> help;
+                {error, Code, Msg} -> {error, Code, one_line(Msg)}
+            end;
+        false -> {error, 2, one_line(unknown(Cmd))}
+    end.
+
+unknown(Cmd) ->
+    "unknown command " ++ Cmd ++ " (try bin/sluice --help)".
+
+%% {Name, module with run/1 and check/1, one line about it}
 commands() ->
     [{"serve", sluice_cmd_serve, "run a sluice server (ack, ping or echo protocol)"},
      {"load", sluice_cmd_load, "drive a server with the C load engine"},
@@ -64,8 +89,31 @@ usage() ->
 report(Code) when is_integer(Code) ->
     Code;
 report({error, Code, Msg}) ->
-    io:format(standard_error, "sluice: ~ts~n", [Msg]),
+    %% a message may quote an argument (`--port ٣', `ñ')
+    put_line(standard_error, ["sluice: ", one_line(Msg)]),
     Code.
+
+%% @doc Write `Chars' and a newline to `Device' in the encoding the
+%% command line came in (file:native_name_encoding/0), for a line that may
+%% quote an argument: stdout and stderr are Latin-1 devices, where `~ts'
+%% writes `٣' as `\x{663}' and `~s' fails on it.
+-spec put_line(io:device(), unicode:chardata()) -> ok.
+put_line(Device, Chars) ->
+    _ = case unicode:characters_to_binary([Chars, $\n], unicode, file:native_name_encoding()) of
+            Bin when is_binary(Bin) -> file:write(Device, Bin);
+            _ -> io:format(Device, "~ts~n", [Chars])
+        end,
+    ok.
+
+%% A message quotes what the user typed, which may hold a newline or
+%% another control character (`--port $'1\n2''): written as is, the one
+%% line of a usage error would be two, or move the cursor.
+one_line(Msg) ->
+    lists:flatmap(fun($\n) -> "\\n";
+                     ($\t) -> "\\t";
+                     (C) when C < 32; C =:= 127 -> lists:flatten(io_lib:format("\\x~2.16.0B", [C]));
+                     (C) -> [C]
+                  end, lists:flatten(io_lib:format("~ts", [Msg]))).
 
 -spec halt_after_flush(non_neg_integer()) -> no_return().
 halt_after_flush(Code) ->

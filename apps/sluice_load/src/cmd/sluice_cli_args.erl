@@ -5,7 +5,8 @@
 %% the parsed values back into their command lines.
 -module(sluice_cli_args).
 
--export([opt/4, parse/2, with_options/5, usage/3, option_lines/1, help_line/0, to_args/2]).
+-export([opt/4, parse/2, check/3, with_options/5, with_options/6, usage/3, option_lines/1,
+         help_line/0, to_args/2]).
 
 -export_type([spec/0, type/0]).
 
@@ -49,14 +50,38 @@ parse(Specs, Args) ->
 -spec with_options(string(), string(), [spec()], [string()],
                    fun((map()) -> sluice_cli:result())) -> sluice_cli:result().
 with_options(Command, About, Specs, Args, Fun) ->
-    case parse(Specs, Args) of
+    with_options(Command, About, Specs, Args, fun(_) -> ok end, Fun).
+
+%% @doc with_options/5 with the command's own checks of the parsed
+%% options (check/3's `Check'), made before `Fun' runs.
+-spec with_options(string(), string(), [spec()], [string()],
+                   fun((map()) -> ok | {error, string()}),
+                   fun((map()) -> sluice_cli:result())) -> sluice_cli:result().
+with_options(Command, About, Specs, Args, Check, Fun) ->
+    case check(Specs, Args, Check) of
         help ->
             io:put_chars(usage(Command, About, Specs)),
             0;
-        {error, Msg} ->
-            {error, 2, Msg};
+        {error, _, _} = E ->
+            E;
         {ok, Opts} ->
             Fun(Opts)
+    end.
+
+%% @doc with_options/5's verdict without running anything: the options
+%% `Check' makes of the parsed ones (`{ok, Opts}'), `help', or the usage
+%% error. `Check' returns `ok' or `{error, Message}'.
+-spec check([spec()], [string()], fun((map()) -> ok | {error, string()})) ->
+          {ok, map()} | help | {error, 2, string()}.
+check(Specs, Args, Check) ->
+    case parse(Specs, Args) of
+        {ok, Opts} ->
+            case Check(Opts) of
+                ok -> {ok, Opts};
+                {error, Msg} -> {error, 2, Msg}
+            end;
+        help -> help;
+        {error, Msg} -> {error, 2, Msg}
     end.
 
 %% `Given': the keys given so far.
@@ -92,7 +117,8 @@ twice_hint(_) ->
 value(Specs, #{key := Key, flag := Flag, type := Type}, V, Rest, Acc, Given) ->
     case convert(Type, V) of
         {ok, Value} -> parse(Specs, Rest, Acc#{Key => Value}, Given#{Key => true});
-        error -> {error, lists:flatten(io_lib:format("bad value for --~s: ~s (expected ~s)",
+        %% ~ts: a value is what the user typed, any character (`--port ٣')
+        error -> {error, lists:flatten(io_lib:format("bad value for --~s: ~ts (expected ~ts)",
                                                      [Flag, V, describe(Type)]))}
     end.
 
@@ -155,7 +181,8 @@ int(V) ->
 %% `1e3'). An integer stays one.
 number(V) ->
     case re:run(V, "^([+-]?)([0-9]*)(?:\\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?$",
-                [{capture, all_but_first, list}]) of
+                %% unicode: any character may come (`--rate ٣' failed re:run)
+                [unicode, {capture, all_but_first, list}]) of
         {match, [_, [], []]} -> error;
         {match, [_, [], [], _]} -> error;
         {match, [_, _]} -> int(V);

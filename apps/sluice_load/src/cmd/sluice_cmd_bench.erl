@@ -7,7 +7,7 @@
 %% tests.
 -module(sluice_cmd_bench).
 
--export([run/1, specs/0]).
+-export([run/1, check/1, specs/0]).
 
 -define(ABOUT,
         "Run the benchmark matrix: every sluice figure beside the C reference server's,\n"
@@ -38,8 +38,20 @@ run(Args) ->
     sluice_cli_args:with_options("bench", ?ABOUT, specs(), Args,
                                  fun(Opts) -> bench(Opts, Args) end).
 
+%% @doc The options of `Args', or run/1's usage error (cells that cannot
+%% be run included); nothing runs, nothing is printed.
+-spec check([string()]) -> {ok, map()} | help | {error, 2, string()}.
+check(Args) ->
+    sluice_cli_args:check(specs(), Args,
+                          fun(Opts) ->
+                                  case cells(Opts, quiet) of
+                                      {ok, _} -> ok;
+                                      {error, _} = E -> E
+                                  end
+                          end).
+
 bench(Opts = #{list := List}, Args) ->
-    case cells(Opts) of
+    case cells(Opts, say) of
         {error, Msg} ->
             {error, 2, Msg};
         {ok, Cells} when List ->
@@ -77,7 +89,8 @@ config(#{quick := Quick} = O, Cells, Args) ->
              end,
       command => iolist_to_binary(lists:join(" ", ["bin/sluice", "bench" | Args]))}.
 
-cells(#{scenario := Scs0, server := Svs0, quick := Quick}) ->
+%% `say': a cell left out is a line on stderr (`quiet': for check/1).
+cells(#{scenario := Scs0, server := Svs0, quick := Quick}, Say) ->
     case {named(Scs0), named(Svs0)} of
         {all, all} ->
             {ok, matrix(Quick)};
@@ -89,7 +102,7 @@ cells(#{scenario := Scs0, server := Svs0, quick := Quick}) ->
                       "no cell of the matrix has that server: "
                       "name a scenario as well (--scenario S --server X)");
         {Scs, Svs} ->
-            pairs([{Sc, Sv} || Sc <- Scs, Sv <- Svs])
+            pairs([{Sc, Sv} || Sc <- Scs, Sv <- Svs], Say)
     end.
 
 %% `all' among the names stands for every one.
@@ -114,18 +127,18 @@ in_matrix(Quick, Pick, None) ->
 %% Named scenarios and servers: every pair of them, in or out of the
 %% matrix, except those the server cannot run. One pair that cannot run is
 %% an error; among several, it is left out with a line saying so.
-pairs([{Sc, Sv} = Cell]) ->
+pairs([{Sc, Sv} = Cell], _Say) ->
     case sluice_bench_matrix:check_cell(Sc, Sv) of
         ok -> {ok, [Cell]};
         {error, _} = E -> E
     end;
-pairs(Cells) ->
+pairs(Cells, Say) ->
     Checked = [{Cell, sluice_bench_matrix:check_cell(Sc, Sv)} || {Sc, Sv} = Cell <- Cells],
     case [Cell || {Cell, ok} <- Checked] of
         [] ->
             {error, "none of those servers can run those scenarios"};
         Runnable ->
             _ = [io:format(standard_error, "sluice bench: leaving out ~s/~s: ~s~n", [Sc, Sv, Why])
-                 || {{Sc, Sv}, {error, Why}} <- Checked],
+                 || Say =:= say, {{Sc, Sv}, {error, Why}} <- Checked],
             {ok, Runnable}
     end.

@@ -14,7 +14,7 @@
 %% defaults.
 -module(sluice_cmd_idle_memory).
 
--export([run/1, specs/0, measure/4, allocator_in_use/1]).
+-export([run/1, check/1, specs/0, measure/4, allocator_in_use/1]).
 
 -define(HIBERNATE_MS, 200).
 %% Descriptors kept free beside the connections: the engine's port, the
@@ -43,6 +43,11 @@ run(Args) ->
                                              {error, Msg} -> {error, 1, Msg}
                                          end
                                  end).
+
+%% @doc The options of `Args', or run/1's usage error; nothing starts.
+-spec check([string()]) -> {ok, map()} | help | {error, 2, string()}.
+check(Args) ->
+    sluice_cli_args:check(specs(), Args, fun(_) -> ok end).
 
 measure_all(#{conns := N, backend := B, park_after := Park}, Engine) ->
     {ok, _} = application:ensure_all_started(sluice),

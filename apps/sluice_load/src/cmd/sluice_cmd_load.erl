@@ -9,7 +9,7 @@
 %% over several engine processes and nodes and merges their results.
 -module(sluice_cmd_load).
 
--export([run/1, own_specs/0]).
+-export([run/1, check/1, own_specs/0]).
 
 -define(ABOUT,
         "Drive a server with the C load engine (sluice-load). By default one engine\n"
@@ -70,6 +70,26 @@ run(Bin, EngineSpecs, Args) ->
                 false -> one_engine(Bin, EngineSpecs, O);
                 true -> sluice_load_run:run(O, Bin, EngineSpecs)
             end
+    end.
+
+%% @doc The options of `Args', or run/1's usage error, without running
+%% anything: the coordinator's checks when it would run, none of one
+%% engine's (sluice-load makes them itself when it runs).
+-spec check([string()]) -> {ok, map()} | help | {error, pos_integer(), string()}.
+check(Args) ->
+    case sluice_cprog:table("sluice-load") of
+        {ok, _Bin, #{specs := EngineSpecs}} ->
+            case sluice_cli_args:parse(specs(EngineSpecs), Args) of
+                {ok, O} ->
+                    case coordinated(O) andalso sluice_load_run:check(O) of
+                        {error, _, _} = E -> E;
+                        _ -> {ok, O}
+                    end;
+                help -> help;
+                {error, Msg} -> {error, 2, Msg}
+            end;
+        {error, Msg} ->
+            {error, 1, Msg}
     end.
 
 %% Every option once: the coordinator's, then the engine's it does not

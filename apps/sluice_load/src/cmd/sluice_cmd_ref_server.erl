@@ -5,19 +5,36 @@
 %% answer like `serve' does.
 -module(sluice_cmd_ref_server).
 
--export([run/1]).
+-export([run/1, check/1]).
 
 -spec run([string()]) -> sluice_cli:result().
 run(Args) ->
-    case sluice_cprog:table("sluice-ref") of
-        {ok, Bin, #{summary := Summary, specs := Table}} ->
-            Specs = [like_serve(S) || S <- Table],
-            %% the exit codes come with the help, from sluice_cli_exit
-            About = string:trim(lists:append([L ++ "\n" || L <- string:split(Summary, "\n", all),
-                                                           not lists:prefix("Exit codes:", L)])),
+    case table() of
+        {ok, Bin, About, Specs} ->
             sluice_cli_args:with_options(
               "ref-server", About, Specs, Args,
               fun(O) -> sluice_cprog:run(Bin, sluice_cli_args:to_args(Specs, O), []) end);
+        {error, _, _} = E ->
+            E
+    end.
+
+%% @doc The options of `Args', or run/1's usage error, without running the
+%% server: what sluice-ref itself refuses (`--tls' without its files) is
+%% found when it runs.
+-spec check([string()]) -> {ok, map()} | help | {error, pos_integer(), string()}.
+check(Args) ->
+    case table() of
+        {ok, _Bin, _About, Specs} -> sluice_cli_args:check(Specs, Args, fun(_) -> ok end);
+        {error, _, _} = E -> E
+    end.
+
+table() ->
+    case sluice_cprog:table("sluice-ref") of
+        {ok, Bin, #{summary := Summary, specs := Table}} ->
+            %% the exit codes come with the help, from sluice_cli_exit
+            About = string:trim(lists:append([L ++ "\n" || L <- string:split(Summary, "\n", all),
+                                                           not lists:prefix("Exit codes:", L)])),
+            {ok, Bin, About, [like_serve(S) || S <- Table]};
         {error, Msg} ->
             {error, 1, Msg}
     end.

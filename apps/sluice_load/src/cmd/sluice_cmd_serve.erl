@@ -4,7 +4,7 @@
 %% on several nodes (sluice_serve_cluster).
 -module(sluice_cmd_serve).
 
--export([run/1, specs/0, listener_opts/1]).
+-export([run/1, check/1, specs/0, listener_opts/1]).
 
 -define(ABOUT, "Serve the ack, ping or echo protocol until SIGTERM or SIGINT, then drain\n"
         "and exit. Prints one line \"listening on IP:PORT\" once it accepts.").
@@ -83,17 +83,22 @@ specs() ->
 
 -spec run([string()]) -> sluice_cli:result().
 run(Args) ->
-    sluice_cli_args:with_options("serve", ?ABOUT, specs(), Args,
-                                 fun(Opts) ->
-                                         Checks = [sluice_vm_flags:check(Opts), check_tls(Opts),
-                                                   check_hosts(Opts), check_unix(Opts),
-                                                   check_applies(Opts),
-                                                   check_listener(Opts)],
-                                         case [Msg || {error, Msg} <- Checks] of
-                                             [] -> serve(Opts, Args);
-                                             [Msg | _] -> {error, 2, Msg}
-                                         end
-                                 end).
+    sluice_cli_args:with_options("serve", ?ABOUT, specs(), Args, fun checks/1,
+                                 fun(Opts) -> serve(Opts, Args) end).
+
+%% @doc The options of `Args' as run/1 would serve with them, or its usage
+%% error; nothing starts.
+-spec check([string()]) -> {ok, map()} | help | {error, 2, string()}.
+check(Args) ->
+    sluice_cli_args:check(specs(), Args, fun checks/1).
+
+checks(Opts) ->
+    Checks = [sluice_vm_flags:check(Opts), check_tls(Opts), check_hosts(Opts),
+              check_unix(Opts), check_applies(Opts), check_listener(Opts)],
+    case [Msg || {error, Msg} <- Checks] of
+        [] -> ok;
+        [Msg | _] -> {error, Msg}
+    end.
 
 %% --tls needs its two files, and the files options need --tls; the
 %% library checks that the files exist.
@@ -113,8 +118,13 @@ check_tls(_) ->
 %% (the server ran here, in this VM, in silence).
 check_hosts(#{nodes := 0, hosts := H}) when H =/= "local" ->
     {error, "--hosts is for --nodes N (the nodes to start on those hosts)"};
-check_hosts(_) ->
-    ok.
+check_hosts(#{hosts := H}) ->
+    %% `--hosts ,' names no host: the nodes started here, as without it
+    case H =/= "local" andalso string:lexemes(H, ", ") =:= [] of
+        true -> {error, "bad value for --hosts: " ++ H
+                        ++ " (expected local or a comma list of hosts)"};
+        false -> ok
+    end.
 
 %% --unix replaces the TCP address: an --ip or --port given with it would
 %% be ignored in silence (one equal to the default was, when only other
@@ -177,6 +187,12 @@ check_listener(O) ->
                                                   tls_opts := []}) of
         {ok, _} ->
             ok;
+        {error, {bad_option, ip, {local, Path}}} ->
+            %% --unix's, not a term: the library's own sentence is for
+            %% {local, Path}
+            {error, lists:flatten(
+                      io_lib:format("bad value for --unix: ~ts (expected a path of at most 107 "
+                                    "bytes once made absolute: a Unix socket's limit)", [Path]))};
         {error, {bad_option, K, _} = Why} ->
             {error, "--" ++ flag(K) ++ ": " ++ sluice_opts:format_error(Why)};
         {error, Why} ->

@@ -11,7 +11,7 @@
 %% storms, half-closed clients, silent clients, clients that never read.
 -module(sluice_cmd_soak).
 
--export([run/1, specs/0]).
+-export([run/1, check/1, specs/0]).
 -export([halt_on_sigterm/1]).
 
 -define(PROGRESS_MS, 30000).
@@ -40,6 +40,11 @@ specs() ->
 -spec run([string()]) -> sluice_cli:result().
 run(Args) ->
     sluice_cli_args:with_options("soak", ?ABOUT, specs(), Args, fun start/1).
+
+%% @doc The options of `Args', or run/1's usage error; nothing starts.
+-spec check([string()]) -> {ok, map()} | help | {error, 2, string()}.
+check(Args) ->
+    sluice_cli_args:check(specs(), Args, fun(_) -> ok end).
 
 start(O) ->
     Secs = case maps:get(seconds, O) of 0 -> 60 * maps:get(minutes, O); S -> S end,

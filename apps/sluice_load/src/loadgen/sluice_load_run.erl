@@ -6,7 +6,7 @@
 %% sluice_load_merge and reported by sluice_load_report.
 -module(sluice_load_run).
 
--export([run/3]).
+-export([run/3, check/1]).
 
 %% Engine options the coordinator sets for each engine itself (the rest
 %% pass unchanged to every engine); the last three it drives them with.
@@ -18,10 +18,23 @@
 %% `EngineSpecs' its option table (its defaults are the run's).
 -spec run(map(), file:filename(), [sluice_cli_args:spec()]) -> sluice_cli:result().
 run(O, Bin, EngineSpecs) ->
-    case [K || K <- ?DRIVEN, maps:get(K, O) =:= true] of
-        [K | _] -> {error, 2, "--" ++ flag(K) ++ " is for one engine process: the coordinator "
-                              "drives its engines with it itself"};
-        [] -> plan(O#{bin => engine_bin(O, Bin)}, EngineSpecs)
+    case check(O) of
+        ok -> plan(O#{bin => engine_bin(O, Bin)}, EngineSpecs);
+        {error, _, _} = E -> E
+    end.
+
+%% @doc The usage errors of a coordinated run's own options, found before
+%% anything starts (the engines' --check finds the rest, once planned).
+-spec check(map()) -> ok | {error, 2, string()}.
+check(O) ->
+    Driven = [{error, 2, "--" ++ flag(K) ++ " is for one engine process: the coordinator "
+                         "drives its engines with it itself"}
+              || K <- ?DRIVEN, maps:get(K, O) =:= true],
+    Checked = [node_spec(maps:get(nodes, O)), url(maps:get(server_metrics, O)),
+               ips(maps:get(source_ips, O))],
+    case Driven ++ [E || {error, _, _} = E <- Checked] of
+        [E | _] -> E;
+        [] -> ok
     end.
 
 plan(O, EngineSpecs) ->
@@ -134,9 +147,18 @@ node_spec(S) ->
     end.
 
 url(undefined) -> {ok, undefined};
-url("http://" ++ _ = Url) -> {ok, Url};
-url(Url) -> {error, 2, "bad value for --server-metrics: " ++ Url
-                       ++ " (expected http://HOST:PORT/metrics)"}.
+url("http://" ++ _ = Url) ->
+    %% a URL that does not parse (`http://[::1') failed only after the run,
+    %% as `invalid_uri', exit 3
+    case uri_string:parse(Url) of
+        #{host := [_ | _]} -> {ok, Url};
+        _ -> bad_url(Url)
+    end;
+url(Url) ->
+    bad_url(Url).
+
+bad_url(Url) ->
+    {error, 2, "bad value for --server-metrics: " ++ Url ++ " (expected http://HOST:PORT/metrics)"}.
 
 ips(undefined) -> {ok, none};
 ips(S) ->

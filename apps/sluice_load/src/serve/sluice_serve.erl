@@ -52,7 +52,8 @@ tune_ssl(_) ->
     ok.
 
 serve(O, IP, Port) ->
-    io:format("listening on ~s~n", [sluice_opts:format_address(IP, Port)]),
+    %% a --unix path may hold any character (`~s' failed on `日本.sock')
+    sluice_cli:put_line(standard_io, ["listening on ", sluice_opts:format_address(IP, Port)]),
     ok = warn_if_open(IP),
     io:format(standard_error, "sluice: backend ~s~s~s; ~s~n",
               [maps:get(backend, O),
