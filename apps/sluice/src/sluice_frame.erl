@@ -105,17 +105,25 @@ new(Spec) ->
 
 %% Options may come as a proplist too: an Elixir user writes `{:line, max:
 %% 1024}', a keyword list. A list that is not one of pairs stays a list
-%% (and a bad spec).
+%% (and a bad spec), an improper one too (lists:all/2 crashed on it, and
+%% start_listener/2 with it).
 opts_map({length, Bytes, Opts}) when is_list(Opts) -> {length, Bytes, to_map(Opts)};
 opts_map({line, Opts}) when is_list(Opts) -> {line, to_map(Opts)};
 opts_map({split, Fun, Opts}) when is_list(Opts) -> {split, Fun, to_map(Opts)};
 opts_map(Spec) -> Spec.
 
 to_map(Opts) ->
-    case lists:all(fun(O) -> is_tuple(O) andalso tuple_size(O) =:= 2 end, Opts) of
+    case is_proper_list(Opts)
+        andalso lists:all(fun(O) -> is_tuple(O) andalso tuple_size(O) =:= 2 end, Opts) of
         %% The first of a repeated key wins, as in proplists and keyword lists.
         true -> maps:from_list(lists:reverse(Opts));
         false -> Opts
+    end.
+
+is_proper_list(L) ->
+    try length(L) of
+        _ -> true
+    catch error:badarg -> false
     end.
 
 build({length, Bytes}) ->

@@ -189,6 +189,9 @@ tls({cacertfile, Empty}) when Empty =:= []; Empty =:= <<>> ->
     %% the generic words name are there.
     "verify_peer needs the authorities to check the client's certificate against: "
     "cacertfile or cacerts";
+tls({versions, []}) ->
+    "versions names no TLS version: list at least one ('tlsv1.3', 'tlsv1.2'), or leave "
+    "versions out for ssl's default";
 tls(_Why) ->
     none.
 

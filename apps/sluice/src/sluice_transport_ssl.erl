@@ -91,8 +91,13 @@ check_keys(TlsOpts) ->
     case [K || {K, _} <- TlsOpts, lists:member(K, ?SOCKET_KEYS)] of
         [K | _] -> {error, {socket_option, K}};
         [] ->
-            case lists:keyfind(handshake, 1, TlsOpts) of
-                {handshake, hello} -> {error, {handshake, {not_supported, hello}}};
+            case {lists:keyfind(handshake, 1, TlsOpts), lists:keyfind(versions, 1, TlsOpts)} of
+                {{handshake, hello}, _} -> {error, {handshake, {not_supported, hello}}};
+                %% OTP 25's ssl:handle_options/2 never returns on an empty
+                %% list of versions (it loops choosing cipher suites for
+                %% none): start_listener/2 hung, and set_transport_opts/2
+                %% with the listener's lock. Refused before ssl sees it.
+                {_, {versions, []}} -> {error, {versions, []}};
                 _ -> check_tickets(TlsOpts)
             end
     end.

@@ -198,6 +198,51 @@ a_bad_framing_option_is_named_test() ->
     ?assertMatch("bad value for option framing: {length,3} (expected none, or a framing spec"
                  ++ _, Said({length, 3})).
 
+%% A framing spec whose options are an improper list (sluice_opts_prop_SUITE's
+%% counterexample) is a bad framing, said as one: sluice_frame's reading of
+%% a keyword list raised function_clause from lists:all/2, out of
+%% validate/1, start_listener/2 and child_spec/1,2.
+an_improper_list_of_framing_options_is_a_bad_framing_test() ->
+    [begin
+         ?assertEqual({error, {bad_spec, Spec}}, sluice_frame:new(Spec)),
+         {error, {bad_option, framing, Spec} = E} =
+             sluice_opts:validate(#{port => 0, handler => ?HANDLER, framing => Spec}),
+         ?assertEqual({error, E},
+                      sluice_opts:validate([{handler, ?HANDLER}, {framing, Spec}])),
+         ?assertMatch("bad value for option framing: " ++ _, sluice:format_error(E)),
+         ?assertError(#{reason := E},
+                      sluice:child_spec(#{handler => ?HANDLER, framing => Spec}))
+     end || Spec <- [{line, [{max, 1} | {max, 2}]}, {line, [{max, 1} | x]},
+                     {length, 2, [{endian, big} | little]},
+                     {split, fun(B) -> {ok, B, <<>>} end, [{max, 1} | x]}]].
+
+%% `{versions, []}' in tls_opts (sluice_opts_prop_SUITE's counterexample,
+%% beside a certificate and its key): OTP 25's ssl:handle_options/2 never
+%% returned on it, and validate/1 (start_listener/2, child_spec/1,2,
+%% set_transport_opts/2) with it. Refused, and said, within a deadline.
+empty_tls_versions_are_refused_test_() ->
+    {timeout, 60, fun empty_tls_versions_are_refused/0}.
+
+empty_tls_versions_are_refused() ->
+    Dir = filename:join("/tmp", "sluice_versions_" ++ os:getpid()),
+    ok = filelib:ensure_dir(filename:join(Dir, "x")),
+    try
+        [C, K, _] = sluice_tls_test_lib:write_pem(
+                      Dir, maps:get(server, sluice_tls_test_lib:certs())),
+        Opts = #{port => 0, handler => ?HANDLER, transport => ssl,
+                 tls_opts => [C, K, {versions, []}]},
+        {Pid, Ref} = spawn_monitor(fun() -> exit({done, sluice_opts:validate(Opts)}) end),
+        R = receive {'DOWN', Ref, _, _, {done, Done}} -> Done
+            after 20000 -> exit(Pid, kill), no_answer
+            end,
+        ?assertEqual({error, {bad_option, tls_opts, {versions, []}}}, R),
+        Said = sluice:format_error({bad_option, tls_opts, {versions, []}}),
+        ?assertMatch("bad value for option tls_opts: {versions,[]} (versions names no TLS "
+                     "version" ++ _, Said)
+    after
+        _ = file:del_dir_r(Dir)
+    end.
+
 %% A handler module that is not there is said as such; one that is there
 %% but is not a handler (a ranch protocol's start_link/3) gets what a
 %% handler exports.
