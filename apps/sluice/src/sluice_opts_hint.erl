@@ -189,6 +189,11 @@ tls({cacertfile, Empty}) when Empty =:= []; Empty =:= <<>> ->
     %% the generic words name are there.
     "verify_peer needs the authorities to check the client's certificate against: "
     "cacertfile or cacerts";
+tls({K, File, Posix}) when (K =:= certfile orelse K =:= keyfile orelse K =:= cacertfile),
+                           is_atom(Posix) ->
+    %% sluice's own check of the files (sluice_opts): the generic words
+    %% said "whose files exist" beside a bare posix code.
+    sluice_syntax:format("~w ~0p cannot be read: ~ts", [K, File, file:format_error(Posix)]);
 tls({versions, []}) ->
     "versions names no TLS version: list at least one ('tlsv1.3', 'tlsv1.2'), or leave "
     "versions out for ssl's default";

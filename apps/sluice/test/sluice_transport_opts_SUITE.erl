@@ -227,8 +227,13 @@ bad_tls_opts_are_refused_and_nothing_changes(Config) ->
               ?assertEqual({ok, Before}, sluice:get_transport_opts(Name)),
               ?assertEqual(OldCert, served(Port))
       end, Refused),
-    ?assertMatch("bad value for option tls_opts" ++ _,
-                 sluice:format_error({bad_option, tls_opts, {certfile, Missing, enoent}})).
+    Said = sluice:format_error({bad_option, tls_opts, {certfile, Missing, enoent}}),
+    ?assertMatch("bad value for option tls_opts" ++ _, Said),
+    %% the file and why in words, not only the posix code
+    ?assertNotEqual(nomatch, string:find(Said, lists:flatten(
+                                                 io_lib:format("(certfile ~0p cannot be read: "
+                                                               "no such file or directory)",
+                                                               [Missing]))), Said).
 
 %% Every option that cannot change on a running listener is refused by
 %% name when given another value: on a plain TCP listener, the PROXY ones
