@@ -306,17 +306,9 @@ sigterm_ends_the_run_with_a_report(Config) ->
 %% after its start died of the SIGTERM with no report (143, `lost', exit 1)
 %% before it blocked the signal.
 sigterm_while_the_nodes_start_ends_the_run_with_a_report(Config) ->
-    TcpPort = start_ref(Config),
-    {Ssh, Mark} = slow_ssh(Config, "slow-ssh", 1),
-    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
-                  [{args, ["load", "--scenario", "ping", "--nodes", "localhost", "--ssh", Ssh,
-                           "--engines", "3", "--port", TcpPort, "--conns", "6",
-                           "--duration", "3", "--json", json_path(Config)]},
-                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
-    {os_pid, OsPid} = erlang:port_info(P, os_pid),
-    sluice_load_test_lib:reap(Config, OsPid),
-    ok = wait_file(Mark, 10000),
-    _ = os:cmd("kill -TERM " ++ integer_to_list(OsPid)),
+    {P, _Mark} = interrupted_as_nodes_start(Config, "slow-ssh", 1,
+                                            ["--nodes", "localhost", "--engines", "3",
+                                             "--conns", "6"]),
     {Status, Out} = collect_lines(P, []),
     ct:log("~s", [Out]),
     ?assertEqual(0, Status),
@@ -366,17 +358,8 @@ a_second_interrupt_gives_up_a_node_still_starting(Config) ->
 %% by the second node's boot as a first interrupt again, which said so
 %% once more: a line per node still to start.
 one_interrupt_says_so_once_for_two_nodes_starting(Config) ->
-    TcpPort = start_ref(Config),
-    {Ssh, Mark} = slow_ssh(Config, "slow-ssh-two", 2),
-    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
-                  [{args, ["load", "--scenario", "ping", "--nodes", "localhost,localhost",
-                           "--ssh", Ssh, "--port", TcpPort, "--conns", "2",
-                           "--duration", "3", "--json", json_path(Config)]},
-                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
-    {os_pid, OsPid} = erlang:port_info(P, os_pid),
-    sluice_load_test_lib:reap(Config, OsPid),
-    ok = wait_file(Mark, 10000),
-    _ = os:cmd("kill -TERM " ++ integer_to_list(OsPid)),
+    {P, Mark} = interrupted_as_nodes_start(Config, "slow-ssh-two", 2,
+                                           ["--nodes", "localhost,localhost", "--conns", "2"]),
     {Status, Out} = collect_lines(P, [], 45000),
     ct:log("~s", [Out]),
     ?assertEqual(0, Status),
@@ -391,6 +374,22 @@ one_interrupt_says_so_once_for_two_nodes_starting(Config) ->
     J = read_json(Config),
     ?assertEqual(true, get(interrupted, J)),
     ?assertEqual(0, get(engines_lost, J)).
+
+%% `load' (ping, 3 s) against a C server with `Args', through a stand-in
+%% ssh that takes `Secs' (slow_ssh/3), SIGTERMed once the first node
+%% starts: its port, and the stand-in's mark file.
+interrupted_as_nodes_start(Config, Name, Secs, Args) ->
+    TcpPort = start_ref(Config),
+    {Ssh, Mark} = slow_ssh(Config, Name, Secs),
+    P = open_port({spawn_executable, filename:join(?config(root, Config), "bin/sluice")},
+                  [{args, ["load", "--scenario", "ping", "--ssh", Ssh, "--port", TcpPort,
+                           "--duration", "3", "--json", json_path(Config) | Args]},
+                   exit_status, stderr_to_stdout, binary, {line, 1024}, hide]),
+    {os_pid, OsPid} = erlang:port_info(P, os_pid),
+    sluice_load_test_lib:reap(Config, OsPid),
+    ok = wait_file(Mark, 10000),
+    _ = os:cmd("kill -TERM " ++ integer_to_list(OsPid)),
+    {P, Mark}.
 
 %% A stand-in for ssh that takes `Secs' to connect, then runs the node
 %% here; each run appends its pid to the mark file it returns (which
